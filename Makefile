@@ -1,0 +1,40 @@
+# pypto developer entry points.  Everything runs inside .venv (made by scripts/bootstrap.sh).
+SHELL  := /bin/bash
+VENV   := .venv
+PYTHON := $(VENV)/bin/python
+
+# JupyterLab: listen on loopback only; no browser on a headless machine; root needs --allow-root.
+LAB_FLAGS := --notebook-dir=tutorials --ip=127.0.0.1
+ifeq ($(strip $(DISPLAY)),)
+LAB_FLAGS += --no-browser
+endif
+ifeq ($(shell id -u),0)
+LAB_FLAGS += --allow-root
+endif
+
+# --nbval only collects *.ipynb; the .py tests are collected by pytest as usual.
+# --nbval-current-env runs the notebooks on a kernel started with .venv's python
+# (sys.executable), whatever kernelspec name the notebooks' metadata carries.
+NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tutorials/nbval_sanitize.cfg
+
+.PHONY: install lab test bench clean distclean
+
+install:
+	bash scripts/bootstrap.sh
+
+lab: install
+	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
+
+test: install
+	$(PYTHON) -m pytest tests tutorials $(NBVAL_FLAGS) -q
+
+bench: install
+	$(PYTHON) benchmarks/run.py
+
+clean:
+	rm -rf build dist artifacts .pytest_cache *.egg-info
+	find . -path ./$(VENV) -prune -o \( -name __pycache__ -o -name .ipynb_checkpoints \) -type d -print0 \
+		| xargs -0 -r rm -rf
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,40 @@
+"""pypto: write tile kernels in Python, compile them through five IR levels, simulate them.
+
+Importing pypto loads only numpy-based code; notebook pieces (IPython, ipywidgets,
+matplotlib, graphviz) are imported lazily by `pypto.viz` and `pypto.magics`.
+"""
+from .dtypes import DT_BF16, DT_FP16, DT_FP32, DT_INT8, DT_INT32, DType
+from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoError, ShapeError,
+                     SimulationError, TileShapeError, UnsupportedError, VerificationError)
+from .frontend.jit import JitKernel, jit
+from .frontend.ops import (abs, add, amax, amin, assemble, cast, div, exp, gelu, layer_norm, layernorm,
+                           log, loop, matmul, maximum, mean, minimum, mul, neg, reciprocal, relu, reshape,
+                           rms_norm, rsqrt, set_cube_tile_shapes, set_vec_tile_shapes, sigmoid, softmax,
+                           sqrt, sub, sum, tanh, transpose, view)
+from .frontend.tracer import Tensor
+from .ir.program import Program
+
+__version__ = "0.1.0"
+
+
+def explore(kernel, *args, machine="a2a3", **consts):
+    """An ipywidgets explorer of a kernel: a tab per IR level, timeline, stats, a slider per constant."""
+    from .viz.explorer import Explorer
+    return Explorer(kernel, args, machine=machine, consts=consts)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext pypto`: registers the %%pypto cell magic."""
+    from .magics import load_ipython_extension as _load
+    _load(ipython)
+
+
+__all__ = [
+    "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
+    "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
+    "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add", "amax", "amin",
+    "assemble", "cast", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
+    "matmul", "maximum", "mean", "minimum", "mul", "neg", "reciprocal", "relu", "reshape", "rms_norm",
+    "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "softmax", "sqrt", "sub", "sum",
+    "tanh", "transpose", "view",
+]

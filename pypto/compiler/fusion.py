@@ -1,0 +1,145 @@
+"""Tensor-level fusion: group ops that can run tile by tile without going through GM.
+
+Each vector op joins the group of one of its inputs when it iterates over the same domain
+with the same tile shape and does not need a value that is still being accumulated (a
+reduction across several tiles is complete only after its last tile).  A matmul is a group of
+its own on the cube core.  Groups are numbered so that every group only reads values of
+lower-numbered groups, which keeps the group graph acyclic.
+
+The pass annotates members with `group` and their normalised `tile`; values needed outside
+their group (by another group or a GM view) get `materialize=True`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.core import broadcast_shapes, ceil_div
+from ..ir.tensor import OPS, TensorGraph
+from .pipeline import Pass, PassContext
+from .tileshape import normalize_vec_tile
+
+
+@dataclass
+class _Group:
+    id: int
+    kind: str
+    domain: tuple[int, ...]
+    tile: tuple[int, ...] | None
+    partial_dim: int | None = None
+    members: list[int] = field(default_factory=list)
+
+
+def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
+    return g.node(n.inputs[0]).shape if OPS[n.op].kind == "reduce" else n.shape
+
+
+def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+    groups: list[_Group] = []
+    group_of: dict[int, int] = {}      # member value -> group id
+    source_group: dict[int, int] = {}  # GM-resident value -> group that writes it (-1: kernel input)
+    partial: set[int] = set()
+    materialize: set[int] = set()
+    tile_of: dict[int, tuple[int, ...]] = {}
+
+    def ensure_gm(i: int) -> int:
+        """Make value i GM-resident; return the group that produces it (-1 for none)."""
+        if i in source_group:
+            return source_group[i]
+        if i in group_of:
+            materialize.add(i)
+            source_group[i] = group_of[i]
+            return group_of[i]
+        return -1  # constants
+
+    for n in g.nodes:
+        kind = OPS[n.op].kind
+        if kind == "input":
+            source_group[n.id] = -1
+        elif kind == "layout":
+            source_group[n.id] = ensure_gm(n.inputs[0])
+        elif kind in ("const", "store"):
+            continue
+        elif n.op == "matmul":
+            for i in n.inputs:
+                ensure_gm(i)
+            grp = _Group(len(groups), "cube", n.shape, None)
+            groups.append(grp)
+            grp.members.append(n.id)
+            group_of[n.id] = grp.id
+            materialize.add(n.id)
+            source_group[n.id] = grp.id
+        else:
+            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm)
+    nodes = []
+    for n in g.nodes:
+        if n.id in group_of:
+            extra = {"group": group_of[n.id]}
+            if n.id in tile_of:
+                extra["tile"] = tile_of[n.id]
+            if n.id in materialize:
+                extra["materialize"] = True
+            n = n.replace(attrs=n.attrs.replace(**extra))
+        nodes.append(n)
+    return g.replace(nodes)
+
+
+def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm):
+    dom = _iter_shape(g, n)
+    dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind == "cast" else n.dtype
+    own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
+    ins = [i for i in n.inputs if g.node(i).op != "const"]
+    cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True)
+    chosen = None
+    for gid in cands:
+        grp = groups[gid]
+        if grp.kind != "vector":
+            continue
+        fits = grp.domain == dom or (OPS[n.op].kind != "reduce"
+                                     and broadcast_shapes(n.shape, grp.domain) == grp.domain
+                                     and len(n.shape) <= len(grp.domain))
+        if not fits:
+            continue
+        tile = grp.tile if "tile" not in n.attrs else normalize_vec_tile(n.attrs["tile"], grp.domain, dtype, n.loc)
+        if tile != grp.tile:
+            continue
+        if any(i in partial and group_of.get(i) == gid for i in ins):
+            continue
+        if any(group_of.get(i) != gid and _producer(i, group_of, g) >= gid for i in ins):
+            continue
+        pd = _partial_dim(n, grp.domain, grp.tile)
+        if pd is not None and grp.partial_dim not in (None, pd):
+            continue
+        chosen = grp
+        break
+    if chosen is None:
+        chosen = _Group(len(groups), "vector", dom, own_tile)
+        groups.append(chosen)
+    for i in ins:
+        if group_of.get(i) != chosen.id:
+            ensure_gm(i)
+    pd = _partial_dim(n, chosen.domain, chosen.tile)
+    if pd is not None:
+        chosen.partial_dim = pd
+        partial.add(n.id)
+    chosen.members.append(n.id)
+    group_of[n.id] = chosen.id
+    tile_of[n.id] = chosen.tile
+
+
+def _producer(i, group_of, g) -> int:
+    """Group that produces value i, following GM views back to their source (-1: none)."""
+    n = g.node(i)
+    while OPS[n.op].kind == "layout":
+        n = g.node(n.inputs[0])
+    return group_of.get(n.id, -1)
+
+
+def _partial_dim(n, domain, tile) -> int | None:
+    if OPS[n.op].kind != "reduce":
+        return None
+    d = n.attrs["dim"]
+    return d if ceil_div(domain[d], tile[d]) > 1 else None
+
+
+FUSION_PASSES = [Pass("fuse", "tensor", fuse,
+                      "group elementwise chains and reductions that can run tile by tile")]

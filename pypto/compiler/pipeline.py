@@ -1,0 +1,109 @@
+"""Passes and the pipeline that runs them, verifying and logging between passes.
+
+A pass is a named callable `graph, ctx -> graph` tagged with the level it works on.  A
+lowering is a pass whose level is "a->b".  The pipeline runs them in order, calls the level's
+verifier after each (naming the pass that broke an invariant), and records node counts and time.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..errors import PyptoError, VerificationError
+
+LEVELS = ("tensor", "tile", "block", "exec", "pto")
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    level: str
+    fn: Callable[[Any, "PassContext"], Any]
+    doc: str = ""
+
+    def __call__(self, graph, ctx):
+        return self.fn(graph, ctx)
+
+    @property
+    def is_lowering(self) -> bool:
+        return "->" in self.level
+
+
+@dataclass
+class PassContext:
+    machine: Any
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PassRecord:
+    name: str
+    level: str
+    nodes_before: int
+    nodes_after: int
+    ms: float
+
+    def __str__(self):
+        return f"{self.level:>12}  {self.name:<20} {self.nodes_before:>7} -> {self.nodes_after:<7} {self.ms:8.2f} ms"
+
+
+class PassLog(list):
+    """The passes that ran, in order (a list of PassRecord with a readable text form)."""
+
+    def text(self) -> str:
+        head = f"{'level':>12}  {'pass':<20} {'nodes':>7}    {'':<7} {'time':>8}"
+        return "\n".join([head] + [str(r) for r in self])
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
+def _verifier(level: str):
+    from ..ir import block, exec as exec_ir, tensor, tile
+    return {"tensor": lambda g, ctx: tensor.verify(g),
+            "tile": lambda g, ctx: tile.verify(g, ctx.machine.capacities()),
+            "block": lambda g, ctx: block.verify(g),
+            "exec": lambda g, ctx: exec_ir.verify(g)}.get(level)
+
+
+class Pipeline:
+    def __init__(self, passes: list[Pass]):
+        self.passes = list(passes)
+
+    def run(self, graph, ctx: PassContext, verify: bool = True, snapshots: bool = False):
+        """Run every pass; return ({level: final graph}, PassLog, snapshots or None)."""
+        levels = {graph.level: graph}
+        log = PassLog()
+        snaps = [] if snapshots else None
+        for p in self.passes:
+            before = len(graph)
+            t0 = time.perf_counter()
+            try:
+                out = p(graph, ctx)
+            except PyptoError:
+                raise
+            except Exception as e:  # a pass bug: say which pass, keep the cause chained
+                raise PyptoError(f"pass '{p.name}' ({p.level}) failed: {type(e).__name__}: {e}") from e
+            ms = (time.perf_counter() - t0) * 1e3
+            want = p.level.split("->")[-1]
+            if getattr(out, "level", None) != want:
+                raise PyptoError(f"pass '{p.name}' returned a {getattr(out, 'level', type(out).__name__)} "
+                                 f"graph", expected=f"a {want} graph", got=type(out).__name__)
+            if verify:
+                check = _verifier(want)
+                if check is not None:
+                    try:
+                        check(out, ctx)
+                    except VerificationError as e:
+                        raise VerificationError(f"after pass '{p.name}': {e.message}", loc=e.loc,
+                                                expected=e.expected, got=e.got) from None
+            log.append(PassRecord(p.name, p.level, before, len(out), ms))
+            if snaps is not None:
+                snaps.append((p.name, out))
+            graph = out
+            levels[want] = out
+        return levels, log, snaps

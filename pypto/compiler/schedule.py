@@ -1,0 +1,129 @@
+"""Block -> Execution lowering and Execution-level passes: pipe binding, scheduling, sync.
+
+Sync insertion walks each task's stream in order and tracks, per on-chip (or GM) byte range,
+the last writer and the readers since.  When an instruction on pipe Q needs an instruction on
+pipe P != Q to have finished (read after write, write after read, write after write), it gets a
+WAIT_FLAG(P->Q) before it and the newest such producer a SET_FLAG(P->Q) after it, unless an
+earlier flag between the same pipes already covers that producer (pipes are in order).
+"""
+from __future__ import annotations
+
+from ..ir.block import BlockGraph
+from ..ir.core import Attrs
+from ..ir.exec import EVENTS_PER_PIPE_PAIR, ExecGraph, ExecTask, Instr, TileRef, pipe_of
+from ..ir.gm import GMRef
+from ..ir.program import Program
+from .pipeline import Pass, PassContext
+
+
+def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
+    nodes = g.tiles.by_id()
+    refs: dict[int, TileRef] = {}
+    for n in g.tiles.nodes:
+        if n.space:
+            refs[n.id] = TileRef(n.space, n.attrs["buf"], n.dtype, n.shape, n.valid)
+    tasks = []
+    for t in g.tasks:
+        instrs = []
+        for i in t.nodes:
+            n = nodes[i]
+            a = {k: v for k, v in n.attrs.items() if k in ("dim", "offsets", "to", "scalar")}
+            srcs = tuple(refs[j] for j in n.inputs)
+            if "scalar" in a:
+                srcs += (a.pop("scalar"),)
+            if n.op == "TLOAD":
+                ins = Instr("TLOAD", "MTE2", refs[n.id], (n.attrs["gm"],), Attrs(a), n.loc)
+            elif n.op == "TSTORE":
+                ins = Instr("TSTORE", pipe_of("TSTORE", srcs[0].space), n.attrs["gm"], srcs, Attrs(a), n.loc)
+            else:
+                ins = Instr(n.op, pipe_of(n.op), refs[n.id], srcs, Attrs(a), n.loc)
+            instrs.append(ins)
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs)))
+    return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
+
+
+def schedule(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+    """Order each pipe's queue by iteration (program order is already iteration-major).
+
+    Each pipe has its own in-order queue, so the relative order of instructions on different
+    pipes does not matter; keeping iteration order per pipe lets double-buffered loads of
+    iteration i+1 run on MTE2 while V computes iteration i.
+    """
+    return g
+
+
+def _accesses(ins: Instr):
+    """(key, lo, hi, is_write) of every byte range the instruction touches."""
+    out = []
+    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
+        if isinstance(o, TileRef):
+            out.append((o.space, o.addr, o.addr + o.nbytes, w))
+        elif isinstance(o, GMRef):
+            lo, hi = o.span()
+            out.append(("GM:" + o.buf.name, lo, hi, w))
+    return out
+
+
+def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+    tasks = []
+    for t in g.tasks:
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, _sync_task(t.instrs)))
+    return g.replace(tasks)
+
+
+def _sync_task(instrs) -> tuple[Instr, ...]:
+    ranges: dict[tuple, dict] = {}       # (key, lo, hi) -> {"w": (pipe, idx) | None, "r": [(pipe, idx)]}
+    by_key: dict[str, list[tuple]] = {}
+    synced: dict[tuple[str, str], int] = {}
+    next_event: dict[tuple[str, str], int] = {}
+    set_after: dict[int, list[Instr]] = {}
+    wait_before: dict[int, list[Instr]] = {}
+    for idx, ins in enumerate(instrs):
+        need: dict[str, int] = {}
+        acc = _accesses(ins)
+        for key, lo, hi, w in acc:
+            for rk in by_key.get(key, ()):
+                if rk[1] < hi and lo < rk[2]:
+                    st = ranges[rk]
+                    deps = ([st["w"]] if st["w"] else []) + (st["r"] if w else [])
+                    for p, j in deps:
+                        if p != ins.pipe and j > synced.get((p, ins.pipe), -1):
+                            need[p] = max(need.get(p, -1), j)
+        for p, j in sorted(need.items()):
+            pair = (p, ins.pipe)
+            ev = next_event.get(pair, 0)
+            next_event[pair] = (ev + 1) % EVENTS_PER_PIPE_PAIR
+            attrs = Attrs({"src": p, "dst": ins.pipe, "event": ev})
+            set_after.setdefault(j, []).append(Instr("SET_FLAG", p, attrs=attrs, loc=None))
+            wait_before.setdefault(idx, []).append(Instr("WAIT_FLAG", ins.pipe, attrs=attrs, loc=None))
+            synced[pair] = j
+        for key, lo, hi, w in acc:
+            rk = (key, lo, hi)
+            if rk not in ranges:
+                ranges[rk] = {"w": None, "r": []}
+                by_key.setdefault(key, []).append(rk)
+            if w:
+                # a write supersedes everything it overlaps: later accesses only need to see it
+                for ok in by_key[key]:
+                    if ok[1] < hi and lo < ok[2]:
+                        ranges[ok] = {"w": (ins.pipe, idx), "r": []}
+            else:
+                ranges[rk]["r"].append((ins.pipe, idx))
+    out = []
+    for idx, ins in enumerate(instrs):
+        out.extend(wait_before.get(idx, ()))
+        out.append(ins)
+        out.extend(set_after.get(idx, ()))
+    return tuple(out)
+
+
+def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:
+    return Program(g.name, g.buffers, g.tasks)
+
+
+SELECT = Pass("select", "block->exec", select_instructions, "bind every tile op to a pipe with resolved operands")
+EXEC_PASSES = [
+    Pass("schedule", "exec", schedule, "order each pipe's queue (iteration order, loads run ahead)"),
+    Pass("insert_sync", "exec", insert_sync, "SET_FLAG/WAIT_FLAG between pipes where data or buffers are shared"),
+]
+CODEGEN = Pass("codegen", "exec->pto", codegen, "emit the PTO program")

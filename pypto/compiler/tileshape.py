@@ -1,0 +1,65 @@
+"""Tile shapes: normalising the user's choice to a domain, checking it, and the defaults."""
+from __future__ import annotations
+
+from ..dtypes import DType
+from ..errors import SourceLoc, TileShapeError
+from ..ir.core import round_up
+
+TILE_TARGET_BYTES = 16 * 1024   # default vector tile: about 16 KiB, full rows when they fit
+MAX_ROW_BYTES = 8 * 1024
+
+
+def default_vec_tile(domain: tuple[int, ...], dtype: DType) -> tuple[int, ...]:
+    align = 32 // dtype.itemsize if dtype.itemsize <= 32 else 1
+    last = min(round_up(domain[-1], align), MAX_ROW_BYTES // dtype.itemsize)
+    if len(domain) == 1:
+        return (last,)
+    rows = max(1, min(domain[-2], TILE_TARGET_BYTES // (last * dtype.itemsize)))
+    return (1,) * (len(domain) - 2) + (rows, last)
+
+
+def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:
+    """Tile over `domain` from a user spec (or the default), clipped to the domain."""
+    r = len(domain)
+    if not spec:
+        spec = default_vec_tile(domain, dtype)
+    spec = tuple(spec[-r:]) if len(spec) >= r else (1,) * (r - len(spec)) + tuple(spec)
+    last, n = spec[-1], domain[-1]
+    if last < n and (last * dtype.itemsize) % 32:
+        raise TileShapeError(
+            f"vector tile {list(spec)} is not 32-byte aligned for {dtype}", loc=loc,
+            expected=f"the last tile dim x {dtype.itemsize} bytes to be a multiple of 32 "
+                     f"(a multiple of {32 // dtype.itemsize} elements)",
+            got=f"{last} elements = {last * dtype.itemsize} bytes")
+    return tuple(min(t, d) for t, d in zip(spec, domain))
+
+
+def k0_of(dtype: DType) -> int:
+    """Cube fractal depth: 32 bytes of the A operand's dtype."""
+    return 32 // dtype.itemsize
+
+
+def default_cube_tile(m: int, k: int, n: int, dtype: DType):
+    k0 = k0_of(dtype)
+    kl0 = min(round_up(k, k0), 128 // dtype.itemsize)      # 64 fp16, 32 fp32, 128 int8
+    kl1 = min(round_up(k, kl0), kl0 * 4)
+    ml0 = min(round_up(m, 16), 128)
+    nl0 = min(round_up(n, 16), 128)
+    return ((ml0, ml0), (kl0, kl1), (nl0, nl0))
+
+
+def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc):
+    """((mL0, mL1), (kL0, kL1), (nL0, nL1)) checked against the cube's alignment, clipped to the matmul."""
+    if not spec:
+        spec = default_cube_tile(m, k, n, dtype)
+    (ml0, ml1), (kl0, kl1), (nl0, nl1) = spec
+    k0 = k0_of(dtype)
+    for name, v, a in (("mL0", ml0, 16), ("nL0", nl0, 16), ("kL0", kl0, k0)):
+        if v % a:
+            raise TileShapeError(f"cube tile {name}={v} is not aligned to the {a}-element fractal",
+                                 loc=loc, expected=f"a multiple of {a} for {dtype}", got=v)
+    ml0 = min(ml0, round_up(m, 16))
+    nl0 = min(nl0, round_up(n, 16))
+    kl0 = min(kl0, round_up(k, k0))
+    kl1 = max(kl0, min(round_up(kl1, kl0), round_up(k, kl0)))
+    return (ml0, kl0, nl0, kl1)

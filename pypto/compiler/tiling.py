@@ -1,0 +1,338 @@
+"""Lowering Tensor Graph -> Tile Graph: each fusion group becomes a loop over tiles.
+
+Values that live in GM get a *home* window: kernel inputs their parameter, stored values the
+output region they are stored to, other materialised values a workspace buffer.  A vector group
+loads the tiles of its GM inputs into UB, runs its ops tile by tile (reductions across several
+tiles accumulate in a persistent tile) and stores the tiles that must reach GM.  A matmul group
+walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) into L0C.
+"""
+from __future__ import annotations
+
+import itertools
+
+from ..dtypes import DT_FP32, DT_INT32
+from ..errors import UnsupportedError
+from ..ir.core import Attrs, ceil_div, prod
+from ..ir.gm import GMBuffer, GMRef
+from ..ir.tensor import OPS, TensorGraph
+from ..ir.tile import GroupInfo, TileGraph, TileNode
+from .pipeline import Pass, PassContext
+from .tileshape import normalize_cube_tile
+
+UNARY_TILE_OPS = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "abs": "TABS",
+                  "neg": "TNEG", "relu": "TRELU", "recip": "TRECIP"}
+BINARY_TILE_OPS = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV", "maximum": "MAX", "minimum": "MIN"}
+COMMUTATIVE = {"add", "mul", "maximum", "minimum"}
+REDUCE_TILE_OPS = {"sum": "SUM", "amax": "MAX", "amin": "MIN"}
+COMBINE = {"sum": "TADD", "amax": "TMAX", "amin": "TMIN"}
+
+
+class _Emitter:
+    """Appends tile nodes for one group, tracking the current iteration."""
+
+    def __init__(self, nodes: list[TileNode], group: int):
+        self.nodes, self.group = nodes, group
+        self.outer = self.inner = self.lin = 0
+
+    def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
+        nid = len(self.nodes)
+        attrs.update(key=key, par=self.outer if persistent else self.lin)
+        if persistent:
+            attrs["persistent"] = True
+        self.nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
+                                   self.group, self.outer, self.inner, Attrs(attrs), loc))
+        return nid
+
+    def node(self, i) -> TileNode:
+        return self.nodes[i]
+
+
+def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
+    homes, extra_stores, buffers = _assign_homes(g)
+    members: dict[int, list] = {}
+    for n in g.nodes:
+        if "group" in n.attrs:
+            members.setdefault(n.attrs["group"], []).append(n)
+    nodes: list[TileNode] = []
+    infos = []
+    for gid in sorted(members):
+        ms = members[gid]
+        if ms[0].op == "matmul":
+            infos.append(_lower_matmul(g, ms[0], homes, extra_stores, _Emitter(nodes, gid)))
+        else:
+            infos.append(_lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid)))
+    return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
+
+
+# ---------------------------------------------------------------------------------------
+# GM homes
+
+def _assign_homes(g: TensorGraph):
+    stored = {n.attrs["param"] for n in g.nodes if n.op == "store"}
+    buffers = []
+    for p in g.params:
+        role = "inout" if p.name in stored and _param_is_read(g, p.name) else (
+            "output" if p.name in stored else "input")
+        buffers.append(GMBuffer(p.name, p.shape, p.dtype, role))
+    by_name = {b.name: b for b in buffers}
+    homes: dict[int, GMRef] = {}
+    extra: dict[int, list[GMRef]] = {}
+    for n in g.nodes:
+        if n.op == "store":
+            v = n.inputs[0]
+            ref = GMRef.whole(by_name[n.attrs["param"]]).window(n.attrs["offsets"], n.shape)
+            if v not in homes:
+                homes[v] = ref
+            else:
+                extra.setdefault(v, []).append(ref)
+    for n in g.nodes:
+        kind = OPS[n.op].kind
+        if kind == "input":
+            homes[n.id] = GMRef.whole(by_name[n.attrs["param"]])
+        elif kind == "layout":
+            src = homes[n.inputs[0]]
+            ref = _layout(src, n)
+            if ref is None:
+                raise UnsupportedError(
+                    f"{n.op} of a non-contiguous view (a slice or transpose) is not supported",
+                    loc=n.loc, expected="reshape of a contiguous tensor",
+                    got=f"{n.op} of a window with strides {list(src.strides)}")
+            homes[n.id] = ref
+        elif n.attrs.get("materialize") and n.id not in homes:
+            ws = GMBuffer(f"ws{sum(b.role == 'workspace' for b in buffers)}", n.shape, n.dtype, "workspace")
+            buffers.append(ws)
+            homes[n.id] = GMRef.whole(ws)
+    return homes, extra, buffers
+
+
+def _param_is_read(g: TensorGraph, name: str) -> bool:
+    users = g.users()
+    return any(n.op == "input" and n.attrs["param"] == name and users[n.id] for n in g.nodes)
+
+
+def _layout(src: GMRef, n) -> GMRef | None:
+    if n.op == "view":
+        return src.window(n.attrs["offsets"], n.attrs["shape"])
+    if n.op == "transpose":
+        return src.transpose(n.attrs["dim0"], n.attrs["dim1"])
+    return src.reshape(n.attrs["shape"])
+
+
+# ---------------------------------------------------------------------------------------
+# vector groups
+
+def _projection(vshape, domain, start, extent, tile):
+    """(gm offsets, valid shape, tile shape) of a value's tile for one iteration of the domain."""
+    off = len(domain) - len(vshape)
+    offsets, valid, shape = [], [], []
+    for j, size in enumerate(vshape):
+        i = j + off
+        if size == 1 and domain[i] != 1:
+            offsets.append(0), valid.append(1), shape.append(1)
+        else:
+            offsets.append(start[i]), valid.append(extent[i]), shape.append(tile[i])
+    return tuple(offsets), tuple(valid), tuple(shape)
+
+
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
+    first = ms[0]
+    domain = g.node(first.inputs[0]).shape if OPS[first.op].kind == "reduce" else first.shape
+    tile = first.attrs["tile"]
+    r = len(domain)
+    ntiles = [ceil_div(d, t) for d, t in zip(domain, tile)]
+    member_ids = {m.id for m in ms}
+    pd = next((m.attrs["dim"] for m in ms if OPS[m.op].kind == "reduce" and ntiles[m.attrs["dim"]] > 1), None)
+    outer_dims = [d for d in range(r) if d != pd]
+    n_inner = ntiles[pd] if pd is not None else 1
+    outer_space = list(itertools.product(*[range(ntiles[d]) for d in outer_dims]))
+    acc: dict[int, int] = {}
+    to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
+
+    for o, oidx in enumerate(outer_space):
+        em.outer = o
+        for k in range(n_inner):
+            em.inner, em.lin = k, o * n_inner + k
+            idx = [0] * r
+            for d, v in zip(outer_dims, oidx):
+                idx[d] = v
+            if pd is not None:
+                idx[pd] = k
+            start = [i * t for i, t in zip(idx, tile)]
+            extent = [min(t, d - s) for t, d, s in zip(tile, domain, start)]
+            cur: dict[int, int] = {}
+
+            def operand(i):
+                n = g.node(i)
+                if n.op == "const":
+                    return ("scalar", n.attrs["value"])
+                if i in member_ids:
+                    return ("tile", cur[i])
+                if i not in cur:
+                    offs, valid, shape = _projection(n.shape, domain, start, extent, tile)
+                    cur[i] = em.emit("TLOAD", [], shape, valid, n.dtype, "?", f"ld{i}", n.loc,
+                                     gm=homes[i].window(offs, valid))
+                return ("tile", cur[i])
+
+            for m in ms:
+                cur[m.id] = _vector_op(g, m, [operand(i) for i in m.inputs], domain, start, extent, tile,
+                                       em, acc, k, n_inner, pd)
+            for m in to_store:
+                if not _complete(m, domain, ntiles, idx, pd, k, n_inner, g):
+                    continue
+                t = em.node(cur[m.id])
+                offs, valid, _ = _projection(m.shape, domain, start, extent, tile)
+                for ref in [homes[m.id]] + extra_stores.get(m.id, []):
+                    em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
+                            gm=ref.window(offs, valid))
+    return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+def _complete(m, domain, ntiles, idx, pd, k, n_inner, g) -> bool:
+    """A value's tile is final at this iteration (last tile along every dim it is broadcast over)."""
+    off = len(domain) - len(m.shape)
+    for i in range(len(domain)):
+        j = i - off
+        broadcast = j < 0 or (m.shape[j] == 1 and domain[i] != 1)
+        if broadcast and ntiles[i] > 1 and idx[i] != ntiles[i] - 1:
+            return False
+    return True
+
+
+def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_inner, pd) -> int:
+    kind = OPS[m.op].kind
+    offs, valid, shape = _projection(m.shape, domain, start, extent, tile)
+    key, loc = f"n{m.id}", m.loc
+
+    def out(op, inputs, persistent=False, k_=None, **attrs):
+        return em.emit(op, inputs, shape, valid, m.dtype, "?", k_ or key, loc, persistent, **attrs)
+
+    if m.op == "copy":
+        return ops[0][1]
+    if kind == "unary":
+        return out(UNARY_TILE_OPS[m.op], [ops[0][1]])
+    if kind == "cast":
+        return out("TCVT", [ops[0][1]], to=m.dtype.name)
+    if kind == "reduce":
+        d = m.attrs["dim"]
+        op = ("TROW" if d == len(m.shape) - 1 else "TCOL") + REDUCE_TILE_OPS[m.op]
+        if d != pd:
+            return out(op, [ops[0][1]], dim=d)
+        if k == 0:
+            acc[m.id] = out(op, [ops[0][1]], persistent=True, dim=d)
+        else:
+            part = out(op, [ops[0][1]], k_=f"{key}.part", dim=d)
+            acc[m.id] = out(COMBINE[m.op], [acc[m.id], part], persistent=True)
+        return acc[m.id]
+    if kind == "binary":
+        return _binary(m, ops, em, out)
+    raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
+
+
+def _bcast_kind(a: TileNode, b: TileNode) -> str:
+    """How tile b broadcasts against tile a: '' (same), 'ROW' (last dim 1) or 'COL' (row dim 1)."""
+    sa, sb = a.valid, b.valid
+    if len(sb) < len(sa):
+        sb = (1,) * (len(sa) - len(sb)) + sb
+    if sa == sb or prod(sa) == 1 and prod(sb) == 1:
+        return ""
+    if sb[-1] == 1 and sa[-1] != 1:
+        return "ROW"
+    if len(sa) >= 2 and sb[-2] == 1 and sa[-2] != 1:
+        return "COL"
+    return ""
+
+
+def _binary(m, ops, em: _Emitter, out) -> int:
+    name = BINARY_TILE_OPS[m.op]
+    (ka, a), (kb, b) = ops
+    if ka == "scalar" and kb == "scalar":  # pragma: no cover - folded by the frontend
+        raise UnsupportedError("binary op of two constants", loc=m.loc)
+    if ka == "scalar":
+        if m.op in COMMUTATIVE:
+            return out(f"T{name}S", [b], scalar=a)
+        # c - x = -x + c ; c / x = (1/x) * c
+        pre = em.emit("TNEG" if m.op == "sub" else "TRECIP", [b], em.node(b).shape, em.node(b).valid,
+                      m.dtype, "?", f"n{m.id}.pre", m.loc)
+        return out("TADDS" if m.op == "sub" else "TMULS", [pre], scalar=a)
+    if kb == "scalar":
+        return out(f"T{name}S", [a], scalar=b)
+    ta, tb = em.node(a), em.node(b)
+    kind_b, kind_a = _bcast_kind(ta, tb), _bcast_kind(tb, ta)
+    if kind_a and not kind_b:
+        if m.op in COMMUTATIVE:
+            return out(f"T{kind_a}EXPAND{name}", [b, a])
+        full = em.emit(f"T{kind_a}EXPAND", [a, b], tb.shape, tb.valid, m.dtype, "?", f"n{m.id}.bc", m.loc)
+        return out(f"T{name}", [full, b])
+    if kind_b and kind_a:  # both broadcast ([M,1] op [1,N]): expand a first
+        full_shape = tuple(max(x, y) for x, y in zip(ta.shape, tb.shape))
+        full_valid = tuple(max(x, y) for x, y in zip(ta.valid, tb.valid))
+        a = em.emit(f"T{kind_b}EXPAND", [a, b], full_shape, full_valid, m.dtype, "?", f"n{m.id}.bc", m.loc)
+        return out(f"T{_bcast_kind(em.node(a), tb)}EXPAND{name}", [a, b])
+    return out(f"T{kind_b}EXPAND{name}" if kind_b else f"T{name}", [a, b])
+
+
+# ---------------------------------------------------------------------------------------
+# cube groups
+
+def _sub2d(ref: GMRef, lead: tuple[int, ...], r0, c0, rows, cols) -> GMRef:
+    off = ref.offset + sum(i * s for i, s in zip(lead, ref.strides[:-2]))
+    off += r0 * ref.strides[-2] + c0 * ref.strides[-1]
+    return GMRef(ref.buf, off, (rows, cols), ref.strides[-2:])
+
+
+def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
+    a, b = (g.node(i) for i in m.inputs)
+    A, B = homes[a.id], homes[b.id]
+    if m.attrs["a_trans"]:
+        A = A.transpose(len(A.shape) - 2, len(A.shape) - 1)
+    if m.attrs["b_trans"]:
+        B = B.transpose(len(B.shape) - 2, len(B.shape) - 1)
+    M, K = A.shape[-2:]
+    N = B.shape[-1]
+    dtype = a.dtype
+    ml0, kl0, nl0, kl1 = normalize_cube_tile(m.attrs.get("tile"), M, K, N, dtype, m.loc)
+    acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
+    batch = m.shape[:-2]
+    outs = [homes[m.id]] + extra_stores.get(m.id, [])
+    nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
+    o = 0
+    lin = 0
+    for bi in itertools.product(*[range(s) for s in batch]):
+        la = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(A.shape[:-2]):], A.shape[:-2]))
+        lb = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(B.shape[:-2]):], B.shape[:-2]))
+        for mi in range(nm):
+            for ni in range(nn):
+                em.outer = o
+                m0, n0 = mi * ml0, ni * nl0
+                mv, nv = min(ml0, M - m0), min(nl0, N - n0)
+                c = None
+                for k1 in range(nk1):
+                    em.inner, em.lin = k1, lin
+                    lin += 1
+                    kb = k1 * kl1
+                    kv1 = min(kl1, K - kb)
+                    a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
+                                 gm=_sub2d(A, la, m0, kb, mv, kv1))
+                    b1 = em.emit("TLOAD", [], (kl1, nl0), (kv1, nv), dtype, "?", "b1", m.loc,
+                                 gm=_sub2d(B, lb, kb, n0, kv1, nv))
+                    for k0 in range(ceil_div(kv1, kl0)):
+                        kv = min(kl0, kv1 - k0 * kl0)
+                        a0 = em.emit("TEXTRACT", [a1], (ml0, kl0), (mv, kv), dtype, "?", "a0", m.loc,
+                                     offsets=(0, k0 * kl0))
+                        b0 = em.emit("TEXTRACT", [b1], (kl0, nl0), (kv, nv), dtype, "?", "b0", m.loc,
+                                     offsets=(k0 * kl0, 0))
+                        if c is None:
+                            c = em.emit("TMATMUL", [a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?", "c",
+                                        m.loc, persistent=True)
+                        else:
+                            c = em.emit("TMATMUL_ACC", [c, a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?",
+                                        "c", m.loc, persistent=True)
+                lead = bi
+                for ref in outs:
+                    em.emit("TSTORE", [c], (), (), m.dtype, "", "st", m.loc,
+                            gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv))
+                o += 1
+    return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, nk1, m.loc)
+
+
+TILING = Pass("tiling", "tensor->tile", lower_to_tiles, "loop each fusion group over its tiles (tails included)")

@@ -1,0 +1,54 @@
+"""The dtypes a kernel can use, with their numpy counterparts (bf16 through ml_dtypes)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str          # short name used in IR text: fp32, fp16, bf16, int8, int32
+    itemsize: int
+    np_dtype: np.dtype
+    is_float: bool
+
+    def __repr__(self) -> str:
+        return f"pypto.DT_{self.name.upper()}"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+DT_FP32 = DType("fp32", 4, np.dtype(np.float32), True)
+DT_FP16 = DType("fp16", 2, np.dtype(np.float16), True)
+DT_BF16 = DType("bf16", 2, np.dtype(ml_dtypes.bfloat16), True)
+DT_INT8 = DType("int8", 1, np.dtype(np.int8), False)
+DT_INT32 = DType("int32", 4, np.dtype(np.int32), False)
+
+ALL_DTYPES = (DT_FP32, DT_FP16, DT_BF16, DT_INT8, DT_INT32)
+BY_NAME = {d.name: d for d in ALL_DTYPES}
+_BY_NUMPY = {d.np_dtype: d for d in ALL_DTYPES}
+
+
+def from_numpy(dt) -> DType | None:
+    """The pypto dtype of a numpy dtype, or None when pypto does not support it."""
+    return _BY_NUMPY.get(np.dtype(dt))
+
+
+def parse(name: str) -> DType:
+    return BY_NAME[name]
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result dtype of a binary op: the wider float wins; ints promote to floats."""
+    if a == b:
+        return a
+    if a.is_float != b.is_float:
+        return a if a.is_float else b
+    return a if a.itemsize >= b.itemsize else b
+
+
+def supported_names() -> str:
+    return ", ".join(d.name for d in ALL_DTYPES)

@@ -1,0 +1,1 @@
+"""The kernel-writing API: tracing tensors, ops, tile shapes and @jit."""

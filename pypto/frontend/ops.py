@@ -1,0 +1,309 @@
+"""The Tensor-level operations a kernel calls (names and signatures follow CANN PyPTO / torch)."""
+from __future__ import annotations
+
+import numbers
+
+from .. import dtypes as dt
+from ..errors import DTypeError, ShapeError, UnsupportedError
+from ..ir.core import prod
+from .tracer import Tensor, TraceContext, check_shape, user_loc
+
+
+def _ctx(x: Tensor, what: str) -> TraceContext:
+    if isinstance(x, Tensor) and x._ctx is not None:
+        return x._ctx
+    return TraceContext.current(f"pypto.{what}")
+
+
+def _tensor(x, what: str) -> Tensor:
+    if isinstance(x, Tensor) and x._node is not None:
+        return x
+    raise UnsupportedError(f"pypto.{what} expects a tensor of the kernel", loc=user_loc(),
+                           expected="a traced Tensor (a kernel argument or a value computed from one)",
+                           got=type(x).__name__)
+
+
+def _const(ctx: TraceContext, value, like: Tensor) -> Tensor:
+    return ctx.add("const", [], (), like.dtype, value=float(value) if like.dtype.is_float else int(value))
+
+
+def _float_only(x: Tensor, op: str):
+    if not x.dtype.is_float:
+        raise DTypeError(f"{op} needs a floating-point tensor", loc=user_loc(),
+                         expected="fp32, fp16 or bf16", got=str(x.dtype))
+
+
+def _binary(op: str, a, b) -> Tensor:
+    if isinstance(a, numbers.Number) and isinstance(b, Tensor):
+        ctx = _ctx(b, op)
+        a = _const(ctx, a, b)
+    elif isinstance(b, numbers.Number) and isinstance(a, Tensor):
+        ctx = _ctx(a, op)
+        b = _const(ctx, b, a)
+    a, b = _tensor(a, op), _tensor(b, op)
+    ctx = _ctx(a, op)
+    if a.dtype != b.dtype:
+        raise DTypeError(f"{op}: operands have different dtypes (cast one with pypto.cast)",
+                         loc=user_loc(), expected=f"{a.dtype} and {a.dtype}", got=f"{a.dtype} and {b.dtype}")
+    shape = check_shape(op, [a, b], {})
+    return ctx.add(op, [a, b], shape, a.dtype)
+
+
+def add(a, b): return _binary("add", a, b)
+def sub(a, b): return _binary("sub", a, b)
+def mul(a, b): return _binary("mul", a, b)
+def div(a, b): return _binary("div", a, b)
+def maximum(a, b): return _binary("maximum", a, b)
+def minimum(a, b): return _binary("minimum", a, b)
+
+
+def _unary(op: str, x, float_only=True) -> Tensor:
+    x = _tensor(x, op)
+    if float_only:
+        _float_only(x, op)
+    return _ctx(x, op).add(op, [x], x.shape, x.dtype)
+
+
+def exp(x): return _unary("exp", x)
+def log(x): return _unary("log", x)
+def sqrt(x): return _unary("sqrt", x)
+def rsqrt(x): return _unary("rsqrt", x)
+def reciprocal(x): return _unary("recip", x)
+def abs(x): return _unary("abs", x, float_only=False)
+def neg(x): return _unary("neg", x, float_only=False)
+def relu(x): return _unary("relu", x, float_only=False)
+def sigmoid(x): return _unary("sigmoid", x)
+def tanh(x): return _unary("tanh", x)
+def gelu(x): return _unary("gelu", x)
+
+
+def _dim(x: Tensor, dim: int, what: str) -> int:
+    d = dim + x.ndim if dim < 0 else dim
+    if not 0 <= d < x.ndim:
+        raise ShapeError(f"{what}: dim {dim} is out of range", loc=user_loc(),
+                         expected=f"a dim in [-{x.ndim}, {x.ndim - 1}]", got=dim)
+    return d
+
+
+def _reduce(op: str, x, dim, keepdim) -> Tensor:
+    x = _tensor(x, op)
+    if isinstance(dim, (tuple, list)):
+        if len(dim) != 1:
+            raise UnsupportedError(f"{op} over several dims at once", loc=user_loc(),
+                                   expected="one dim", got=tuple(dim))
+        dim = dim[0]
+    d = _dim(x, dim, op)
+    if op == "mean":
+        _float_only(x, op)
+    attrs = {"dim": d, "keepdim": bool(keepdim)}
+    return _ctx(x, op).add(op, [x], check_shape(op, [x], attrs), x.dtype, **attrs)
+
+
+def sum(x, dim=-1, keepdim=False): return _reduce("sum", x, dim, keepdim)
+def amax(x, dim=-1, keepdim=False): return _reduce("amax", x, dim, keepdim)
+def amin(x, dim=-1, keepdim=False): return _reduce("amin", x, dim, keepdim)
+def mean(x, dim=-1, keepdim=False): return _reduce("mean", x, dim, keepdim)
+
+
+def softmax(x, dim=-1):
+    x = _tensor(x, "softmax")
+    _float_only(x, "softmax")
+    return _ctx(x, "softmax").add("softmax", [x], x.shape, x.dtype, dim=_dim(x, dim, "softmax"))
+
+
+def rms_norm(x, weight, eps: float = 1e-6):
+    x, weight = _tensor(x, "rms_norm"), _tensor(weight, "rms_norm")
+    _float_only(x, "rms_norm")
+    if weight.shape != x.shape[-1:] or weight.dtype != x.dtype:
+        raise ShapeError("rms_norm: weight must match the last dim of x", loc=user_loc(),
+                         expected=f"{x.dtype}[{x.shape[-1]}]", got=repr(weight))
+    return _ctx(x, "rms_norm").add("rms_norm", [x, weight], x.shape, x.dtype, eps=float(eps))
+
+
+def layernorm(x, weight=None, bias=None, eps: float = 1e-5):
+    x = _tensor(x, "layernorm")
+    _float_only(x, "layernorm")
+    ins = [x]
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            t = _tensor(t, "layernorm")
+            if t.shape != x.shape[-1:] or t.dtype != x.dtype:
+                raise ShapeError(f"layernorm: {name} must match the last dim of x", loc=user_loc(),
+                                 expected=f"{x.dtype}[{x.shape[-1]}]", got=repr(t))
+            ins.append(t)
+    return _ctx(x, "layernorm").add("layernorm", ins, x.shape, x.dtype, eps=float(eps),
+                                    has_weight=weight is not None, has_bias=bias is not None)
+
+
+layer_norm = layernorm
+
+
+def matmul(a, b, out_dtype=None, a_trans=False, b_trans=False):
+    a, b = _tensor(a, "matmul"), _tensor(b, "matmul")
+    if a.dtype != b.dtype:
+        raise DTypeError("matmul: operands have different dtypes", loc=user_loc(),
+                         expected=f"{a.dtype} @ {a.dtype}", got=f"{a.dtype} @ {b.dtype}")
+    if a.dtype == dt.DT_INT32:
+        raise DTypeError("matmul: int32 operands are not supported by the cube unit", loc=user_loc(),
+                         expected="fp16, bf16, fp32 or int8", got="int32")
+    out_dtype = out_dtype or (dt.DT_INT32 if a.dtype == dt.DT_INT8 else a.dtype)
+    attrs = {"a_trans": bool(a_trans), "b_trans": bool(b_trans), "out_dtype": out_dtype.name}
+    shape = check_shape("matmul", [a, b], attrs)
+    return _ctx(a, "matmul").add("matmul", [a, b], shape, out_dtype, **attrs)
+
+
+def cast(x, dtype):
+    x = _tensor(x, "cast")
+    if not isinstance(dtype, dt.DType):
+        raise DTypeError("cast: unsupported dtype", loc=user_loc(), expected=dt.supported_names(),
+                         got=repr(dtype))
+    if dtype == x.dtype:
+        return x
+    return _ctx(x, "cast").add("cast", [x], x.shape, dtype, to=dtype.name)
+
+
+def reshape(x, shape):
+    x = _tensor(x, "reshape")
+    shape = [int(s) for s in shape]
+    if shape.count(-1) == 1:
+        known = prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = x.size // known if known else 0
+    if prod(shape) != x.size:
+        raise ShapeError("reshape: the number of elements must not change", loc=user_loc(),
+                         expected=f"{x.size} elements", got=f"{shape} = {prod(shape)} elements")
+    return _ctx(x, "reshape").add("reshape", [x], tuple(shape), x.dtype, shape=tuple(shape))
+
+
+def transpose(x, dim0=-2, dim1=-1):
+    x = _tensor(x, "transpose")
+    a, b = sorted((_dim(x, dim0, "transpose"), _dim(x, dim1, "transpose")))
+    if a == b:
+        return x
+    attrs = {"dim0": a, "dim1": b}
+    return _ctx(x, "transpose").add("transpose", [x], check_shape("transpose", [x], attrs), x.dtype, **attrs)
+
+
+def view(x, shape, offsets=None):
+    """A rectangular window of `x`: `shape` elements starting at `offsets` (CANN PyPTO's view)."""
+    x = _tensor(x, "view")
+    shape = tuple(int(s) for s in shape)
+    offsets = tuple(int(o) for o in (offsets or (0,) * len(shape)))
+    if len(shape) != x.ndim or len(offsets) != x.ndim or any(
+            o < 0 or s < 1 or o + s > full for o, s, full in zip(offsets, shape, x.shape)):
+        raise ShapeError("view: window outside the tensor", loc=user_loc(),
+                         expected=f"a window inside {list(x.shape)}",
+                         got=f"shape {list(shape)} at offsets {list(offsets)}")
+    if shape == x.shape:
+        return x
+    return _ctx(x, "view").add("view", [x], shape, x.dtype, shape=shape, offsets=offsets)
+
+
+def _window(x: Tensor, key) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
+    """Offsets and shape of `x[key]` (basic slicing, step 1) and the dims an integer index drops."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if any(k is Ellipsis for k in key):
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (x.ndim - len(key) + 1) + key[i + 1:]
+    if len(key) > x.ndim:
+        raise ShapeError("too many indices", loc=user_loc(), expected=f"at most {x.ndim}", got=len(key))
+    key = key + (slice(None),) * (x.ndim - len(key))
+    offsets, shape, dropped = [], [], []
+    for d, (k, n) in enumerate(zip(key, x.shape)):
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            if step != 1:
+                raise UnsupportedError("slices with a step", loc=user_loc(), expected="step 1", got=step)
+            offsets.append(start)
+            shape.append(max(stop - start, 0))
+        elif isinstance(k, numbers.Integral):
+            i = int(k) + n if k < 0 else int(k)
+            if not 0 <= i < n:
+                raise ShapeError("index out of range", loc=user_loc(), expected=f"0 <= index < {n}", got=k)
+            offsets.append(i)
+            shape.append(1)
+            dropped.append(d)
+        else:
+            raise UnsupportedError("tensor indexing with this key", loc=user_loc(),
+                                   expected="integers and slices", got=type(k).__name__)
+    if 0 in shape:
+        raise ShapeError("empty slice", loc=user_loc(), expected="at least one element per dim",
+                         got=shape)
+    return tuple(offsets), tuple(shape), dropped
+
+
+def getitem(x: Tensor, key) -> Tensor:
+    x = _tensor(x, "getitem")
+    offsets, shape, dropped = _window(x, key)
+    v = view(x, shape, offsets)
+    if dropped:
+        v = reshape(v, [s for d, s in enumerate(shape) if d not in dropped])
+    return v
+
+
+def assemble(src, offsets, dst) -> None:
+    """Write `src` into `dst` at `offsets` (CANN PyPTO's assemble)."""
+    src, dst = _tensor(src, "assemble"), _tensor(dst, "assemble")
+    _store(dst, src, tuple(int(o) for o in offsets), src.shape)
+
+
+def setitem(dst: Tensor, key, value) -> None:
+    dst = _tensor(dst, "setitem")
+    offsets, shape, dropped = _window(dst, key)
+    if isinstance(value, numbers.Number):
+        raise UnsupportedError("assigning a Python number to a tensor", loc=user_loc(),
+                               expected="a tensor value", got=value)
+    value = _tensor(value, "setitem")
+    want = tuple(s for d, s in enumerate(shape) if d not in dropped)
+    if value.shape != want and value.shape != shape:
+        raise ShapeError("assigned value does not match the target region", loc=user_loc(),
+                         expected=list(want), got=list(value.shape))
+    if value.shape != shape:
+        value = reshape(value, shape)
+    _store(dst, value, offsets, shape)
+
+
+def _store(dst: Tensor, value: Tensor, offsets, shape) -> None:
+    ctx = _ctx(dst, "assemble")
+    if dst._param is None:
+        raise UnsupportedError("only kernel arguments can be written to", loc=user_loc(),
+                               expected="out[...] = value, where out is a kernel argument",
+                               got="a write into an intermediate tensor")
+    if value.dtype != dst.dtype:
+        raise DTypeError(f"writing {value.dtype} data into '{dst._param}'", loc=user_loc(),
+                         expected=str(dst.dtype), got=str(value.dtype))
+    if len(offsets) != dst.ndim or any(o < 0 or o + s > n for o, s, n in zip(offsets, shape, dst.shape)):
+        raise ShapeError("write outside the output tensor", loc=user_loc(),
+                         expected=f"a region inside {list(dst.shape)}",
+                         got=f"shape {list(shape)} at offsets {list(offsets)}")
+    ctx.add("store", [value], shape, value.dtype, param=dst._param, offsets=tuple(offsets), shape=tuple(shape))
+    ctx.stored.add(dst._param)
+
+
+def set_vec_tile_shapes(*dims: int) -> None:
+    """Tile shape of the vector ops that follow (last dims of the tensors)."""
+    ctx = TraceContext.current("pypto.set_vec_tile_shapes")
+    if not dims or any(not isinstance(d, numbers.Integral) or d < 1 for d in dims):
+        from ..errors import TileShapeError
+        raise TileShapeError("vector tile dims must be positive integers", loc=user_loc(),
+                             expected="e.g. set_vec_tile_shapes(64, 256)", got=dims)
+    ctx.vec_tile = tuple(int(d) for d in dims)
+
+
+def set_cube_tile_shapes(m, k, n) -> None:
+    """Cube tile shapes `[mL0, mL1], [kL0, kL1], [nL0, nL1]` of the matmuls that follow."""
+    ctx = TraceContext.current("pypto.set_cube_tile_shapes")
+    spec = []
+    for name, v in (("m", m), ("k", k), ("n", n)):
+        v = [v, v] if isinstance(v, numbers.Integral) else list(v)
+        if len(v) != 2 or any(not isinstance(x, numbers.Integral) or x < 1 for x in v) or v[1] % v[0]:
+            from ..errors import TileShapeError
+            raise TileShapeError(f"cube tile shape for {name} must be [L0, L1] with L1 a multiple of L0",
+                                 loc=user_loc(), expected="e.g. [128, 128]", got=v)
+        spec.append((int(v[0]), int(v[1])))
+    ctx.cube_tile = tuple(spec)
+
+
+def loop(*args):
+    """CANN PyPTO's loop: here a plain Python range, unrolled while tracing."""
+    return range(*args)

@@ -1,0 +1,197 @@
+"""Tracing: a kernel runs once over `Tensor` proxies and every op it calls becomes a node.
+
+`Tensor` is both the user-facing spec (`pypto.Tensor([256, 1024], pypto.DT_FP32)`, usable as an
+annotation or as a shape-only argument) and, while tracing, the proxy of a graph value.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from .. import dtypes as dt
+from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError
+from ..ir.core import Attrs, fmt_shape
+from ..ir.tensor import OPS, Param, TNode, TensorGraph, infer_shape
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_loc() -> SourceLoc | None:
+    """The innermost stack frame outside the pypto package: the user's kernel line."""
+    f = sys._getframe(1)
+    while f is not None:
+        fname = f.f_code.co_filename
+        if not os.path.abspath(fname).startswith(_PKG_DIR + os.sep):
+            return SourceLoc(fname, f.f_lineno, f.f_code.co_name)
+        f = f.f_back
+    return None
+
+
+class TraceContext:
+    """Collects the nodes of one kernel trace."""
+
+    _stack: list["TraceContext"] = []
+
+    def __init__(self, name: str):
+        self.name = name
+        self.nodes: list[TNode] = []
+        self.params: list[Param] = []
+        self.vec_tile: tuple[int, ...] | None = None
+        self.cube_tile: tuple[tuple[int, int], ...] | None = None
+        self.stored: set[str] = set()
+
+    def __enter__(self):
+        TraceContext._stack.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        TraceContext._stack.pop()
+
+    @classmethod
+    def current(cls, what: str = "this operation") -> "TraceContext":
+        if not cls._stack:
+            raise PyptoError(f"{what} can only be used inside a @pypto.jit kernel", loc=user_loc())
+        return cls._stack[-1]
+
+    def graph(self) -> TensorGraph:
+        return TensorGraph(self.name, tuple(self.params), tuple(self.nodes))
+
+    def add(self, op: str, inputs: Sequence["Tensor"], out_shape, dtype, /, **attrs) -> "Tensor":
+        for t in inputs:
+            if t._param is not None and t._param in self.stored:
+                raise UnsupportedError(
+                    f"'{t._param}' is read after the kernel wrote to it", loc=user_loc(),
+                    expected="outputs to be written after their last read", got=f"a read of {t._param}")
+        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite") and self.vec_tile:
+            attrs.setdefault("tile", self.vec_tile)
+        if op == "matmul" and self.cube_tile:
+            attrs.setdefault("tile", self.cube_tile)
+        node = TNode(len(self.nodes), op, tuple(t._node for t in inputs), tuple(out_shape), dtype,
+                     Attrs(attrs), user_loc())
+        self.nodes.append(node)
+        return Tensor._proxy(self, node)
+
+    def input(self, name: str, shape, dtype) -> "Tensor":
+        self.params.append(Param(name, tuple(shape), dtype))
+        t = self.add("input", [], shape, dtype, param=name)
+        t._param = name
+        return t
+
+
+class Tensor:
+    """A tensor: a shape and a dtype; while tracing, also a value of the kernel's graph."""
+
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, shape, dtype: dt.DType = dt.DT_FP32, name: str | None = None):
+        if isinstance(dtype, str):
+            dtype = dt.parse(dtype)
+        if not isinstance(dtype, dt.DType):
+            raise DTypeError("unsupported dtype", loc=user_loc(),
+                             expected=dt.supported_names(), got=repr(dtype))
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.name = name
+        self._ctx: TraceContext | None = None
+        self._node: int | None = None
+        self._param: str | None = None
+
+    @classmethod
+    def _proxy(cls, ctx: TraceContext, node: TNode) -> "Tensor":
+        t = cls(node.shape, node.dtype)
+        t._ctx, t._node = ctx, node.id
+        return t
+
+    # --- introspection -------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    def __repr__(self):
+        what = f"%{self._node}" if self._node is not None else (self.name or "Tensor")
+        return f"{what}: {self.dtype}{fmt_shape(self.shape)}"
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __bool__(self):
+        raise UnsupportedError("a traced tensor has no truth value (its data is not known while compiling)",
+                               loc=user_loc(), expected="Python control flow on shapes or constants",
+                               got="`if` / `while` on a tensor")
+
+    # --- operators (defined in ops.py, bound here) --------------------------------------
+    def __add__(self, o): return _ops().add(self, o)
+    def __radd__(self, o): return _ops().add(o, self)
+    def __sub__(self, o): return _ops().sub(self, o)
+    def __rsub__(self, o): return _ops().sub(o, self)
+    def __mul__(self, o): return _ops().mul(self, o)
+    def __rmul__(self, o): return _ops().mul(o, self)
+    def __truediv__(self, o): return _ops().div(self, o)
+    def __rtruediv__(self, o): return _ops().div(o, self)
+    def __matmul__(self, o): return _ops().matmul(self, o)
+    def __neg__(self): return _ops().neg(self)
+    def __abs__(self): return _ops().abs(self)
+    def __pow__(self, p):
+        if p == 2:
+            return _ops().mul(self, self)
+        if p == 0.5:
+            return _ops().sqrt(self)
+        raise UnsupportedError("only x**2 and x**0.5 are supported", loc=user_loc(), got=f"x**{p}")
+
+    def exp(self): return _ops().exp(self)
+    def log(self): return _ops().log(self)
+    def sqrt(self): return _ops().sqrt(self)
+    def sum(self, dim=-1, keepdim=False): return _ops().sum(self, dim, keepdim)
+    def amax(self, dim=-1, keepdim=False): return _ops().amax(self, dim, keepdim)
+    def amin(self, dim=-1, keepdim=False): return _ops().amin(self, dim, keepdim)
+    def mean(self, dim=-1, keepdim=False): return _ops().mean(self, dim, keepdim)
+    def reshape(self, *shape):
+        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+            shape = shape[0]
+        return _ops().reshape(self, shape)
+    def transpose(self, dim0=-2, dim1=-1): return _ops().transpose(self, dim0, dim1)
+    def cast(self, dtype): return _ops().cast(self, dtype)
+    astype = cast
+
+    @property
+    def T(self):
+        return _ops().transpose(self, -2, -1)
+
+    def __getitem__(self, key):
+        return _ops().getitem(self, key)
+
+    def __setitem__(self, key, value):
+        _ops().setitem(self, key, value)
+
+
+def _ops():
+    from . import ops
+    return ops
+
+
+def check_shape(op: str, inputs, attrs) -> tuple[int, ...]:
+    shape = infer_shape(op, [t.shape for t in inputs], attrs)
+    if shape is None:
+        got = " and ".join(fmt_shape(t.shape) for t in inputs)
+        raise ShapeError(f"{op}: shapes do not fit", loc=user_loc(),
+                         expected=_shape_rule(op, attrs), got=got)
+    return shape
+
+
+def _shape_rule(op, attrs) -> str:
+    kind = OPS[op].kind
+    if kind == "binary":
+        return "shapes that broadcast (equal dims, or 1)"
+    if op == "matmul":
+        return "[..., M, K] @ [..., K, N] (after the transpose flags)"
+    if kind == "reduce" or op == "mean":
+        return "a dim inside the tensor's rank"
+    return f"a shape valid for {op}"

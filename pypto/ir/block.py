@@ -1,0 +1,73 @@
+"""Level 3, the Block Graph: tasks, each a group of tile iterations run by one core type.
+
+A task runs on one AIC (cube) or AIV (vector) core; its tile ops are those of some outer
+iterations of one fusion group.  Dependencies between tasks come from GM regions one writes and
+another reads or writes; `level` is the task's wavefront (longest dependency chain before it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import VerificationError
+from .tile import TileGraph
+
+
+@dataclass(frozen=True)
+class Task:
+    id: int
+    group: int
+    core_type: str                 # AIC | AIV
+    outer: tuple[int, ...]         # outer iterations of the group
+    nodes: tuple[int, ...]         # tile node ids, in program order
+    deps: tuple[int, ...] = ()
+    level: int = 0
+
+
+@dataclass(frozen=True)
+class BlockGraph:
+    name: str
+    tiles: TileGraph
+    tasks: tuple[Task, ...]
+
+    level = "block"
+
+    def __len__(self):
+        return len(self.tasks)
+
+    def replace(self, tasks) -> "BlockGraph":
+        return BlockGraph(self.name, self.tiles, tuple(tasks))
+
+    def text(self) -> str:
+        lines = [f"block_graph {self.name} {{"]
+        for t in self.tasks:
+            outer = f"{t.outer[0]}..{t.outer[-1]}" if len(t.outer) > 1 else str(t.outer[0])
+            lines.append(f"  task {t.id}: group {t.group} on {t.core_type}, iterations {outer}, "
+                         f"{len(t.nodes)} tile ops, deps {list(t.deps)}, wave {t.level}")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
+def verify(g: BlockGraph) -> None:
+    seen: set[int] = set()
+    covered: set[int] = set()
+    kinds = {i.id: i.core_type for i in g.tiles.groups}
+    for t in g.tasks:
+        if any(d not in seen for d in t.deps):
+            raise VerificationError(f"block graph task {t.id}: depends on a later or unknown task",
+                                    expected=f"deps among {sorted(seen)}", got=list(t.deps))
+        if kinds.get(t.group) != t.core_type:
+            raise VerificationError(f"block graph task {t.id}: group {t.group} needs a {kinds.get(t.group)} core",
+                                    got=t.core_type)
+        if covered.intersection(t.nodes):
+            raise VerificationError(f"block graph task {t.id}: tile ops assigned to two tasks")
+        covered.update(t.nodes)
+        seen.add(t.id)
+    if len(covered) != len(g.tiles.nodes):
+        raise VerificationError(f"block graph {g.name}: tile ops left out of every task",
+                                expected=len(g.tiles.nodes), got=len(covered))

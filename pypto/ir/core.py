@@ -1,0 +1,82 @@
+"""Shared pieces of the IR levels: immutable attribute maps and shape helpers."""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+
+class Attrs(Mapping[str, Any]):
+    """An immutable, hashable, ordered-by-key attribute map (nodes never change after build)."""
+
+    __slots__ = ("_items", "_dict")
+
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()):
+        d = dict(items)
+        self._items = tuple(sorted(d.items()))
+        self._dict = d
+
+    def __getitem__(self, key):
+        return self._dict[key]
+
+    def __iter__(self):
+        return (k for k, _ in self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __eq__(self, other):
+        return isinstance(other, Attrs) and self._items == other._items
+
+    def replace(self, **changes) -> "Attrs":
+        d = dict(self._dict)
+        d.update(changes)
+        return Attrs(d)
+
+    def text(self) -> str:
+        return " ".join(f"{k}={_fmt(v)}" for k, v in self._items)
+
+    def __repr__(self):
+        return f"Attrs({self.text()})"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, tuple):
+        return "[" + ",".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def fmt_shape(shape) -> str:
+    return "[" + ",".join(str(s) for s in shape) + "]"
+
+
+def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy broadcasting of two shapes, or None when they do not broadcast."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        else:
+            return None
+    return tuple(out)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round_up(a: int, b: int) -> int:
+    return ceil_div(a, b) * b
+
+
+def prod(xs) -> int:
+    r = 1
+    for x in xs:
+        r *= x
+    return r

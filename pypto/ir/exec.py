@@ -1,0 +1,151 @@
+"""Level 4, the Execution Graph: task launches with dependencies, each an instruction stream.
+
+Every instruction is bound to a pipe of its core; instructions on one pipe run in order, and
+across pipes order exists only through SET_FLAG / WAIT_FLAG pairs (inserted by the sync pass).
+Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are windows.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dtypes import DType
+from ..errors import SourceLoc, VerificationError
+from .core import Attrs, fmt_shape
+from .gm import GMBuffer, GMRef
+from .tile import tile_bytes
+
+AIC_PIPES = ("MTE2", "MTE1", "M", "FIX", "S")
+AIV_PIPES = ("MTE2", "V", "MTE3", "S")
+SYNC_OPS = ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER")
+EVENTS_PER_PIPE_PAIR = 8
+
+
+def pipe_of(op: str, src_space: str | None = None) -> str:
+    """The pipe that executes a tile op (TSTORE depends on where its tile comes from)."""
+    if op == "TLOAD":
+        return "MTE2"
+    if op == "TSTORE":
+        return "FIX" if src_space == "L0C" else "MTE3"
+    if op in ("TEXTRACT", "TMOV"):
+        return "MTE1"
+    if op.startswith("TMATMUL"):
+        return "M"
+    return "V"
+
+
+@dataclass(frozen=True)
+class TileRef:
+    space: str
+    addr: int
+    dtype: DType
+    shape: tuple[int, ...]
+    valid: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return tile_bytes(self.shape, self.dtype)
+
+    def text(self) -> str:
+        v = "" if self.valid == self.shape else f"{{{','.join(map(str, self.valid))}}}"
+        return f"{self.space}[{self.addr:#x}]:{self.dtype}{fmt_shape(self.shape)}{v}"
+
+
+@dataclass(frozen=True)
+class Instr:
+    op: str
+    pipe: str
+    dst: TileRef | GMRef | None = None
+    srcs: tuple = ()
+    attrs: Attrs = field(default_factory=Attrs)
+    loc: SourceLoc | None = None
+
+    def text(self) -> str:
+        a = self.attrs
+        if self.op in ("SET_FLAG", "WAIT_FLAG"):
+            body = f"{a['src']} -> {a['dst']}, EVENT_ID{a['event']}"
+        elif self.op == "PIPE_BARRIER":
+            body = a.get("pipes", "ALL")
+        else:
+            ops = [_operand(self.dst)] if self.dst is not None else []
+            ops += [_operand(s) for s in self.srcs]
+            extra = [f"{k}={_val(a[k])}" for k in ("dim", "offsets", "to") if k in a]
+            body = ", ".join(ops + extra)
+        loc = f"  ; {self.loc.short()}" if self.loc else ""
+        return f"{self.op:<18} {body}{loc}"
+
+
+def _val(v):
+    return "(" + ",".join(map(str, v)) + ")" if isinstance(v, tuple) else str(v)
+
+
+def _operand(o) -> str:
+    if isinstance(o, TileRef):
+        return o.text()
+    if isinstance(o, GMRef):
+        return "GM:" + o.text()
+    return repr(float(o)) if isinstance(o, float) else str(o)
+
+
+@dataclass(frozen=True)
+class ExecTask:
+    id: int
+    group: int
+    core_type: str
+    deps: tuple[int, ...]
+    level: int
+    instrs: tuple[Instr, ...]
+
+    def pipe_counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for i in self.instrs:
+            out[i.pipe] = out.get(i.pipe, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class ExecGraph:
+    name: str
+    buffers: tuple[GMBuffer, ...]
+    tasks: tuple[ExecTask, ...]
+
+    level = "exec"
+
+    def __len__(self):
+        return sum(len(t.instrs) for t in self.tasks)
+
+    def replace(self, tasks) -> "ExecGraph":
+        return ExecGraph(self.name, self.buffers, tuple(tasks))
+
+    def text(self) -> str:
+        lines = [f"exec_graph {self.name} {{"]
+        for t in self.tasks:
+            pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
+            syncs = sum(i.op in SYNC_OPS for i in t.instrs)
+            lines.append(f"  launch task {t.id} on {t.core_type} after {list(t.deps)}: "
+                         f"{len(t.instrs)} instrs ({pc}; {syncs} sync)")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
+def verify(g: ExecGraph) -> None:
+    seen: set[int] = set()
+    for t in g.tasks:
+        pipes = AIC_PIPES if t.core_type == "AIC" else AIV_PIPES
+        if any(d not in seen for d in t.deps):
+            raise VerificationError(f"exec graph task {t.id}: depends on a later or unknown task",
+                                    got=list(t.deps))
+        for k, ins in enumerate(t.instrs):
+            if ins.pipe not in pipes:
+                raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
+                                        f"pipe {ins.pipe} does not exist on {t.core_type}",
+                                        loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
+            if ins.op in ("SET_FLAG", "WAIT_FLAG") and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
+                raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
+                                        expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
+        seen.add(t.id)

@@ -1,0 +1,115 @@
+"""Windows of global memory (GM): a buffer seen through offset, shape and strides.
+
+Slicing, transposing and (contiguous) reshaping of a GM-resident tensor are free: they only
+change the window.  Every load and store of the lower levels names one window.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..dtypes import DType
+from .core import prod
+
+
+def natural_strides(shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class GMBuffer:
+    name: str
+    shape: tuple[int, ...]
+    dtype: DType
+    role: str            # input | output | inout | workspace
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class GMRef:
+    buf: GMBuffer
+    offset: int                      # in elements
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]         # in elements
+
+    @classmethod
+    def whole(cls, buf: GMBuffer) -> "GMRef":
+        return cls(buf, 0, buf.shape, natural_strides(buf.shape))
+
+    @property
+    def dtype(self) -> DType:
+        return self.buf.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * self.buf.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        return self.strides == natural_strides(self.shape) or prod(self.shape) <= 1
+
+    def window(self, offsets, shape) -> "GMRef":
+        off = self.offset + sum(o * s for o, s in zip(offsets, self.strides))
+        return GMRef(self.buf, off, tuple(shape), self.strides)
+
+    def transpose(self, a: int, b: int) -> "GMRef":
+        sh, st = list(self.shape), list(self.strides)
+        sh[a], sh[b] = sh[b], sh[a]
+        st[a], st[b] = st[b], st[a]
+        return GMRef(self.buf, self.offset, tuple(sh), tuple(st))
+
+    def reshape(self, shape) -> "GMRef | None":
+        """The same elements with a new shape, or None when the window is not contiguous."""
+        if not self.is_contiguous():
+            return None
+        return GMRef(self.buf, self.offset, tuple(shape), natural_strides(shape))
+
+    def box(self):
+        """Per-buffer-dim [lo, hi) ranges covered, or None when strides are not a permutation."""
+        nat = natural_strides(self.buf.shape)
+        idx, rem = [], self.offset
+        for s in nat:
+            idx.append(rem // s)
+            rem %= s
+        ranges = [(i, i + 1) for i in idx]
+        used = set()
+        for size, stride in zip(self.shape, self.strides):
+            if size == 1:
+                continue
+            if stride not in nat:
+                return None
+            j = nat.index(stride)
+            if j in used:
+                return None
+            used.add(j)
+            ranges[j] = (idx[j], idx[j] + size)
+        return tuple(ranges)
+
+    def span(self) -> tuple[int, int]:
+        hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
+        return self.offset, hi + 1
+
+    def overlaps(self, other: "GMRef") -> bool:
+        if self.buf.name != other.buf.name:
+            return False
+        a, b = self.box(), other.box()
+        if a is not None and b is not None:
+            return all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(a, b))
+        (a0, a1), (b0, b1) = self.span(), other.span()
+        return a0 < b1 and b0 < a1
+
+    def text(self) -> str:
+        b = self.box()
+        if b is not None and self.strides == natural_strides(self.buf.shape)[-len(self.shape):] \
+                and len(self.shape) == len(self.buf.shape):
+            return f"{self.buf.name}[" + ",".join(f"{lo}:{hi}" for lo, hi in b) + "]"
+        return (f"{self.buf.name}{{off={self.offset},shape={list(self.shape)},"
+                f"strides={list(self.strides)}}}")
+
+    def __str__(self):
+        return self.text()

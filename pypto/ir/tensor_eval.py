@@ -1,0 +1,108 @@
+"""The executable spec of the Tensor level: evaluate a Tensor Graph with numpy, op by op.
+
+This is the independent reference the simulator's tile-level results are checked against, and
+the engine of eager (debug) execution.  Composite ops are evaluated directly here, not through
+the compiler's decomposition, so that the two paths stay independent.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from ..errors import UnsupportedError
+from .tensor import TensorGraph, TNode
+
+GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+
+
+def _f32(x):
+    return np.asarray(x, dtype=np.float32) if x.dtype != np.float64 else x
+
+
+def _as(x, like_dtype):
+    return np.asarray(x).astype(like_dtype, copy=False)
+
+
+UNARY = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)), "recip": np.reciprocal,
+    "abs": np.abs, "neg": np.negative, "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
+    "copy": np.copy,
+    "sigmoid": lambda x: np.reciprocal(np.exp(-x) + np.ones((), x.dtype)),
+    "tanh": np.tanh,
+    "gelu": lambda x: x * 0.5 * (1.0 + np.tanh(GELU_C * (x + 0.044715 * x * x * x))),
+}
+BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+          "maximum": np.maximum, "minimum": np.minimum}
+REDUCE = {"sum": np.sum, "amax": np.max, "amin": np.min}
+
+
+def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
+    a = n.attrs
+    if n.op == "input":
+        return params[a["param"]]
+    if n.op == "const":
+        return np.asarray(a["value"], dtype=n.dtype.np_dtype)
+    if n.op in UNARY:
+        return _as(UNARY[n.op](args[0]), n.dtype.np_dtype)
+    if n.op in BINARY:
+        return _as(BINARY[n.op](args[0], args[1]), n.dtype.np_dtype)
+    if n.op in REDUCE:
+        return _as(REDUCE[n.op](args[0], axis=a["dim"], keepdims=a["keepdim"]), n.dtype.np_dtype)
+    if n.op == "mean":
+        return _as(np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=np.float32), n.dtype.np_dtype)
+    if n.op == "softmax":
+        x = args[0].astype(np.float32)
+        e = np.exp(x - x.max(axis=a["dim"], keepdims=True))
+        return _as(e / e.sum(axis=a["dim"], keepdims=True), n.dtype.np_dtype)
+    if n.op == "rms_norm":
+        x = args[0].astype(np.float32)
+        r = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"])
+        return _as(r * args[1].astype(np.float32), n.dtype.np_dtype)
+    if n.op == "layernorm":
+        x = args[0].astype(np.float32)
+        mu = x.mean(axis=-1, keepdims=True)
+        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+        r = (x - mu) / np.sqrt(var + a["eps"])
+        rest = list(args[1:])
+        if a["has_weight"]:
+            r = r * rest.pop(0).astype(np.float32)
+        if a["has_bias"]:
+            r = r + rest.pop(0).astype(np.float32)
+        return _as(r, n.dtype.np_dtype)
+    if n.op == "matmul":
+        x, y = args
+        if a["a_trans"]:
+            x = np.swapaxes(x, -1, -2)
+        if a["b_trans"]:
+            y = np.swapaxes(y, -1, -2)
+        acc = np.int32 if x.dtype == np.int8 else np.float32
+        return _as(np.matmul(x.astype(acc), y.astype(acc)), n.dtype.np_dtype)
+    if n.op == "cast":
+        return _as(args[0], n.dtype.np_dtype)
+    if n.op == "reshape":
+        return np.reshape(args[0], a["shape"])
+    if n.op == "transpose":
+        return np.swapaxes(args[0], a["dim0"], a["dim1"])
+    if n.op == "view":
+        return args[0][tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))]
+    raise UnsupportedError(f"no numpy rule for tensor op '{n.op}'", loc=n.loc)
+
+
+def evaluate(g: TensorGraph, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Run the graph on numpy arrays; return the output parameters' new contents (copies)."""
+    params = {k: np.asarray(v) for k, v in arrays.items()}
+    outs = {name: params[name].copy() for name in g.output_names}
+    vals: dict[int, np.ndarray] = {}
+    for n in g.nodes:
+        if n.op == "store":
+            region = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
+            outs[n.attrs["param"]][region] = vals[n.inputs[0]]
+            continue
+        vals[n.id] = eval_node(n, [vals[i] for i in n.inputs], params)
+    return outs
+
+
+def tolerance(dtype: dt.DType) -> tuple[float, float]:
+    """(rtol, atol) for comparing a result of this dtype with the reference."""
+    return {"fp32": (1e-5, 1e-6), "fp16": (2e-3, 1e-3), "bf16": (1.6e-2, 1e-2)}.get(dtype.name, (0.0, 0.0))

@@ -1,0 +1,189 @@
+"""Level 2, the Tile Graph: ops on single tiles in on-chip buffers, with explicit loads/stores.
+
+Each node produces at most one tile (stores produce none).  A node belongs to a fusion group
+and to one iteration of that group's tile loop (`outer`, `inner`: the inner loop walks the
+tiles of a reduced or accumulated dim).  Tail tiles carry a `valid` shape smaller than the
+allocated `shape`.  After buffer allocation every tile node has a `buf` byte offset in its space.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..dtypes import DType
+from ..errors import SourceLoc, VerificationError
+from .core import Attrs, fmt_shape
+from .gm import GMBuffer
+
+ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C")
+
+# Legal data paths of the machine (source space -> destination spaces).
+DATA_PATHS = {
+    "GM": ("UB", "L1"),
+    "L1": ("L0A", "L0B"),
+    "L0C": ("GM", "L1", "UB"),
+    "UB": ("GM", "UB"),
+}
+
+# Which space each tile op reads and writes (None: checked by the op's own rule).
+CUBE_OPS = {"TEXTRACT": ("L1", None), "TMATMUL": ("L0A/L0B", "L0C"), "TMATMUL_ACC": ("L0A/L0B", "L0C")}
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    id: int
+    kind: str                    # vector | cube
+    domain: tuple[int, ...]      # iteration shape
+    tile: tuple[int, ...]        # tile shape over the domain (cube: (mL0, kL0, nL0, kL1))
+    n_outer: int
+    n_inner: int
+    loc: SourceLoc | None = None
+
+    @property
+    def core_type(self) -> str:
+        return "AIC" if self.kind == "cube" else "AIV"
+
+
+@dataclass(frozen=True)
+class TileNode:
+    id: int
+    op: str
+    inputs: tuple[int, ...]
+    shape: tuple[int, ...]
+    valid: tuple[int, ...]
+    dtype: DType
+    space: str                   # where the produced tile lives ('' for stores)
+    group: int
+    outer: int
+    inner: int
+    attrs: Attrs = field(default_factory=Attrs)
+    loc: SourceLoc | None = None
+
+    def replace(self, **changes) -> "TileNode":
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d.update(changes)
+        return TileNode(**d)
+
+    @property
+    def key(self) -> str:
+        return self.attrs["key"]
+
+
+@dataclass(frozen=True)
+class TileGraph:
+    name: str
+    buffers: tuple[GMBuffer, ...]
+    groups: tuple[GroupInfo, ...]
+    nodes: tuple[TileNode, ...]
+
+    level = "tile"
+
+    def __len__(self):
+        return len(self.nodes)
+
+    def replace(self, nodes=None, groups=None) -> "TileGraph":
+        return TileGraph(self.name, self.buffers, self.groups if groups is None else tuple(groups),
+                         self.nodes if nodes is None else tuple(nodes))
+
+    def by_id(self) -> dict[int, TileNode]:
+        cache = self.__dict__.get("_by_id")
+        if cache is None:
+            cache = {n.id: n for n in self.nodes}
+            object.__setattr__(self, "_by_id", cache)
+        return cache
+
+    def text(self, full: bool = False) -> str:
+        return print_graph(self, full)
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
+def node_text(n: TileNode) -> str:
+    args = ", ".join(f"%{i}" for i in n.inputs)
+    a = dict(n.attrs)
+    extra = []
+    if "gm" in a:
+        extra.append(("GM " + a["gm"].text()))
+    for k in ("scalar", "dim"):
+        if k in a:
+            extra.append(f"{k}={a[k]}")
+    where = f"{n.space}" + (f"@{a['buf']:#x}" if "buf" in a else "")
+    valid = "" if n.valid == n.shape else f" valid={fmt_shape(n.valid)}"
+    loc = f"  @{n.loc.short()}" if n.loc else ""
+    body = f"{n.op}({args})" + ("" if not extra else " " + " ".join(extra))
+    if n.op == "TSTORE":
+        return f"{body}{loc}"
+    return f"%{n.id} = {body} : {where} {n.dtype}{fmt_shape(n.shape)}{valid}{loc}"
+
+
+def print_graph(g: TileGraph, full: bool = False) -> str:
+    lines = [f"tile_graph {g.name} {{"]
+    for b in g.buffers:
+        lines.append(f"  gm {b.name}: {b.dtype}{fmt_shape(b.shape)} {b.role}")
+    by_group: dict[int, list[TileNode]] = {}
+    for n in g.nodes:
+        by_group.setdefault(n.group, []).append(n)
+    for info in g.groups:
+        nodes = by_group.get(info.id, [])
+        lines.append(f"  // group {info.id} ({info.kind} on {info.core_type}): domain {fmt_shape(info.domain)}, "
+                     f"tile {fmt_shape(info.tile)}, {info.n_outer} x {info.n_inner} iterations, {len(nodes)} tile ops")
+        shown = nodes if full else [n for n in nodes if n.outer == 0]
+        for n in shown:
+            lines.append(f"  [{n.outer}.{n.inner}] " + node_text(n))
+        if len(shown) < len(nodes):
+            lines.append(f"  ... {len(nodes) - len(shown)} more tile ops in {info.n_outer - 1} more outer iterations")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
+    seen: dict[int, TileNode] = {}
+    for n in g.nodes:
+        def fail(msg, expected=None, got=None):
+            raise VerificationError(f"tile graph node %{n.id} ({n.op}, group {n.group}): {msg}",
+                                    loc=n.loc, expected=expected, got=got)
+        for i in n.inputs:
+            if i not in seen:
+                fail(f"input %{i} is not defined before use")
+        if any(v > s for v, s in zip(n.valid, n.shape)) or len(n.valid) != len(n.shape):
+            fail("valid shape exceeds the tile", expected=f"<= {fmt_shape(n.shape)}", got=fmt_shape(n.valid))
+        srcs = [seen[i].space for i in n.inputs]
+        if n.space == "?" or "?" in srcs:   # before memory-space assignment
+            seen[n.id] = n
+            continue
+        if n.op == "TLOAD":
+            if n.space not in DATA_PATHS["GM"]:
+                fail("illegal data path", expected="GM -> " + "/".join(DATA_PATHS["GM"]), got=f"GM -> {n.space}")
+        elif n.op == "TSTORE":
+            if srcs[0] not in ("UB", "L0C"):
+                fail("illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
+        elif n.op == "TEXTRACT":
+            if srcs[0] != "L1" or n.space not in DATA_PATHS["L1"]:
+                fail("illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {n.space}")
+        elif n.op in ("TMATMUL", "TMATMUL_ACC"):
+            if srcs[-2:] != ["L0A", "L0B"] or n.space != "L0C":
+                fail("matmul operands must be L0A x L0B -> L0C", got=f"{srcs} -> {n.space}")
+        else:
+            if n.space != "UB" or any(s != "UB" for s in srcs):
+                fail("vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {n.space}")
+        if capacities is not None and n.space in capacities and "buf" in n.attrs:
+            end = n.attrs["buf"] + tile_bytes(n.shape, n.dtype)
+            if end > capacities[n.space]:
+                fail(f"tile overflows {n.space}", expected=f"<= {capacities[n.space]} bytes", got=end)
+        seen[n.id] = n
+
+
+def row_pitch(shape, dtype: DType) -> int:
+    """Bytes per row of a tile: rows are 32-byte aligned."""
+    last = shape[-1] if shape else 1
+    return -(-(last * dtype.itemsize) // 32) * 32
+
+
+def tile_bytes(shape, dtype: DType) -> int:
+    rows = 1
+    for s in shape[:-1]:
+        rows *= s
+    return rows * row_pitch(shape, dtype)

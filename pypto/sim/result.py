@@ -1,0 +1,106 @@
+"""What a simulation returns: cycles, time, stats, outputs, the trace and the check vs numpy."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.exec import AIC_PIPES, AIV_PIPES
+from .machine import Machine
+from .trace import write_chrome_trace
+
+
+@dataclass
+class SimResult:
+    kernel: str
+    machine: Machine
+    cycles: int | None
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    stats: dict = field(default_factory=dict)
+    trace: list = field(default_factory=list)
+    check: dict | None = None
+
+    @property
+    def time_us(self) -> float | None:
+        return None if self.cycles is None else round(self.machine.cycles_to_us(self.cycles), 3)
+
+    @property
+    def instructions(self) -> int:
+        return self.stats.get("instructions", 0)
+
+    @property
+    def ok(self) -> bool | None:
+        return None if self.check is None else all(c["ok"] for c in self.check.values())
+
+    def timeline(self, **kw):
+        """Per-core, per-pipe swimlane of the trace (matplotlib figure)."""
+        from ..viz.timeline import plot_timeline
+        return plot_timeline(self, **kw)
+
+    def to_chrome_trace(self, path) -> str:
+        """Write Chrome Trace Event JSON (Perfetto): a process per core, a thread per pipe."""
+        return write_chrome_trace(path, self.trace, self.machine, self.kernel)
+
+    # --- text ---------------------------------------------------------------------------
+    def summary(self) -> str:
+        s = self.stats
+        lines = [f"kernel {self.kernel} on {self.machine.name}"]
+        if self.cycles is not None:
+            lines.append(f"  cycles        {self.cycles}  ({self.time_us} us at {self.machine.clock_ghz} GHz)")
+            lines.append(f"  instructions  {s['instructions']} in {s['tasks']} tasks on "
+                         f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV cores")
+            busy = "  ".join(f"{p} {v:.1f}%" for p, v in s["pipe_busy_pct"].items())
+            lines.append(f"  pipe busy     {busy}")
+            moved = "  ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(s["bytes_by_path"].items()))
+            lines.append(f"  bytes moved   {moved}")
+            lines.append(f"  HBM           {s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
+                         f"({s['hbm_util_pct']:.1f}% of {self.machine.hbm_gbps:.0f} GB/s)")
+            if s.get("flops"):
+                lines.append(f"  compute       {s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak)")
+        if self.check is not None:
+            for name, c in self.check.items():
+                verdict = "OK" if c["ok"] else "MISMATCH"
+                lines.append(f"  check {name:<7} {verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, "
+                             f"rtol {c['rtol']:g})")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"SimResult({self.kernel}, machine={self.machine.name}, cycles={self.cycles})"
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.summary())
+
+
+def build_stats(timing: dict, program, machine: Machine) -> dict:
+    cycles = max(timing["cycles"], 1)
+    cores = {"AIC": set(), "AIV": set()}
+    for core, _, _ in timing["tasks"].values():
+        cores[core[:3]].add(core)
+    busy_pipe: dict[str, int] = {}
+    for (core, pipe), b in timing["busy"].items():
+        busy_pipe[f"{core[:3]}.{pipe}"] = busy_pipe.get(f"{core[:3]}.{pipe}", 0) + b
+    pct = {}
+    for ct, pipes in (("AIC", AIC_PIPES), ("AIV", AIV_PIPES)):
+        n = len(cores[ct])
+        for p in pipes:
+            k = f"{ct}.{p}"
+            if k in busy_pipe and n:
+                pct[k] = round(100.0 * busy_pipe[k] / (cycles * n), 1)
+    flops = 0
+    for t in program.tasks:
+        for i in t.instrs:
+            if i.op.startswith("TMATMUL"):
+                a, b = i.srcs[-2], i.srcs[-1]
+                flops += 2 * a.valid[0] * a.valid[1] * b.valid[1]
+    seconds = cycles / (machine.clock_ghz * 1e9)
+    hbm_gbps = timing["hbm_bytes"] / seconds / 1e9
+    return {
+        "cycles": timing["cycles"], "time_us": round(machine.cycles_to_us(timing["cycles"]), 3),
+        "instructions": timing["instructions"], "tasks": len(program.tasks),
+        "cores_used": {k: len(v) for k, v in cores.items()},
+        "pipe_busy_pct": pct, "bytes_by_path": dict(sorted(timing["bytes_by_path"].items())),
+        "hbm_bytes": timing["hbm_bytes"], "hbm_gbps": round(hbm_gbps, 1),
+        "hbm_util_pct": round(100.0 * hbm_gbps / machine.hbm_gbps, 1),
+        "flops": flops, "tflops": round(flops / seconds / 1e12, 3),
+        "cube_util_pct": round(100.0 * flops / seconds / machine.peak_flops, 1),
+    }
