@@ -44,16 +44,21 @@ class PassRecord:
     nodes_after: int
     ms: float
 
+    def text(self, timing: bool = True) -> str:
+        line = f"{self.level:>12}  {self.name:<14} {self.nodes_before:>7} -> {self.nodes_after:<7}"
+        return line + (f" {self.ms:8.2f} ms" if timing else "")
+
     def __str__(self):
-        return f"{self.level:>12}  {self.name:<20} {self.nodes_before:>7} -> {self.nodes_after:<7} {self.ms:8.2f} ms"
+        return self.text()
 
 
 class PassLog(list):
     """The passes that ran, in order (a list of PassRecord with a readable text form)."""
 
-    def text(self) -> str:
-        head = f"{'level':>12}  {'pass':<20} {'nodes':>7}    {'':<7} {'time':>8}"
-        return "\n".join([head] + [str(r) for r in self])
+    def text(self, timing: bool = True) -> str:
+        """One line per pass; `timing=False` leaves out the (machine-dependent) times."""
+        head = f"{'level':>12}  {'pass':<14} {'nodes':>7}    {'':<7}" + (f" {'time':>8}" if timing else "")
+        return "\n".join(line.rstrip() for line in [head] + [r.text(timing) for r in self])
 
     def __str__(self):
         return self.text()

@@ -36,7 +36,8 @@ class _Emitter:
 
     def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
         nid = len(self.nodes)
-        attrs.update(key=key, par=self.outer if persistent else self.lin)
+        attrs["key"] = key
+        attrs.setdefault("par", self.outer if persistent else self.lin)
         if persistent:
             attrs["persistent"] = True
         self.nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
@@ -161,7 +162,7 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
             extent = [min(t, d - s) for t, d, s in zip(tile, domain, start)]
             cur: dict[int, int] = {}
 
-            def operand(i):
+            def operand(i, user):
                 n = g.node(i)
                 if n.op == "const":
                     return ("scalar", n.attrs["value"])
@@ -169,12 +170,12 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
                     return ("tile", cur[i])
                 if i not in cur:
                     offs, valid, shape = _projection(n.shape, domain, start, extent, tile)
-                    cur[i] = em.emit("TLOAD", [], shape, valid, n.dtype, "?", f"ld{i}", n.loc,
+                    cur[i] = em.emit("TLOAD", [], shape, valid, n.dtype, "?", f"ld{i}", user.loc,
                                      gm=homes[i].window(offs, valid))
                 return ("tile", cur[i])
 
             for m in ms:
-                cur[m.id] = _vector_op(g, m, [operand(i) for i in m.inputs], domain, start, extent, tile,
+                cur[m.id] = _vector_op(g, m, [operand(i, m) for i in m.inputs], domain, start, extent, tile,
                                        em, acc, k, n_inner, pd)
             for m in to_store:
                 if not _complete(m, domain, ntiles, idx, pd, k, n_inner, g):
@@ -295,8 +296,7 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
     batch = m.shape[:-2]
     outs = [homes[m.id]] + extra_stores.get(m.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
-    o = 0
-    lin = 0
+    o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
         la = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(A.shape[:-2]):], A.shape[:-2]))
         lb = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(B.shape[:-2]):], B.shape[:-2]))
@@ -317,10 +317,12 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
                                  gm=_sub2d(B, lb, kb, n0, kv1, nv))
                     for k0 in range(ceil_div(kv1, kl0)):
                         kv = min(kl0, kv1 - k0 * kl0)
+                        # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
                         a0 = em.emit("TEXTRACT", [a1], (ml0, kl0), (mv, kv), dtype, "?", "a0", m.loc,
-                                     offsets=(0, k0 * kl0))
+                                     offsets=(0, k0 * kl0), par=steps)
                         b0 = em.emit("TEXTRACT", [b1], (kl0, nl0), (kv, nv), dtype, "?", "b0", m.loc,
-                                     offsets=(k0 * kl0, 0))
+                                     offsets=(k0 * kl0, 0), par=steps)
+                        steps += 1
                         if c is None:
                             c = em.emit("TMATMUL", [a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?", "c",
                                         m.loc, persistent=True)

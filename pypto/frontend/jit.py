@@ -120,7 +120,7 @@ class JitKernel:
 
     def _trace(self, specs, values):
         with TraceContext(self.name) as ctx:
-            proxies = [ctx.input(s.name, s.shape, s.dtype) for s in specs]
+            proxies = [ctx.input(s.name, s.shape, s.dtype, self.loc) for s in specs]
             try:
                 self.fn(*proxies, **values)
             except PyptoError:

@@ -72,9 +72,12 @@ class TraceContext:
         self.nodes.append(node)
         return Tensor._proxy(self, node)
 
-    def input(self, name: str, shape, dtype) -> "Tensor":
+    def input(self, name: str, shape, dtype, loc: SourceLoc | None = None) -> "Tensor":
+        """A kernel parameter; its location is the kernel's `def` line."""
         self.params.append(Param(name, tuple(shape), dtype))
-        t = self.add("input", [], shape, dtype, param=name)
+        node = TNode(len(self.nodes), "input", (), tuple(shape), dtype, Attrs({"param": name}), loc)
+        self.nodes.append(node)
+        t = Tensor._proxy(self, node)
         t._param = name
         return t
 
