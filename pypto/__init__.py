@@ -29,6 +29,12 @@ def load_ipython_extension(ipython):
     _load(ipython)
 
 
+def unload_ipython_extension(ipython):
+    """`%unload_ext pypto`."""
+    from .magics import unload_ipython_extension as _unload
+    _unload(ipython)
+
+
 __all__ = [
     "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
     "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",

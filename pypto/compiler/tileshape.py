@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ..dtypes import DType
 from ..errors import SourceLoc, TileShapeError
+from ..ir.tensor import TileSpec
 from ..ir.core import round_up
 
 TILE_TARGET_BYTES = 16 * 1024   # default vector tile: about 16 KiB, full rows when they fit
@@ -21,6 +22,8 @@ def default_vec_tile(domain: tuple[int, ...], dtype: DType) -> tuple[int, ...]:
 def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:
     """Tile over `domain` from a user spec (or the default), clipped to the domain."""
     r = len(domain)
+    if isinstance(spec, TileSpec):          # the error points at the set_vec_tile_shapes line
+        spec, loc = spec.dims, spec.loc or loc
     if not spec:
         spec = default_vec_tile(domain, dtype)
     spec = tuple(spec[-r:]) if len(spec) >= r else (1,) * (r - len(spec)) + tuple(spec)
@@ -50,6 +53,8 @@ def default_cube_tile(m: int, k: int, n: int, dtype: DType):
 
 def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc):
     """((mL0, mL1), (kL0, kL1), (nL0, nL1)) checked against the cube's alignment, clipped to the matmul."""
+    if isinstance(spec, TileSpec):
+        spec, loc = spec.dims, spec.loc or loc
     if not spec:
         spec = default_cube_tile(m, k, n, dtype)
     (ml0, ml1), (kl0, kl1), (nl0, nl1) = spec

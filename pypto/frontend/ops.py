@@ -6,6 +6,7 @@ import numbers
 from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, UnsupportedError
 from ..ir.core import prod
+from ..ir.tensor import TileSpec
 from .tracer import Tensor, TraceContext, check_shape, user_loc
 
 
@@ -287,7 +288,7 @@ def set_vec_tile_shapes(*dims: int) -> None:
         from ..errors import TileShapeError
         raise TileShapeError("vector tile dims must be positive integers", loc=user_loc(),
                              expected="e.g. set_vec_tile_shapes(64, 256)", got=dims)
-    ctx.vec_tile = tuple(int(d) for d in dims)
+    ctx.vec_tile = TileSpec(tuple(int(d) for d in dims), user_loc())
 
 
 def set_cube_tile_shapes(m, k, n) -> None:
@@ -301,7 +302,7 @@ def set_cube_tile_shapes(m, k, n) -> None:
             raise TileShapeError(f"cube tile shape for {name} must be [L0, L1] with L1 a multiple of L0",
                                  loc=user_loc(), expected="e.g. [128, 128]", got=v)
         spec.append((int(v[0]), int(v[1])))
-    ctx.cube_tile = tuple(spec)
+    ctx.cube_tile = TileSpec(tuple(spec), user_loc())
 
 
 def loop(*args):

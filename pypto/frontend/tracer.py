@@ -12,7 +12,7 @@ from typing import Sequence
 from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError
 from ..ir.core import Attrs, fmt_shape
-from ..ir.tensor import OPS, Param, TNode, TensorGraph, infer_shape
+from ..ir.tensor import OPS, Param, TileSpec, TNode, TensorGraph, infer_shape
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,8 +37,8 @@ class TraceContext:
         self.name = name
         self.nodes: list[TNode] = []
         self.params: list[Param] = []
-        self.vec_tile: tuple[int, ...] | None = None
-        self.cube_tile: tuple[tuple[int, int], ...] | None = None
+        self.vec_tile: TileSpec | None = None
+        self.cube_tile: TileSpec | None = None
         self.stored: set[str] = set()
 
     def __enter__(self):

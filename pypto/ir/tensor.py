@@ -46,6 +46,19 @@ OPS: dict[str, OpSpec] = {
 
 
 @dataclass(frozen=True)
+class TileSpec:
+    """A tile shape as set by set_vec_tile_shapes / set_cube_tile_shapes, with where it was set.
+
+    Equality ignores the location: two calls with the same dims mean the same tiling.
+    """
+    dims: tuple
+    loc: SourceLoc | None = field(default=None, compare=False, hash=False)
+
+    def __str__(self):
+        return "[" + ",".join(str(d) for d in self.dims) + "]"
+
+
+@dataclass(frozen=True)
 class Param:
     name: str
     shape: tuple[int, ...]
