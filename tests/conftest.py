@@ -50,7 +50,7 @@ def _assert_close(got, want, rtol, atol, what):
             f"rtol {rtol}, atol {atol}); first at {first}: got {g[first]!r}, expected {w[first]!r}")
 
 
-def run_and_check(kernel, args, expected, *, rtol=None, atol=None, pypto_check=True, machine=None,
+def run_and_check(kernel, args, expected, *, rtol=None, atol=None, machine=None,
                   **consts):
     """Run `kernel` in call form and through compile/simulate; compare outputs with `expected`.
 
@@ -87,11 +87,9 @@ def run_and_check(kernel, args, expected, *, rtol=None, atol=None, pypto_check=T
     for name, want in exp.items():
         r, a = tol(name)
         _assert_close(res.outputs[name], want, r, a, f"{kernel.name} simulate, output '{name}'")
-    if pypto_check:
-        assert res.check is not None
-        for name in exp:
-            assert res.check[name]["ok"] is True, \
-                f"pypto's own check of '{name}' failed: {res.check[name]}"
+    assert res.check is not None
+    for name in exp:
+        assert res.check[name]["ok"] is True, f"pypto's own check of '{name}' failed: {res.check[name]}"
     return res
 
 

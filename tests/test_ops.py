@@ -19,10 +19,6 @@ TILES = [(32, 64), (64, 256), None]
 TILE_IDS = ["t32x64", "t64x256", "tdefault"]
 GELU_C = np.sqrt(2.0 / np.pi)
 
-BUG_STORE_VIEW = ("BUG: storing a layout view (reshape / transpose / slice / int index) of a computed "
-                  "value writes nothing to the output (tiling._assign_homes overwrites the store's home "
-                  "with the view of the value's workspace; legalize only copies views of kernel inputs)")
-
 
 def consts(tiles):
     return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}
@@ -191,9 +187,7 @@ def _reduce_cases():
         for dim in (-1, 0):
             for keepdim in (True, False):
                 for tiles, tid in zip(TILES, TILE_IDS):
-                    marks = [pytest.mark.xfail(reason=BUG_STORE_VIEW + " (keepdim=False adds a reshape)",
-                                               strict=True)] if not keepdim else []
-                    yield pytest.param(op, dim, keepdim, tiles, marks=marks,
+                    yield pytest.param(op, dim, keepdim, tiles,
                                        id=f"{op}-dim{dim}-keep{keepdim}-{tid}")
 
 
@@ -259,10 +253,6 @@ def test_reduction_broadcast_back(rng, check_kernel):
                  {1: xd - xd.max(-1, keepdims=True), 2: xd / xd.sum(0, keepdims=True)})
 
 
-@pytest.mark.xfail(reason="BUG: pypto's check uses rtol 1e-5 / atol 1e-6 for fp32 whatever the length of "
-                          "a reduction (tensor_eval.tolerance / kernel.compare): a correct tiled fp32 sum "
-                          "of values that cancel differs from numpy's pairwise sum by a few ulps of the "
-                          "terms and is reported as a MISMATCH", strict=True)
 def test_fp32_sum_with_cancellation_pypto_check(rng):
     x = rng.standard_normal((M, N)).astype(np.float32)
 
@@ -275,14 +265,9 @@ def test_fp32_sum_with_cancellation_pypto_check(rng):
     xd = x.astype(np.float64)
     bound = M * np.finfo(np.float32).eps * np.abs(xd).sum(0, keepdims=True)
     assert np.all(np.abs(res.outputs["out"] - xd.sum(0, keepdims=True)) <= bound)    # the kernel is right
-    assert res.check["out"]["ok"], res.check                                         # pypto says MISMATCH
+    assert res.check["out"]["ok"], res.check
 
 
-@pytest.mark.xfail(reason="BUG: fp16/bf16 sum/mean accumulate in fp16/bf16: TROWSUM and the cross-tile "
-                          "TADD run in the value's dtype (tiling._vector_op, decompose._mean keeps fp16/bf16), "
-                          "and the reference (tensor_eval REDUCE) sums in fp16/bf16 too, so results are "
-                          "several ulps off the exact sum and pypto's own check reports a mismatch",
-                   strict=True)
 @pytest.mark.parametrize("dt,op,n,tn", [(np.float16, "sum", 2048, 16), (BF16, "sum", N, 128),
                                         (BF16, "sum", N, 512), (BF16, "mean", N, 512)],
                          ids=["fp16-sum-128tiles", "bf16-sum-3tiles", "bf16-sum-1tile", "bf16-mean-1tile"])
@@ -474,9 +459,8 @@ def test_matmul_2d(dt, mkn, a_trans, b_trans, cube, rng, check_kernel):
     if dt == np.float16:
         check_kernel(matmul_kernel(a_trans, b_trans, cube), [a, b, out], {2: want})
     else:
-        # fp32: pypto's own check is covered by test_fp32_matmul_pypto_check (a known bug)
         check_kernel(matmul_kernel(a_trans, b_trans, cube), [a, b, out], {2: want},
-                     rtol=1e-5, atol=_fp32_mm_atol(A, B), pypto_check=False)
+                     rtol=1e-5, atol=_fp32_mm_atol(A, B))
 
 
 def test_matmul_operator_and_cube_tiles_cover_k_loop(rng, check_kernel):
@@ -494,10 +478,6 @@ def test_matmul_operator_and_cube_tiles_cover_k_loop(rng, check_kernel):
     assert res.cycles > 0
 
 
-@pytest.mark.xfail(reason="BUG: pypto's check of fp32 matmul uses rtol 1e-5 / atol 1e-6 "
-                          "(tensor_eval.tolerance) whatever K is, so a correct fp32 matmul whose K-sum "
-                          "is accumulated in another order (kL0 chunks) is reported as a MISMATCH",
-                   strict=True)
 def test_fp32_matmul_pypto_check(rng):
     a = rng.standard_normal((64, 64)).astype(np.float32)
     b = rng.standard_normal((64, 64)).astype(np.float32)
@@ -523,8 +503,7 @@ def test_batched_matmul(dt, bshape, cube, rng, check_kernel):
     if dt == np.float16:
         check_kernel(k, [a, b, out], {2: want})
     else:
-        check_kernel(k, [a, b, out], {2: want}, rtol=1e-5, atol=_fp32_mm_atol(A, B),
-                     pypto_check=False)
+        check_kernel(k, [a, b, out], {2: want}, rtol=1e-5, atol=_fp32_mm_atol(A, B))
 
 
 def test_batched_matmul_b_trans(rng, check_kernel):
@@ -552,7 +531,7 @@ def test_matmul_bias_relu_epilogue(dt, rng, check_kernel):
     else:
         want = np.maximum(mm + bias, 0)
         check_kernel(k, [a, b, bias, np.zeros((40, 60), dt)], {3: want}, rtol=1e-5,
-                     atol=_fp32_mm_atol(a.astype(np.float64), b.astype(np.float64)), pypto_check=False)
+                     atol=_fp32_mm_atol(a.astype(np.float64), b.astype(np.float64)))
 
 
 @pytest.mark.parametrize("cube", [None, ([16, 16], [32, 32], [16, 16])], ids=["cube_default", "cube16"])
@@ -591,8 +570,7 @@ def test_matmul_dtypes_and_out_dtype(case, rng, check_kernel):
 
     want = a.astype(np.float64) @ b.astype(np.float64)
     atol = 1e-5 if dst == np.float32 else None
-    check_kernel(k, [a, b, np.zeros((40, 60), dst)], {2: want}, atol=atol,
-                 pypto_check=src != np.float32)
+    check_kernel(k, [a, b, np.zeros((40, 60), dst)], {2: want}, atol=atol)
 
 
 def test_matmul_then_softmax(rng, check_kernel):
@@ -689,7 +667,6 @@ def test_reshape_of_reduction_then_broadcast(rng, check_kernel):
     check_kernel(k, [x, np.zeros_like(x)], {1: x - x.max(-1, keepdims=True)})
 
 
-@pytest.mark.xfail(reason=BUG_STORE_VIEW, strict=True)
 def test_reshape_of_computed_stored(rng, check_kernel):
     x = rng.standard_normal((M, N)).astype(np.float32)
 
@@ -725,7 +702,6 @@ def test_transpose_copy_and_3d(rng, check_kernel):
                  {1: np.swapaxes(x, 0, 2) + 1.0, 2: np.swapaxes(x, 1, 2)})
 
 
-@pytest.mark.xfail(reason=BUG_STORE_VIEW, strict=True)
 def test_transpose_of_computed_stored(rng, check_kernel):
     x = rng.standard_normal((M, N)).astype(np.float32)
 
@@ -764,7 +740,6 @@ def test_slice_of_computed_then_op(rng, check_kernel):
     check_kernel(k, [x, np.zeros((M, 128), np.float32)], {1: x[:, :128] * 2.0 + 1.0})
 
 
-@pytest.mark.xfail(reason=BUG_STORE_VIEW, strict=True)
 def test_slice_of_computed_stored(rng, check_kernel):
     x = rng.standard_normal((M, N)).astype(np.float32)
 
@@ -842,7 +817,6 @@ def test_later_write_wins(rng, check_kernel):
     check_kernel(k, [x, np.zeros_like(x)], {1: want})
 
 
-@pytest.mark.xfail(reason=BUG_STORE_VIEW + " (out[0, :] = v reshapes v to [1, N])", strict=True)
 def test_integer_index_row_write(rng, check_kernel):
     x = rng.standard_normal((M, N)).astype(np.float32)
     out = np.full((M, N), 7.0, np.float32)
@@ -902,3 +876,44 @@ def test_int32_ops(tiles, rng, check_kernel):
                        {2: a + b, 3: 2 - a * 3, 4: np.maximum(np.abs(a) - b, 0) + np.maximum(a, b)},
                        **consts(tiles))
     assert res.outputs["o1"].dtype == np.int32
+
+
+# ---------------------------------------------------------------------------------------
+# other ranks
+
+def test_one_dimensional(rng, check_kernel):
+    x = rng.standard_normal(300).astype(np.float32)
+
+    @pypto.jit
+    def k(a, out):
+        pypto.set_vec_tile_shapes(64)
+        out[:] = pypto.exp(a) + pypto.sum(a, dim=0, keepdim=True)
+
+    check_kernel(k, [x, np.zeros_like(x)], {1: np.exp(x.astype(np.float64)) + x.astype(np.float64).sum()},
+                 rtol=2e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("tiles", [(1, 2, 8, 16), None], ids=["t1x2x8x16", "tdefault"])
+def test_four_dimensional(tiles, rng, check_kernel):
+    x = rng.standard_normal((2, 3, 10, 40)).astype(np.float32)
+
+    @pypto.jit
+    def k(a, out):
+        if tiles:
+            pypto.set_vec_tile_shapes(*tiles)
+        out[:] = pypto.exp(a) - pypto.amax(a, dim=-1, keepdim=True) + pypto.sum(a, dim=1, keepdim=True)
+
+    xd = x.astype(np.float64)
+    check_kernel(k, [x, np.zeros_like(x)], {1: np.exp(xd) - xd.max(-1, keepdims=True) + xd.sum(1, keepdims=True)},
+                 rtol=2e-6, atol=1e-5)
+
+
+def test_long_rows_default_tiles(rng, check_kernel):
+    """Rows longer than the default tile (8 KiB): the default splits the row."""
+    x = rng.standard_normal((16, 5000)).astype(np.float32)
+
+    @pypto.jit
+    def k(a, out):
+        out[:] = pypto.softmax(a)
+
+    check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64))})

@@ -105,6 +105,10 @@ def _rms_norm(rw, x, w, eps, t):
     return rw.bin("mul", rw.bin("mul", x, r, t), w, t)
 
 
+# composites whose fp16/bf16 forms compute in fp32 (they accumulate, or subtract close values)
+FP32_COMPOSITES = ("softmax", "rms_norm", "layernorm", "mean")
+
+
 def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     for n in g.nodes:
@@ -114,13 +118,11 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         rw.loc = n.loc
         t = n.attrs.get("tile")
         ins = [rw.map[i] for i in n.inputs]
-        work = DT_FP32 if n.dtype.name in ("fp16", "bf16") and n.op in ("softmax", "rms_norm", "layernorm") else n.dtype
+        work = DT_FP32 if n.dtype.name in ("fp16", "bf16") and n.op in FP32_COMPOSITES else n.dtype
         ins = [rw.cast(i, work, t) for i in ins]
         x = ins[0]
         if n.op == "mean":
             out = _mean(rw, x, n.attrs["dim"], t)
-            if not n.attrs["keepdim"]:
-                out = rw.emit("reshape", [out], n.shape, n.dtype, {"shape": n.shape})
         elif n.op == "sigmoid":
             out = _sigmoid(rw, x, t)
         elif n.op == "tanh":
@@ -143,24 +145,32 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
                 out = rw.bin("add", out, rest.pop(0), t)
         else:  # pragma: no cover - every composite of OPS is handled above
             raise NotImplementedError(n.op)
-        rw.map[n.id] = rw.cast(out, n.dtype, t)
+        out = rw.cast(out, n.dtype, t)
+        if n.op == "mean" and not n.attrs["keepdim"]:
+            out = rw.emit("reshape", [out], n.shape, n.dtype, {"shape": n.shape})
+        rw.map[n.id] = out
         rw.loc = None
     return rw.graph()
 
 
 # ---------------------------------------------------------------------------------------
-# legalize: reductions keep their dim (a reshape drops it), stores of kernel inputs copy
+# legalize: reductions keep their dim (a reshape drops it), fp16/bf16 sums accumulate in fp32,
+# and a store of a GM view (a kernel input, or a reshape/transpose/slice) becomes a copy
 
 def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     for n in g.nodes:
-        if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
-            rw.loc = n.loc
-            x = rw.map[n.inputs[0]]
-            r = rw.red(n.op, x, n.attrs["dim"], n.attrs.get("tile"))
-            rw.map[n.id] = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
-        elif n.op == "store" and _is_gm_view(g, n.inputs[0]):
-            rw.loc = n.loc
+        rw.loc = n.loc
+        if OPS[n.op].kind == "reduce" and (not n.attrs["keepdim"] or _needs_fp32_sum(n)):
+            x, t = rw.map[n.inputs[0]], n.attrs.get("tile")
+            if _needs_fp32_sum(n):
+                r = rw.cast(rw.red("sum", rw.cast(x, DT_FP32, t), n.attrs["dim"], t), n.dtype, t)
+            else:
+                r = rw.red(n.op, x, n.attrs["dim"], t)
+            if not n.attrs["keepdim"]:
+                r = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
+            rw.map[n.id] = r
+        elif n.op == "store" and OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind in ("layout", "input"):
             src = rw.map[n.inputs[0]]
             c = rw.emit("copy", [src], rw.shape(src), rw.dtype(src))
             rw.map[n.id] = rw.emit("store", [c], n.shape, n.dtype, n.attrs)
@@ -170,11 +180,9 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     return rw.graph()
 
 
-def _is_gm_view(g: TensorGraph, i: int) -> bool:
-    n = g.node(i)
-    while OPS[n.op].kind == "layout":
-        n = g.node(n.inputs[0])
-    return n.op == "input"
+def _needs_fp32_sum(n) -> bool:
+    """A sum of fp16/bf16 values loses precision when it accumulates in its own dtype."""
+    return n.op == "sum" and n.dtype.name in ("fp16", "bf16")
 
 
 # ---------------------------------------------------------------------------------------
@@ -195,6 +203,7 @@ def dce(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 
 TENSOR_PASSES = [
     Pass("decompose", "tensor", decompose, "composite ops (softmax, layernorm, rms_norm, gelu, ...) -> primitives"),
-    Pass("legalize", "tensor", legalize, "reductions keep their dim; stores of kernel inputs become copies"),
+    Pass("legalize", "tensor", legalize,
+         "reductions keep their dim, fp16/bf16 sums accumulate in fp32, stores of GM views become copies"),
     Pass("dce", "tensor", dce, "remove values no output depends on"),
 ]

@@ -178,7 +178,7 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
                 cur[m.id] = _vector_op(g, m, [operand(i, m) for i in m.inputs], domain, start, extent, tile,
                                        em, acc, k, n_inner, pd)
             for m in to_store:
-                if not _complete(m, domain, ntiles, idx, pd, k, n_inner, g):
+                if not _complete(m, domain, ntiles, idx):
                     continue
                 t = em.node(cur[m.id])
                 offs, valid, _ = _projection(m.shape, domain, start, extent, tile)
@@ -188,7 +188,7 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
 
 
-def _complete(m, domain, ntiles, idx, pd, k, n_inner, g) -> bool:
+def _complete(m, domain, ntiles, idx) -> bool:
     """A value's tile is final at this iteration (last tile along every dim it is broadcast over)."""
     off = len(domain) - len(m.shape)
     for i in range(len(domain)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from ..dtypes import DType
-from ..errors import SourceLoc, ShapeError, VerificationError
+from ..errors import SourceLoc, VerificationError
 from .core import Attrs, broadcast_shapes, fmt_shape
 
 

@@ -37,6 +37,15 @@ BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divid
 REDUCE = {"sum": np.sum, "amax": np.max, "amin": np.min}
 
 
+def acc_dtype(dtype):
+    """The reference accumulates float sums in higher precision than the kernel's dtype."""
+    if dtype == np.float32:
+        return np.float64
+    if np.issubdtype(dtype, np.integer):
+        return None
+    return np.float32
+
+
 def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
     a = n.attrs
     if n.op == "input":
@@ -47,10 +56,13 @@ def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
         return _as(UNARY[n.op](args[0]), n.dtype.np_dtype)
     if n.op in BINARY:
         return _as(BINARY[n.op](args[0], args[1]), n.dtype.np_dtype)
+    if n.op == "sum":
+        return _as(np.sum(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=acc_dtype(args[0].dtype)),
+                   n.dtype.np_dtype)
     if n.op in REDUCE:
         return _as(REDUCE[n.op](args[0], axis=a["dim"], keepdims=a["keepdim"]), n.dtype.np_dtype)
     if n.op == "mean":
-        return _as(np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=np.float32), n.dtype.np_dtype)
+        return _as(np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=np.float64), n.dtype.np_dtype)
     if n.op == "softmax":
         x = args[0].astype(np.float32)
         e = np.exp(x - x.max(axis=a["dim"], keepdims=True))
@@ -76,7 +88,7 @@ def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
             x = np.swapaxes(x, -1, -2)
         if a["b_trans"]:
             y = np.swapaxes(y, -1, -2)
-        acc = np.int32 if x.dtype == np.int8 else np.float32
+        acc = np.int32 if x.dtype == np.int8 else np.float64
         return _as(np.matmul(x.astype(acc), y.astype(acc)), n.dtype.np_dtype)
     if n.op == "cast":
         return _as(args[0], n.dtype.np_dtype)
@@ -106,3 +118,11 @@ def evaluate(g: TensorGraph, arrays: dict[str, np.ndarray]) -> dict[str, np.ndar
 def tolerance(dtype: dt.DType) -> tuple[float, float]:
     """(rtol, atol) for comparing a result of this dtype with the reference."""
     return {"fp32": (1e-5, 1e-6), "fp16": (2e-3, 1e-3), "bf16": (1.6e-2, 1e-2)}.get(dtype.name, (0.0, 0.0))
+
+
+ACCUMULATING = ("sum", "mean", "matmul", "softmax", "layernorm", "rms_norm")
+
+
+def accumulates(g: TensorGraph) -> bool:
+    """Does any output depend on a sum of many terms (whose rounding depends on the order)?"""
+    return any(n.op in ACCUMULATING for n in g.nodes)

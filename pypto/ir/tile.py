@@ -24,9 +24,6 @@ DATA_PATHS = {
     "UB": ("GM", "UB"),
 }
 
-# Which space each tile op reads and writes (None: checked by the op's own rule).
-CUBE_OPS = {"TEXTRACT": ("L1", None), "TMATMUL": ("L0A/L0B", "L0C"), "TMATMUL_ACC": ("L0A/L0B", "L0C")}
-
 
 @dataclass(frozen=True)
 class GroupInfo:
