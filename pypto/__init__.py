@@ -23,6 +23,18 @@ def explore(kernel, *args, machine="a2a3", **consts):
     return Explorer(kernel, args, machine=machine, consts=consts)
 
 
+def compare(ck_a, ck_b, *args, **kw):
+    """Two compiled kernels side by side: cycles, bound, timelines on one time axis, PTO diff."""
+    from .viz.compare import compare as _compare
+    return _compare(ck_a, ck_b, *args, **kw)
+
+
+def report(ck, path, *args, **kw) -> str:
+    """Write one self-contained HTML file with every level, the timeline and the stats of `ck`."""
+    from .viz.report import write_report
+    return write_report(ck, path, *args, **kw)
+
+
 def load_ipython_extension(ipython):
     """`%load_ext pypto`: registers the %%pypto cell magic."""
     from .magics import load_ipython_extension as _load
@@ -39,7 +51,7 @@ __all__ = [
     "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
     "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add", "amax", "amin",
-    "assemble", "cast", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
+    "assemble", "cast", "compare", "report", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
     "matmul", "maximum", "mean", "minimum", "mul", "neg", "reciprocal", "relu", "reshape", "rms_norm",
     "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "softmax", "sqrt", "sub", "sum",
     "tanh", "transpose", "view",

@@ -37,6 +37,11 @@ class SimResult:
         from ..viz.timeline import plot_timeline
         return plot_timeline(self, **kw)
 
+    def roofline(self, **kw):
+        """The kernel on the machine's roofline (matplotlib figure)."""
+        from ..viz.roofline import plot_roofline
+        return plot_roofline(self, **kw)
+
     def to_chrome_trace(self, path) -> str:
         """Write Chrome Trace Event JSON (Perfetto): a process per core, a thread per pipe."""
         return write_chrome_trace(path, self.trace, self.machine, self.kernel)
@@ -47,6 +52,7 @@ class SimResult:
         lines = [f"kernel {self.kernel} on {self.machine.name}"]
         if self.cycles is not None:
             lines.append(f"  cycles        {self.cycles}  ({self.time_us} us at {self.machine.clock_ghz} GHz)")
+            lines.append(f"  bound         {s['bound']}")
             lines.append(f"  instructions  {s['instructions']} in {s['tasks']} tasks on "
                          f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV cores")
             busy = "  ".join(f"{p} {v:.1f}%" for p, v in s["pipe_busy_pct"].items())
@@ -94,13 +100,30 @@ def build_stats(timing: dict, program, machine: Machine) -> dict:
                 flops += 2 * a.valid[0] * a.valid[1] * b.valid[1]
     seconds = cycles / (machine.clock_ghz * 1e9)
     hbm_gbps = timing["hbm_bytes"] / seconds / 1e9
+    hbm_util = 100.0 * hbm_gbps / machine.hbm_gbps
     return {
         "cycles": timing["cycles"], "time_us": round(machine.cycles_to_us(timing["cycles"]), 3),
         "instructions": timing["instructions"], "tasks": len(program.tasks),
         "cores_used": {k: len(v) for k, v in cores.items()},
         "pipe_busy_pct": pct, "bytes_by_path": dict(sorted(timing["bytes_by_path"].items())),
         "hbm_bytes": timing["hbm_bytes"], "hbm_gbps": round(hbm_gbps, 1),
-        "hbm_util_pct": round(100.0 * hbm_gbps / machine.hbm_gbps, 1),
+        "hbm_util_pct": round(hbm_util, 1),
         "flops": flops, "tflops": round(flops / seconds / 1e12, 3),
         "cube_util_pct": round(100.0 * flops / seconds / machine.peak_flops, 1),
+        "arithmetic_intensity": round(flops / timing["hbm_bytes"], 3) if timing["hbm_bytes"] else None,
+        "bound": bound(pct, hbm_util),
     }
+
+
+BOUND_THRESHOLD_PCT = 50.0
+RESOURCE_NAMES = {"AIC.M": "cube compute", "AIV.V": "vector compute"}
+
+
+def bound(pipe_busy_pct: dict, hbm_util_pct: float) -> str:
+    """The resource that limits the kernel: the busiest of the HBM and the pipes (per used core),
+    or 'dependencies' when none is busy half of the time (latency, sync and launch gaps)."""
+    cands = {"HBM bandwidth": hbm_util_pct}
+    for k, v in pipe_busy_pct.items():
+        cands[RESOURCE_NAMES.get(k, f"{k} pipe")] = v
+    name, util = max(cands.items(), key=lambda kv: (kv[1], kv[0]))
+    return name if util >= BOUND_THRESHOLD_PCT else "dependencies"
