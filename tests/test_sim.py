@@ -84,6 +84,8 @@ def test_determinism(rng):
 # ---------------------------------------------------------------------------------------
 # cost model by hand
 
+L2_MISS_LATENCY = 50 + 150    # DESIGN.md: ~50-cycle L2 hit latency, ~+150 cycles on a miss
+
 def test_single_tile_cycles_by_hand():
     """TLOAD -> flag -> TADDS -> flag -> TSTORE on one AIV core, computed from the public figures."""
     x = np.ones((8, 64), np.float32)
@@ -95,16 +97,17 @@ def test_single_tile_cycles_by_hand():
     assert nbytes / HBM_BYTES_PER_CYCLE < dma(nbytes, BW_GM_UB)      # not HBM-bound
     want = (DISPATCH
             + dma(nbytes, BW_GM_UB)     # TLOAD GM->UB on MTE2
+            + L2_MISS_LATENCY           # first read of x: an L2 miss (50 hit + 150 extra cycles)
             + 1 + 1                     # SET_FLAG MTE2->V, WAIT_FLAG on V
             + vec(nbytes)               # TADDS: head + 1 cycle x 8 repeats + tail
             + 1 + 1                     # SET_FLAG V->MTE3, WAIT_FLAG on MTE3
-            + dma(nbytes, BW_UB_GM))    # TSTORE UB->GM on MTE3
-    assert want == 100 + 35 + 2 + 36 + 2 + 19
+            + dma(nbytes, BW_UB_GM))    # TSTORE UB->GM on MTE3 (posted: no latency)
+    assert want == 100 + 35 + 200 + 2 + 36 + 2 + 19
     res = ck.simulate(x, np.zeros_like(x))
     assert res.cycles == want
     assert res.time_us == pytest.approx(want / (CLOCK_HZ / 1e6), abs=1e-3)
     by_op = {e.op: e.end - e.start for e in res.trace if not e.op.endswith("FLAG")}
-    assert by_op == {"TLOAD": 35, "TADDS": 36, "TSTORE": 19}
+    assert by_op == {"TLOAD": 35 + 200, "TADDS": 36, "TSTORE": 19}
     assert res.stats["bytes_by_path"] == {"GM->UB": nbytes, "UB->GM": nbytes}
     assert res.stats["hbm_bytes"] == 2 * nbytes
     assert res.stats["cores_used"] == {"AIC": 0, "AIV": 1}
@@ -120,7 +123,8 @@ def test_back_to_back_vector_ops_share_the_startup():
     assert ev["TEXP"].end - ev["TEXP"].start == vec(nbytes, slope=4)          # 12 + 4*8 + 16 = 60
     assert ev["TADDS"].start == ev["TEXP"].end
     assert ev["TADDS"].end - ev["TADDS"].start == vec(nbytes, head=False)     # 8 + 16 = 24
-    want = DISPATCH + dma(nbytes, BW_GM_UB) + 2 + vec(nbytes, 4) + vec(nbytes, head=False) + 2 + dma(nbytes, BW_UB_GM)
+    want = (DISPATCH + dma(nbytes, BW_GM_UB) + L2_MISS_LATENCY + 2 + vec(nbytes, 4) + vec(nbytes, head=False)
+            + 2 + dma(nbytes, BW_UB_GM))
     assert res.cycles == want
 
 
@@ -143,7 +147,8 @@ def test_matmul_single_tile_cycles_by_hand():
     for e in res.trace:
         ev.setdefault(e.op, []).append(e)
     assert [e.end - e.start for e in ev["TMATMUL"]] == [54]
-    assert [e.end - e.start for e in ev["TLOAD"]] == [dma(40 * 50 * 2, BW_GM_L1), dma(50 * 60 * 2, BW_GM_L1)]
+    assert [e.end - e.start for e in ev["TLOAD"]] == [dma(40 * 50 * 2, BW_GM_L1) + L2_MISS_LATENCY,
+                                                      dma(50 * 60 * 2, BW_GM_L1) + L2_MISS_LATENCY]
     assert sorted(e.end - e.start for e in ev["TEXTRACT"]) == sorted(
         [dma(40 * 50 * 2, BW_L1_L0A), dma(50 * 60 * 2, BW_L1_L0B)])
     assert [e.end - e.start for e in ev["TSTORE"]] == [dma(40 * 60 * 2, BW_L0C_GM)]
@@ -225,8 +230,25 @@ def test_chrome_trace(tmp_path, rng):
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
     assert set(procs.values()) == {e.core for e in res.trace}
     assert {"MTE2", "V", "MTE3"} <= set(threads.values())
-    xs = [e for e in events if e.get("ph") == "X"]
+    xs = [e for e in events if e.get("ph") == "X" and e["cat"] != "task"]
+    tasks = [e for e in events if e.get("ph") == "X" and e["cat"] == "task"]
     assert len(xs) == len(res.trace)
+    assert sorted(e["args"]["task"] for e in tasks) == list(range(len(ck.program.tasks)))
+    assert all(threads[(e["pid"], e["tid"])] == "tasks" for e in tasks)
+    # a flow arrow per task dependency, from the producer's core to the consumer's
+    n_deps = sum(len(t.deps) for t in ck.program.tasks)
+    assert n_deps > 0
+    assert sum(e.get("ph") == "s" for e in events) == sum(e.get("ph") == "f" for e in events) == n_deps
+    # on-chip occupancy counters: one rise and one fall per task
+    counters = [e for e in events if e.get("ph") == "C"]
+    assert len(counters) == 2 * len(tasks) and max(c["args"]["UB"] for c in counters) > 0
+    # overlapping events never share a track
+    by_track = {}
+    for e in xs + tasks:
+        by_track.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():
+        spans.sort()
+        assert all(a_end <= b_start + 1e-9 for (_, a_end), (b_start, _) in zip(spans, spans[1:]))
     for e in xs:
         assert (e["pid"], e["tid"]) in threads
         assert isinstance(e["args"]["cycles"], int) and e["args"]["cycles"] >= 1

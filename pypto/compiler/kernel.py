@@ -65,12 +65,17 @@ class CompiledKernel:
             return evaluate(self.traced, self.bind(args))
 
     def simulate(self, *args, machine=None, mode: str = "full", check: bool = True,
-                 trace: bool = True) -> SimResult:
-        """Simulate on a machine (default: the one compiled for); check outputs against numpy."""
+                 checked: bool = False, trace: bool = True) -> SimResult:
+        """Simulate on a machine (default: the one compiled for).
+
+        `check` compares the outputs with the numpy reference of the kernel; `checked` runs the
+        simulator's checked mode (races, uninitialised reads, event reuse raise SimulationError).
+        """
         if machine is not None and machine != self.machine.name and machine != self.machine:
-            return self.recompile(args, machine).simulate(*args, mode=mode, check=check, trace=trace)
+            return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
+                                                          trace=trace)
         arrays = self.bind(args) if mode != "timing" else {}
-        res = run_sim(self.program, arrays, self.machine, mode=mode, trace=trace)
+        res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace)
         if check and mode != "timing":
             res.check = compare(res.outputs, self.reference(*args), self.traced)
         return res

@@ -18,8 +18,19 @@ from .machine import Machine
 
 
 class Memory:
-    def __init__(self, program: Program, machine: Machine, arrays: dict[str, np.ndarray]):
-        self.onchip = {k: np.zeros(v, dtype=np.uint8) for k, v in machine.capacities().items()}
+    """GM buffers and on-chip spaces of one simulation.
+
+    In checked mode fresh on-chip bytes are 0xFF (NaN for every float dtype) and a byte mask
+    tracks what the current task has written, so a read of bytes it never wrote is reported.
+    """
+
+    def __init__(self, program: Program, machine: Machine, arrays: dict[str, np.ndarray],
+                 checked: bool = False):
+        self.capacity = machine.capacities()
+        self.checked = checked
+        fill = 0xFF if checked else 0
+        self.onchip = {k: np.full(v, fill, dtype=np.uint8) for k, v in self.capacity.items()}
+        self.written = {k: np.zeros(v, dtype=np.bool_) for k, v in self.capacity.items()} if checked else None
         self.gm: dict[str, np.ndarray] = {}
         for b in program.buffers:
             if b.name in arrays:
@@ -28,15 +39,37 @@ class Memory:
                 a = np.zeros(int(np.prod(b.shape)), dtype=b.dtype.np_dtype)
             self.gm[b.name] = a
 
-    def tile(self, t: TileRef) -> np.ndarray:
-        """The valid region of a tile, as a view of its space's bytes."""
+    def tile(self, t: TileRef, buffer=None, dtype=None) -> np.ndarray:
+        """The valid region of a tile, as a view of its space's bytes (or of another byte array)."""
         item = t.dtype.itemsize
         strides, acc = [item], row_pitch(t.shape, t.dtype)
         for s in reversed(t.shape[:-1]):
             strides.insert(0, acc)
             acc *= s
-        return np.ndarray(t.valid, dtype=t.dtype.np_dtype, buffer=self.onchip[t.space], offset=t.addr,
+        return np.ndarray(t.valid, dtype=dtype or t.dtype.np_dtype,
+                          buffer=self.onchip[t.space] if buffer is None else buffer, offset=t.addr,
                           strides=tuple(strides))
+
+    def new_task(self):
+        if self.checked:
+            for m in self.written.values():
+                m[:] = False
+
+    def check_tile(self, t: TileRef, ins: Instr, task, k: int, reading: bool):
+        if t.addr < 0 or t.addr + t.nbytes > self.capacity[t.space]:
+            raise SimulationError(
+                f"task {task.id} instruction {k} ({ins.op}): tile overflows {t.space}", loc=ins.loc,
+                expected=f"bytes within [0, {self.capacity[t.space]})",
+                got=f"[{t.addr}, {t.addr + t.nbytes})")
+        if self.checked:
+            mask = self.tile(t, self.written[t.space], np.bool_)
+            if reading and not mask.all():
+                raise SimulationError(
+                    f"task {task.id} instruction {k} ({ins.op}) reads uninitialised {t.space} data "
+                    f"at {t.addr:#x}", loc=ins.loc, expected="bytes written earlier by this task",
+                    got=f"{int((~mask).sum())} of {mask.size} elements never written")
+            if not reading:
+                mask[...] = True
 
     def window(self, r: GMRef) -> np.ndarray:
         flat = self.gm[r.buf.name]
@@ -115,11 +148,18 @@ def execute(ins: Instr, mem: Memory) -> None:
         dst[...] = BINARY[name](srcs[0], b)
 
 
-def run_functional(program: Program, machine: Machine, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def run_functional(program: Program, machine: Machine, arrays: dict[str, np.ndarray],
+                   checked: bool = False) -> dict[str, np.ndarray]:
     """Execute the program; return the final contents of every non-workspace GM buffer."""
-    mem = Memory(program, machine, arrays)
+    mem = Memory(program, machine, arrays, checked)
     with np.errstate(all="ignore"):
         for t in program.tasks:
-            for ins in t.instrs:
+            mem.new_task()
+            for k, ins in enumerate(t.instrs):
+                for s in ins.srcs:
+                    if isinstance(s, TileRef):
+                        mem.check_tile(s, ins, t, k, reading=True)
+                if isinstance(ins.dst, TileRef):
+                    mem.check_tile(ins.dst, ins, t, k, reading=False)
                 execute(ins, mem)
     return {b.name: mem.gm[b.name].reshape(b.shape) for b in program.buffers if b.role != "workspace"}

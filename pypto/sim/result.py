@@ -19,6 +19,8 @@ class SimResult:
     stats: dict = field(default_factory=dict)
     trace: list = field(default_factory=list)
     check: dict | None = None
+    task_times: dict = field(default_factory=dict, repr=False)   # task -> (core, start, end)
+    program: object = field(default=None, repr=False)
 
     @property
     def time_us(self) -> float | None:
@@ -44,7 +46,7 @@ class SimResult:
 
     def to_chrome_trace(self, path) -> str:
         """Write Chrome Trace Event JSON (Perfetto): a process per core, a thread per pipe."""
-        return write_chrome_trace(path, self.trace, self.machine, self.kernel)
+        return write_chrome_trace(path, self.trace, self.machine, self.kernel, self.task_times, self.program)
 
     # --- text ---------------------------------------------------------------------------
     def summary(self) -> str:
@@ -59,8 +61,14 @@ class SimResult:
             lines.append(f"  pipe busy     {busy}")
             moved = "  ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(s["bytes_by_path"].items()))
             lines.append(f"  bytes moved   {moved}")
+            lines.append(f"  L2            {s['l2_hits']} hits ({s['l2_hit_bytes'] / 2**20:.2f} MiB), "
+                         f"{s['l2_misses']} misses ({s['l2_miss_bytes'] / 2**20:.2f} MiB)")
             lines.append(f"  HBM           {s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
                          f"({s['hbm_util_pct']:.1f}% of {self.machine.hbm_gbps:.0f} GB/s)")
+            path = s["critical_path"]
+            groups = " -> ".join(f"g{p['group']}" for p in path)
+            lines.append(f"  critical path {len(path)} tasks ({groups})" if len(path) <= 8 else
+                         f"  critical path {len(path)} tasks, groups {sorted({p['group'] for p in path})}")
             if s.get("flops"):
                 lines.append(f"  compute       {s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak)")
         if self.check is not None:
@@ -101,18 +109,62 @@ def build_stats(timing: dict, program, machine: Machine) -> dict:
     seconds = cycles / (machine.clock_ghz * 1e9)
     hbm_gbps = timing["hbm_bytes"] / seconds / 1e9
     hbm_util = 100.0 * hbm_gbps / machine.hbm_gbps
+    core_busy: dict[str, int] = {}
+    for (core, _), b in timing["busy"].items():
+        core_busy[core] = max(core_busy.get(core, 0), b)
+    l2 = timing["l2"]
     return {
         "cycles": timing["cycles"], "time_us": round(machine.cycles_to_us(timing["cycles"]), 3),
         "instructions": timing["instructions"], "tasks": len(program.tasks),
         "cores_used": {k: len(v) for k, v in cores.items()},
-        "pipe_busy_pct": pct, "bytes_by_path": dict(sorted(timing["bytes_by_path"].items())),
+        "pipe_busy_pct": pct,
+        # a core is as busy as its busiest pipe
+        "core_busy_pct": {c: round(100.0 * b / cycles, 1) for c, b in sorted(core_busy.items(), key=_core_order)},
+        "bytes_by_path": dict(sorted(timing["bytes_by_path"].items())),
+        "l2_hits": l2["hits"], "l2_misses": l2["misses"], "l2_hit_bytes": l2["hit_bytes"],
+        "l2_miss_bytes": l2["miss_bytes"],
         "hbm_bytes": timing["hbm_bytes"], "hbm_gbps": round(hbm_gbps, 1),
         "hbm_util_pct": round(hbm_util, 1),
         "flops": flops, "tflops": round(flops / seconds / 1e12, 3),
         "cube_util_pct": round(100.0 * flops / seconds / machine.peak_flops, 1),
         "arithmetic_intensity": round(flops / timing["hbm_bytes"], 3) if timing["hbm_bytes"] else None,
         "bound": bound(pct, hbm_util),
+        "critical_path": critical_path(program, timing["tasks"], machine),
     }
+
+
+def _core_order(item):
+    core = item[0]
+    return (core[:3] != "AIC", int(core[3:]))
+
+
+def critical_path(program, task_times: dict, machine: Machine) -> list[dict]:
+    """The chain of tasks that decided the end time, first to last.
+
+    Walking back from the task that finished last: a task waited either for its latest-finishing
+    dependency or, when that finished earlier, for its core (the previous task on that core).
+    """
+    if not task_times:
+        return []
+    by_core: dict[str, list[int]] = {}
+    for tid, (core, start, _) in sorted(task_times.items(), key=lambda kv: kv[1][1]):
+        by_core.setdefault(core, []).append(tid)
+    tid = max(task_times, key=lambda t: (task_times[t][2], -t))
+    chain = []
+    while tid is not None:
+        core, start, end = task_times[tid]
+        task = program.tasks[tid]
+        chain.append({"task": tid, "group": task.group, "core": core, "start": start, "end": end})
+        ready = start - machine.dispatch_cycles
+        dep = max(task.deps, key=lambda d: task_times[d][2], default=None)
+        if dep is not None and task_times[dep][2] >= ready:
+            tid = dep
+            continue
+        order = by_core[core]
+        i = order.index(tid)
+        prev = order[i - 1] if i > 0 else None
+        tid = prev if prev is not None and task_times[prev][2] >= ready else None
+    return chain[::-1]
 
 
 BOUND_THRESHOLD_PCT = 50.0

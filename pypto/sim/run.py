@@ -1,10 +1,11 @@
-"""Simulating a program: functional, timing, or both."""
+"""Simulating a program: functional, timing, or both; optionally checked for races."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..errors import PyptoError
+from ..errors import KernelSignatureError, PyptoError
 from ..ir.program import Program
+from .checks import check_races
 from .functional import run_functional
 from .machine import get_machine
 from .result import SimResult, build_stats
@@ -13,17 +14,38 @@ from .timing import run_timing
 MODES = ("full", "functional", "timing")
 
 
-def simulate(program: Program, arrays: dict[str, np.ndarray] | None = None, machine="a2a3",
-             mode: str = "full", trace: bool = True) -> SimResult:
+def bind_buffers(program: Program, args) -> dict[str, np.ndarray]:
+    """Positional arrays for the program's non-workspace GM buffers, in their printed order."""
+    names = [b for b in program.buffers if b.role != "workspace"]
+    if len(args) == 1 and isinstance(args[0], dict):
+        return dict(args[0])
+    if len(args) != len(names):
+        raise KernelSignatureError(f"program {program.name} takes {len(names)} arrays",
+                                   expected=", ".join(b.name for b in names), got=f"{len(args)} arrays")
+    return {b.name: np.asarray(a) for b, a in zip(names, args)}
+
+
+def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check: bool = False,
+             trace: bool = True, progress: bool = True) -> SimResult:
+    """Run a PTO program.
+
+    `args` are numpy arrays for the program's GM buffers (inputs and outputs, in the order of its
+    `.gm` lines; workspaces excluded) or one dict name -> array; `mode="timing"` needs none.
+    `check=True` is the checked mode: uninitialised on-chip reads, event ids reused before their
+    wait, and races between pipes or tasks raise `pypto.SimulationError`.
+    """
     if mode not in MODES:
         raise PyptoError("unknown simulation mode", expected=" or ".join(MODES), got=repr(mode))
     m = get_machine(machine)
-    res = SimResult(program.name, m, None)
+    res = SimResult(program.name, m, None, program=program)
     if mode in ("full", "functional"):
-        res.outputs = run_functional(program, m, arrays or {})
+        res.outputs = run_functional(program, m, bind_buffers(program, args), checked=check)
     if mode in ("full", "timing"):
-        t = run_timing(program, m, trace=trace)
+        t = run_timing(program, m, trace=trace, record_times=check, checked=check, progress=progress)
+        if check:
+            check_races(program, t)
         res.cycles = t["cycles"]
         res.trace = t["events"]
+        res.task_times = t["tasks"]
         res.stats = build_stats(t, program, m)
     return res

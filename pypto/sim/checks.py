@@ -1,0 +1,111 @@
+"""Checked simulation: races between pipes and between tasks, found from the simulated times.
+
+The program's order is its meaning: inside a task, an instruction must see the result of the
+instruction before it in program order that wrote the bytes it reads, and must not overwrite
+bytes an earlier instruction still reads.  A race is such a pair whose simulated time intervals
+overlap or run in the wrong order (e.g. a WAIT_FLAG was removed).  Between tasks, a task that
+reads or writes GM another task writes must run after it.
+"""
+from __future__ import annotations
+
+from ..errors import SimulationError
+from ..ir.exec import SYNC_OPS, TileRef
+from ..ir.gm import GMRef
+from ..ir.program import Program
+
+
+def _ranges(ins):
+    """(space, lo, hi, is_write) of the on-chip bytes an instruction touches."""
+    out = []
+    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
+        if isinstance(o, TileRef):
+            out.append((o.space, o.addr, o.addr + o.nbytes, w))
+    return out
+
+
+def _describe(task, k) -> str:
+    ins = task.instrs[k]
+    loc = f" ({ins.loc.short()}: {ins.loc.source_line().strip()})" if ins.loc else ""
+    return f"task {task.id} instruction {k} {ins.op} on {ins.pipe}{loc}"
+
+
+def find_races(program: Program, times) -> list[str]:
+    """Every on-chip race of every task (first few per task), as readable sentences."""
+    found = []
+    for t in program.tasks:
+        last_write: dict[tuple, int] = {}
+        readers: dict[tuple, list[int]] = {}
+        per_task = 0
+        for k, ins in enumerate(t.instrs):
+            if ins.op in SYNC_OPS:
+                continue
+            start, end = times[t.id][k]
+            for space, lo, hi, w in _ranges(ins):
+                for (sp, a, b), j in list(last_write.items()):
+                    if sp != space or not (a < hi and lo < b):
+                        continue
+                    j_start, j_end = times[t.id][j]
+                    if j_end > start:    # this reads/overwrites before the writer finished
+                        what = "overwrites" if w else "reads"
+                        found.append(f"race in task {t.id}: {_describe(t, k)} {what} {space}[{lo:#x}:{hi:#x}] "
+                                     f"at cycle {start}, before {_describe(t, j)} finished writing it "
+                                     f"(cycle {j_end})")
+                        per_task += 1
+                if w:
+                    for (sp, a, b), js in readers.items():
+                        if sp != space or not (a < hi and lo < b):
+                            continue
+                        for j in js:
+                            if times[t.id][j][1] > start:
+                                found.append(f"race in task {t.id}: {_describe(t, k)} overwrites "
+                                             f"{space}[{lo:#x}:{hi:#x}] at cycle {start} while "
+                                             f"{_describe(t, j)} still reads it (until cycle {times[t.id][j][1]})")
+                                per_task += 1
+            for space, lo, hi, w in _ranges(ins):
+                if w:
+                    for rk in [rk for rk in last_write if rk[0] == space and rk[1] < hi and lo < rk[2]]:
+                        del last_write[rk]
+                    for rk in [rk for rk in readers if rk[0] == space and rk[1] < hi and lo < rk[2]]:
+                        del readers[rk]
+                    last_write[(space, lo, hi)] = k
+                else:
+                    readers.setdefault((space, lo, hi), []).append(k)
+            if per_task >= 3:
+                break
+    return found
+
+
+def find_task_races(program: Program, task_times) -> list[str]:
+    """Tasks touching the same GM (one writing) whose runs overlap or go against program order."""
+    from ..compiler.partition import _Footprint
+    feet = []
+    for t in program.tasks:
+        r, w = _Footprint(), _Footprint()
+        for ins in t.instrs:
+            if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
+                r.add(ins.srcs[0])
+            elif ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
+                w.add(ins.dst)
+        feet.append((r, w))
+    found = []
+    for b in program.tasks:
+        for a in program.tasks[:b.id]:
+            if a.group == b.group:     # tasks of one group write disjoint tiles (or equal values)
+                continue
+            (ra, wa), (rb, wb) = feet[a.id], feet[b.id]
+            if not (wa.overlaps(rb) or wa.overlaps(wb) or ra.overlaps(wb)):
+                continue
+            if task_times[a.id][2] > task_times[b.id][1]:
+                found.append(f"race between tasks: task {b.id} (group {b.group}) starts at cycle "
+                             f"{task_times[b.id][1]} on {task_times[b.id][0]} and touches GM that task {a.id} "
+                             f"(group {a.group}) writes or reads until cycle {task_times[a.id][2]} on "
+                             f"{task_times[a.id][0]}: a dependency is missing")
+    return found
+
+
+def check_races(program: Program, timing: dict) -> None:
+    races = find_races(program, timing["times"]) + find_task_races(program, timing["tasks"])
+    if races:
+        more = f"\n  ... and {len(races) - 5} more" if len(races) > 5 else ""
+        raise SimulationError(f"{len(races)} race(s) found by the checked simulation:\n  "
+                              + "\n  ".join(races[:5]) + more)
