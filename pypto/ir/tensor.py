@@ -205,7 +205,7 @@ def print_graph(g: TensorGraph) -> str:
         ng = n.attrs.get("group")
         if ng is not None and ng != group:
             lines.append(f"  // group {ng}")
-        group = ng
+            group = ng
         lines.append("  " + node_text(n))
     lines.append("}")
     return "\n".join(lines)
