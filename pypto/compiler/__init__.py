@@ -2,7 +2,7 @@
 from .fusion import FUSION_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
-from .pipeline import LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
+from .pipeline import BUILTIN_PASSES, LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
 from .schedule import CODEGEN, EXEC_PASSES, SELECT
 from .tensor_passes import TENSOR_PASSES
 from .tiling import TILING
@@ -15,5 +15,6 @@ def default_passes() -> list[Pass]:
 
 
 PASSES = {p.name: p for p in default_passes()}
+BUILTIN_PASSES.update(PASSES.values())
 
 __all__ = ["LEVELS", "PASSES", "Pass", "PassContext", "PassLog", "PassRecord", "Pipeline", "default_passes"]

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from ..errors import PyptoError, VerificationError
 
 LEVELS = ("tensor", "tile", "block", "exec", "pto")
+BUILTIN_PASSES: set = set()   # filled by pypto.compiler: passes trusted to keep their level valid
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,20 @@ class Pipeline:
     def __init__(self, passes: list[Pass]):
         self.passes = list(passes)
 
-    def run(self, graph, ctx: PassContext, verify: bool = True, snapshots: bool = False):
-        """Run every pass; return ({level: final graph}, PassLog, snapshots or None)."""
+    def run(self, graph, ctx: PassContext, verify: bool | str = "levels", snapshots: bool = False):
+        """Run every pass; return ({level: final graph}, PassLog, snapshots or None).
+
+        `verify`: "levels" checks each level's invariants once, on the graph that leaves it (the
+        default); "each" (or True, debug mode) after every pass, naming the pass that broke one;
+        False never.
+        """
+        if verify is True:
+            verify = "each"
+        last_of_level = {p.level.split("->")[-1]: i for i, p in enumerate(self.passes)}
         levels = {graph.level: graph}
         log = PassLog()
         snaps = [] if snapshots else None
-        for p in self.passes:
+        for i, p in enumerate(self.passes):
             before = len(graph)
             t0 = time.perf_counter()
             try:
@@ -98,7 +107,7 @@ class Pipeline:
             if getattr(out, "level", None) != want:
                 raise PyptoError(f"pass '{p.name}' returned a {getattr(out, 'level', type(out).__name__)} "
                                  f"graph", expected=f"a {want} graph", got=type(out).__name__)
-            if verify:
+            if verify == "each" or (verify == "levels" and (last_of_level[want] == i or p not in BUILTIN_PASSES)):
                 check = _verifier(want)
                 if check is not None:
                     try:

@@ -66,7 +66,8 @@ class JitKernel:
             return hit
         traced = self._trace(specs, values)
         pipeline = self.pipeline or Pipeline(default_passes())
-        levels, log, snaps = pipeline.run(traced, PassContext(m), verify=True, snapshots=snapshots)
+        levels, log, snaps = pipeline.run(traced, PassContext(m), verify="each" if self.debug else "levels",
+                                          snapshots=snapshots)
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                             levels["exec"], levels["pto"], log, snaps, kernel=self)
         self._cache[key] = ck
