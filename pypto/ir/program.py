@@ -41,5 +41,20 @@ class Program:
     def __str__(self):
         return self.text()
 
+    @classmethod
+    def parse(cls, text: str, machine=None) -> "Program":
+        """The program printed by `text()` (print -> parse -> print is the identity); hand-edited
+        programs too.  Errors (`pypto.ir.pto_text.PTOSyntaxError`) name the line, the task, the
+        instruction index and the kernel line.  With a machine, tiles are checked against its
+        buffer capacities."""
+        from .pto_text import parse_program
+        return parse_program(text, machine)
+
+    def verify(self, machine=None) -> None:
+        """Check every instruction (operand spaces, pipes, 32-byte alignment and, with a machine,
+        capacities); raises PTOSyntaxError naming the task and instruction."""
+        from .pto_text import verify_program
+        verify_program(self, machine)
+
     def _repr_pretty_(self, p, cycle):
         p.text(self.text(max_tasks=4))

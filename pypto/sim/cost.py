@@ -4,22 +4,30 @@
 - vector: head + slope * repeats + tail, a repeat being 256 bytes; an instruction that follows
   another on a busy V pipe shares its startup (no head);
 - DMA: bytes / path bandwidth (GM traffic is additionally limited by the shared HBM, in timing).
+
+There is one cost model: `base_cycles(instr, machine)`.  `cost(op, machine, **shape)` builds a
+synthetic instruction and asks it; `instruction_table(machine)` lists every instruction the
+compiler can emit with its pipe, its rule and an example (docs/instructions.md is made from it).
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
-from ..ir.core import ceil_div, prod
-from ..ir.exec import Instr, TileRef
-from ..ir.gm import GMRef
-from .machine import Machine
+from ..dtypes import BY_NAME, DType, from_numpy
+from ..errors import PyptoError
+from ..ir.core import Attrs, ceil_div, prod
+from ..ir.exec import Instr, TileRef, pipe_of
+from ..ir.gm import GMBuffer, GMRef
+from .machine import Machine, get_machine
 
-VECTOR_SLOPE = {  # cycles per 256-byte repeat
+VECTOR_SLOPE = {  # cycles per 256-byte repeat (default 1)
     "TDIV": 4, "TDIVS": 4, "TRECIP": 4, "TROWEXPANDDIV": 4, "TCOLEXPANDDIV": 4,
     "TEXP": 4, "TLOG": 4, "TSQRT": 4, "TRSQRT": 4,
     "TROWSUM": 2, "TROWMAX": 2, "TROWMIN": 2, "TCOLSUM": 2, "TCOLMAX": 2, "TCOLMIN": 2,
 }
 SYNC_CYCLES = {"SET_FLAG": 1, "WAIT_FLAG": 1, "PIPE_BARRIER": 1}
+MOVE_OPS = ("TLOAD", "TSTORE", "TEXTRACT", "TMOV")
 
 
 def vector_repeats(ins: Instr, m: Machine) -> int:
@@ -47,12 +55,18 @@ def dma_path(ins: Instr) -> tuple[str, str]:
 
 
 def dma_bytes(ins: Instr) -> int:
-    """Bytes moved: the valid data (GM side) of the transfer."""
+    """Bytes moved: the GM window of a load or store; for an on-chip move (TEXTRACT, TMOV) the
+    valid data of the destination tile (an extract reads only its part of the source tile)."""
     for o in (ins.dst,) + tuple(ins.srcs):
         if isinstance(o, GMRef):
             return o.nbytes
-    t = ins.srcs[0]
+    t = ins.dst if isinstance(ins.dst, TileRef) else ins.srcs[0]
     return prod(t.valid) * t.dtype.itemsize
+
+
+def dma_cycles(nbytes: int, src: str, dst: str, m: Machine) -> int:
+    """ceil(bytes / (GiB/s * 2^30) * f_clk), at least 1."""
+    return max(1, math.ceil(nbytes / m.dma_bytes_per_cycle(src, dst)))
 
 
 def base_cycles(ins: Instr, m: Machine) -> int:
@@ -63,11 +77,278 @@ def base_cycles(ins: Instr, m: Machine) -> int:
     if op.startswith("TMATMUL"):
         a, b = ins.srcs[-2], ins.srcs[-1]
         return cube_cycles(a.valid[0], a.valid[1], b.valid[1], a.dtype.itemsize, m)
-    if op in ("TLOAD", "TSTORE", "TEXTRACT", "TMOV"):
+    if op in MOVE_OPS:
         src, dst = dma_path(ins)
-        return max(1, math.ceil(dma_bytes(ins) / m.dma_bytes_per_cycle(src, dst)))
+        return dma_cycles(dma_bytes(ins), src, dst, m)
     return m.vec_head + VECTOR_SLOPE.get(op, 1) * vector_repeats(ins, m) + m.vec_tail
 
 
 def is_vector(op: str) -> bool:
-    return not (op in SYNC_CYCLES or op.startswith("TMATMUL") or op in ("TLOAD", "TSTORE", "TEXTRACT", "TMOV"))
+    return not (op in SYNC_CYCLES or op.startswith("TMATMUL") or op in MOVE_OPS)
+
+
+# ---------------------------------------------------------------------------------------
+# the instruction vocabulary
+
+def vocabulary() -> dict[str, str]:
+    """Every instruction the compiler can emit -> its kind (load, store, extract, cube, unary,
+    cvt, binary, scalar, expand, expand_binary, reduce, sync), in documentation order."""
+    cached = globals().get("_VOCAB")
+    if cached is not None:
+        return cached
+    from ..compiler.tiling import BINARY_TILE_OPS, REDUCE_TILE_OPS, UNARY_TILE_OPS  # lazy: no import cycle
+    v: dict[str, str] = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract",
+                         "TMATMUL": "cube", "TMATMUL_ACC": "cube"}
+    for op in UNARY_TILE_OPS.values():
+        v[op] = "unary"
+    v["TCVT"] = "cvt"
+    names = list(BINARY_TILE_OPS.values())
+    for n in names:
+        v[f"T{n}"] = "binary"
+    for n in names:
+        v[f"T{n}S"] = "scalar"
+    for kind in ("ROW", "COL"):
+        v[f"T{kind}EXPAND"] = "expand"
+        for n in names:
+            v[f"T{kind}EXPAND{n}"] = "expand_binary"
+    for kind in ("ROW", "COL"):
+        for r in REDUCE_TILE_OPS.values():
+            v[f"T{kind}{r}"] = "reduce"
+    for op in SYNC_CYCLES:
+        v[op] = "sync"
+    globals()["_VOCAB"] = v
+    return v
+
+
+def _dtype(d, what="dtype") -> DType:
+    if isinstance(d, DType):
+        return d
+    if isinstance(d, str) and d in BY_NAME:
+        return BY_NAME[d]
+    try:
+        dt = from_numpy(d)
+    except TypeError:
+        dt = None
+    if dt is None:
+        raise PyptoError(f"cost: unknown {what}", expected=" or ".join(BY_NAME), got=repr(d))
+    return dt
+
+
+def _shape(s, what="shape") -> tuple[int, ...]:
+    if isinstance(s, int):
+        s = (s,)
+    try:
+        t = tuple(int(x) for x in s)
+    except TypeError:
+        t = ()
+    if not t or any(x <= 0 for x in t):
+        raise PyptoError(f"cost: bad {what}", expected="a tuple of positive ints, e.g. (64, 256)", got=repr(s))
+    return t
+
+
+def _tile(space, dtype, shape, valid=None) -> TileRef:
+    return TileRef(space, 0, dtype, shape, shape if valid is None else valid)
+
+
+_ARGS = {
+    "cube": ("m", "k", "n", "dtype"),
+    "load": ("shape", "dtype", "src", "dst", "valid"),
+    "store": ("shape", "dtype", "src", "dst", "valid"),
+    "extract": ("shape", "dtype", "src", "dst", "valid"),
+    "move": ("shape", "dtype", "src", "dst", "valid"),
+    "cvt": ("shape", "dtype", "to", "valid"),
+    "sync": ("src", "dst", "event", "pipes"),
+}
+_VECTOR_ARGS = ("shape", "dtype", "valid")
+
+
+def synthetic_instr(op: str, **kw) -> Instr:
+    """An instruction with the given shapes and dtype, as the compiler would emit it."""
+    op = op.upper()
+    vocab = vocabulary()
+    kind = vocab.get(op, "move" if op == "TMOV" else None)
+    if kind is None:
+        raise PyptoError(f"cost: unknown instruction {op}", expected="one of " + ", ".join(vocab) + ", TMOV",
+                         got=op)
+    allowed = _ARGS.get(kind, _VECTOR_ARGS)
+    bad = [k for k in kw if k not in allowed]
+    if bad:
+        raise PyptoError(f"cost: {op} takes no argument '{bad[0]}'", expected=", ".join(allowed),
+                         got=", ".join(bad))
+    if kind == "sync":
+        if op == "PIPE_BARRIER":
+            return Instr(op, "S", attrs=Attrs({"pipes": kw["pipes"]} if "pipes" in kw else {}))
+        a = Attrs({"src": kw.get("src", "MTE2"), "dst": kw.get("dst", "V"), "event": kw.get("event", 0)})
+        return Instr(op, a["src"] if op == "SET_FLAG" else a["dst"], attrs=a)
+    if kind == "cube":
+        missing = [k for k in ("m", "k", "n") if k not in kw]
+        if missing:
+            raise PyptoError(f"cost: {op} needs m, k and n", expected="m=, k=, n= (and dtype=)",
+                             got="missing " + ", ".join(missing))
+        m_, k, n = (_shape(kw[x], x)[0] for x in ("m", "k", "n"))
+        dt = _dtype(kw.get("dtype", "fp16"))
+        acc = BY_NAME["int32"] if dt.name == "int8" else BY_NAME["fp32"]
+        a, b, c = _tile("L0A", dt, (m_, k)), _tile("L0B", dt, (k, n)), _tile("L0C", acc, (m_, n))
+        srcs = (c, a, b) if op == "TMATMUL_ACC" else (a, b)
+        return Instr(op, pipe_of(op), c, srcs)
+    if "shape" not in kw:
+        raise PyptoError(f"cost: {op} needs shape=", expected="shape=(rows, cols), dtype=", got="no shape")
+    shape = _shape(kw["shape"])
+    valid = _shape(kw["valid"], "valid") if "valid" in kw else shape
+    if len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape)):
+        raise PyptoError(f"cost: valid shape of {op} exceeds its shape", expected=f"<= {list(shape)}",
+                         got=list(valid))
+    dt = _dtype(kw.get("dtype", "fp32"))
+    if kind in ("load", "store", "extract", "move"):
+        default = {"load": ("GM", "UB"), "store": ("UB", "GM"), "extract": ("L1", "L0A"), "move": (None, None)}[kind]
+        src, dst = kw.get("src", default[0]), kw.get("dst", default[1])
+        legal = {"load": (("GM",), ("UB", "L1")), "store": (("UB", "L0C"), ("GM",)),
+                 "extract": (("L1",), ("L0A", "L0B")),
+                 "move": (("UB", "L0C", "L1"), ("UB", "L1", "L0A", "L0B"))}[kind]
+        if src not in legal[0] or dst not in legal[1]:
+            raise PyptoError(f"cost: {op} cannot move {src} -> {dst}",
+                             expected=f"src in {'/'.join(legal[0])}, dst in {'/'.join(legal[1])}",
+                             got=f"src={src!r}, dst={dst!r}")
+        if kind == "load":
+            gm = GMRef.whole(GMBuffer("x", valid, dt, "input"))
+            return Instr(op, pipe_of(op), _tile(dst, dt, shape, valid), (gm,))
+        if kind == "store":
+            gm = GMRef.whole(GMBuffer("y", valid, dt, "output"))
+            tdt = (BY_NAME["int32"] if dt.name in ("int8", "int32") else BY_NAME["fp32"]) if src == "L0C" else dt
+            return Instr(op, pipe_of(op, src), gm, (_tile(src, tdt, shape, valid),))
+        attrs = Attrs({"offsets": (0,) * len(shape)}) if kind == "extract" else Attrs()
+        return Instr(op, pipe_of(op), _tile(dst, dt, shape, valid), (_tile(src, dt, shape),), attrs)
+    rows_shape = shape[:-1] + (1,)
+    rows_valid = valid[:-1] + (1,)
+    cols_shape = shape[:-2] + (1, shape[-1]) if len(shape) >= 2 else shape
+    cols_valid = valid[:-2] + (1, valid[-1]) if len(valid) >= 2 else valid
+    full = _tile("UB", dt, shape, valid)
+    if kind == "unary":
+        return Instr(op, "V", full, (full,))
+    if kind == "cvt":
+        to = _dtype(kw.get("to", "fp16" if dt.name == "fp32" else "fp32"), "to dtype")
+        return Instr(op, "V", _tile("UB", to, shape, valid), (full,), Attrs({"to": to.name}))
+    if kind == "binary":
+        return Instr(op, "V", full, (full, full))
+    if kind == "scalar":
+        return Instr(op, "V", full, (full, 1.0))
+    row = op.startswith("TROW")
+    part = _tile("UB", dt, rows_shape, rows_valid) if row else _tile("UB", dt, cols_shape, cols_valid)
+    if kind == "expand":
+        return Instr(op, "V", full, (part, full))
+    if kind == "expand_binary":
+        return Instr(op, "V", full, (full, part))
+    # reduce: shape is the input's
+    return Instr(op, "V", part, (full,), Attrs({"dim": len(shape) - 1 if row else len(shape) - 2}))
+
+
+def cost(op: str, machine="a2a3", **shape_and_dtype) -> int:
+    """Cycles of one instruction alone on its pipe (vector: with its head and tail).
+
+        cost("TMATMUL", m=40, k=50, n=60, dtype="fp16")              # 54
+        cost("TEXP", shape=(64, 256), dtype="fp32")                   # head + 4 x 256 repeats + tail
+        cost("TLOAD", shape=(64, 256), dtype="fp32", src="GM", dst="UB")
+        cost("TSTORE", shape=(64, 256), dtype="fp16", src="L0C")      # on FIX
+        cost("TEXTRACT", shape=(128, 64), dtype="fp16", dst="L0B")
+        cost("SET_FLAG")
+
+    Shapes are tile shapes (`valid=` for a tail tile); reductions take their input's shape,
+    expansions their output's.  `machine` is a Machine, a name or a .toml path.
+    """
+    return base_cycles(synthetic_instr(op, **shape_and_dtype), get_machine(machine))
+
+
+# ---------------------------------------------------------------------------------------
+# the instruction table (docs/instructions.md)
+
+class InstrRow(NamedTuple):
+    op: str
+    pipe: str
+    operands: str        # e.g. "UB <- GM"
+    rule: str            # the cost rule, with this machine's numbers
+    example: str         # the example's arguments
+    cycles: int          # cost(op, machine, **example)
+
+
+EXAMPLE_SHAPE = (64, 256)
+
+
+def _fmt_bw(x: float) -> str:
+    return f"{x:g}"
+
+
+def instruction_table(machine="a2a3") -> list[InstrRow]:
+    """One row per instruction (and data path) the compiler can emit, computed from the cost
+    model's own tables: VECTOR_SLOPE, pipe_of, the cube formula and the machine's DMA paths."""
+    m = get_machine(machine)
+    head, tail, rep = m.vec_head, m.vec_tail, m.vec_repeat_bytes
+    rows: list[InstrRow] = []
+
+    def add(op, operands, rule, example_text, **kw):
+        ins = synthetic_instr(op, **kw)
+        rows.append(InstrRow(op, ins.pipe, operands, rule, example_text, base_cycles(ins, m)))
+
+    def dma_rule(src, dst):
+        return f"ceil(bytes / ({_fmt_bw(m.bandwidth_gibps[(src, dst)])} GiB/s) x {m.clock_ghz:g} GHz)"
+
+    ex = f"fp32{list(EXAMPLE_SHAPE)}".replace(" ", "")
+    ex16 = f"fp16{list(EXAMPLE_SHAPE)}".replace(" ", "")
+    for op, kind in vocabulary().items():
+        if kind == "load":
+            for dst in ("UB", "L1"):
+                add(op, f"{dst} <- GM", dma_rule("GM", dst) + " (+ shared HBM)", ex, shape=EXAMPLE_SHAPE, dtype="fp32", dst=dst)
+        elif kind == "store":
+            add(op, "GM <- UB", dma_rule("UB", "GM") + " (+ shared HBM)", ex, shape=EXAMPLE_SHAPE, dtype="fp32", src="UB")
+            add(op, "GM <- L0C", dma_rule("L0C", "GM") + " (+ shared HBM); bytes in the GM dtype", ex16 + " (from fp32 L0C)",
+                shape=EXAMPLE_SHAPE, dtype="fp16", src="L0C")
+        elif kind == "extract":
+            for dst in ("L0A", "L0B"):
+                add(op, f"{dst} <- L1", dma_rule("L1", dst) + "; bytes of the extracted tile",
+                    "fp16[128,64]", shape=(128, 64), dtype="fp16", dst=dst)
+        elif kind == "cube":
+            rule = f"{m.cube_startup} + c x ceil(M/16) x ceil(K/K0) x ceil(N/16); K0 = 32 B / sizeof(A), c = 2 for fp32"
+            operands = "L0C <- L0C + L0A x L0B" if op == "TMATMUL_ACC" else "L0C <- L0A x L0B"
+            add(op, operands, rule, "M=40 K=50 N=60 fp16", m=40, k=50, n=60, dtype="fp16")
+        elif kind == "sync":
+            operands = "pipe -> pipe, EVENT_ID" if op != "PIPE_BARRIER" else "pipe"
+            note = {"SET_FLAG": "", "WAIT_FLAG": ", then blocks until the matching SET_FLAG has run",
+                    "PIPE_BARRIER": ", then blocks until the pipe has drained"}[op]
+            ins = synthetic_instr(op)
+            pipe = {"SET_FLAG": "source pipe", "WAIT_FLAG": "waiting pipe", "PIPE_BARRIER": "its pipe"}[op]
+            rows.append(InstrRow(op, pipe, operands, f"{SYNC_CYCLES[op]}{note}", "-", base_cycles(ins, m)))
+        else:
+            slope = VECTOR_SLOPE.get(op, 1)
+            rule = f"{head} + {slope} x ceil(bytes / {rep}) + {tail}"
+            operands = {"unary": "UB <- UB", "cvt": "UB <- UB (to=dtype)", "binary": "UB <- UB, UB",
+                        "scalar": "UB <- UB, scalar", "expand": "UB <- UB (row/col vector)",
+                        "expand_binary": "UB <- UB, UB (row/col vector)",
+                        "reduce": "UB <- UB (dim=)"}[kind]
+            extra = {"to": "fp16"} if kind == "cvt" else {}
+            text = ex + (" -> fp16" if kind == "cvt" else "") + (" input" if kind == "reduce" else "")
+            add(op, operands, rule, text, shape=EXAMPLE_SHAPE, dtype="fp32", **extra)
+    return rows
+
+
+def instruction_table_markdown(machines=("a2a3", "a5")) -> str:
+    """docs/instructions.md: the instruction table of each machine."""
+    out = ["# PTO instructions: pipes and costs", "",
+           "Generated by `scripts/gen_instruction_table.py` from `pypto.sim.cost.instruction_table` "
+           "(do not edit by hand).", "",
+           "`cycles` is the cost of the example alone on its pipe: `pypto.sim.cost(op, machine, **example)`.", "",
+           "- vector (pipe V): head + slope x repeats + tail; a repeat is 256 bytes of the largest operand "
+           "(rows padded to 32 bytes); an instruction issued right after another on a busy V pipe has no head;",
+           "- cube (pipe M): the public formula; M, K, N are the valid sizes of the operands;",
+           "- DMA: bytes over the path's bandwidth per core; TLOAD/TSTORE also share the machine's HBM with "
+           "all cores in the timing simulation (bytes of the GM window);",
+           "- SET_FLAG runs on the producer's pipe, WAIT_FLAG on the consumer's.", ""]
+    for name in machines:
+        m = get_machine(name)
+        out += [f"## {m.name}", "",
+                f"{m.n_aic} AIC + {m.n_aiv} AIV cores at {m.clock_ghz:g} GHz; UB {m.ub_kib} KiB, L1 {m.l1_kib} KiB, "
+                f"L0A/L0B {m.l0a_kib}/{m.l0b_kib} KiB, L0C {m.l0c_kib} KiB; HBM {m.hbm_gbps:g} GB/s.", "",
+                "| op | pipe | operands | cost rule (cycles) | example | cycles |",
+                "|---|---|---|---|---|---:|"]
+        for r in instruction_table(m):
+            out.append(f"| {r.op} | {r.pipe} | {r.operands} | {r.rule} | {r.example} | {r.cycles} |")
+        out.append("")
+    return "\n".join(out)

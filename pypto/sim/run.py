@@ -37,6 +37,10 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
     if mode not in MODES:
         raise PyptoError("unknown simulation mode", expected=" or ".join(MODES), got=repr(mode))
     m = get_machine(machine)
+    verified = program.__dict__.setdefault("_verified_for", set())
+    if m not in verified:       # hand-written or edited programs: clear errors before running
+        program.verify(m)
+        verified.add(m)
     res = SimResult(program.name, m, None, program=program)
     if mode in ("full", "functional"):
         res.outputs = run_functional(program, m, bind_buffers(program, args), checked=check)

@@ -162,14 +162,11 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     times = [[None] * len(t.instrs) for t in tasks] if record_times else None
     busy: dict[tuple[str, str], int] = {}
     bytes_by_path: dict[str, int] = {}
-    l2_mib, l2_gbps, hit_latency, miss_extra = (getattr(machine, "l2_mib", 192), getattr(machine, "l2_gbps", 4884.0),
-                                                getattr(machine, "l2_hit_cycles", 50),
-                                                getattr(machine, "l2_miss_extra_cycles", 150))
-    l2 = L2Cache(int(l2_mib * 2 ** 20))
+    l2 = L2Cache(machine.l2_bytes)
     hbm_free = l2_free = 0.0
-    hbm_bpc = machine.hbm_bytes_per_cycle
-    l2_bpc = l2_gbps / machine.clock_ghz
-    miss_latency = hit_latency + miss_extra
+    hbm_bpc, l2_bpc = machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle
+    hit_latency = machine.l2_hit_cycles
+    miss_latency = machine.l2_hit_cycles + machine.l2_miss_extra_cycles
     hbm_bytes = 0
     done = executed = 0
     end_time = 0

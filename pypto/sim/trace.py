@@ -58,7 +58,7 @@ def _task_events(task_times, program, pid, us):
         out.append({"ph": "X", "name": f"task {tid} (group {task.group})", "cat": "task", "pid": pid[core],
                     "tid": 0, "ts": round(start * us, 6), "dur": round(max(end - start, 1) * us, 6),
                     "args": {"task": tid, "group": task.group, "deps": list(task.deps),
-                             "cycles": end - start}})
+                             "cycles": end - start, "start_cycle": start}})
         used = _onchip_bytes(task)
         for when, scale in ((start, 1), (end, 0)):
             out.append({"ph": "C", "name": "on-chip bytes", "pid": pid[core], "ts": round(when * us, 6),

@@ -1,0 +1,580 @@
+"""The PTO program's text form: parser (the printer is `Program.text()` / `Instr.text()`).
+
+    // PTO program softmax: 2 tasks, 14 instructions
+    .gm x fp32[64,256] input
+    .gm out fp32[64,256] output
+    .task 0 AIV group=0 deps=[]
+      TLOAD              UB[0x0]:fp32[32,256], GM:x[0:32,0:256]  ; kernel.py:5
+      SET_FLAG           MTE2 -> V, EVENT_ID0
+      WAIT_FLAG          MTE2 -> V, EVENT_ID0
+      TROWMAX            UB[0x8000]:fp32[32,1], UB[0x0]:fp32[32,256], dim=1  ; kernel.py:5
+      ...
+
+Operands: on-chip tiles `SPACE[addr]:dtype[shape]{valid}` (valid only when it differs from the
+shape), GM windows `GM:name[lo:hi,...]` or `GM:name{off=..,shape=[..],strides=[..]}`, scalars;
+then attributes `dim=`, `offsets=(..)`, `to=`.  The first operand is the destination.  A
+trailing `; file:line` is the kernel source location.  Print -> parse -> print is the identity
+for every program the compiler produces; `parse` also accepts hand-edited programs and checks
+each instruction (operand spaces and counts, pipes of the task's core, 32-byte aligned tiles,
+capacities when a machine is given), raising `PTOSyntaxError` naming the line, the task, the
+instruction index within the task and the kernel line.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+
+from ..dtypes import BY_NAME
+from ..errors import PyptoError, SourceLoc
+from .core import Attrs, prod
+from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
+from .gm import GMBuffer, GMRef, natural_strides
+from .tile import tile_bytes
+
+# ---------------------------------------------------------------------------------------
+# the instruction set the parser knows: op -> kind
+
+UNARY_OPS = ("TEXP", "TLOG", "TSQRT", "TRSQRT", "TABS", "TNEG", "TRELU", "TRECIP")
+BINARY_NAMES = ("ADD", "SUB", "MUL", "DIV", "MAX", "MIN")
+REDUCE_NAMES = ("SUM", "MAX", "MIN")
+
+
+def _instruction_set() -> dict[str, str]:
+    v = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract", "TMATMUL": "cube", "TMATMUL_ACC": "cube"}
+    v.update({op: "unary" for op in UNARY_OPS})
+    v["TCVT"] = "cvt"
+    v.update({f"T{n}": "binary" for n in BINARY_NAMES})
+    v.update({f"T{n}S": "scalar" for n in BINARY_NAMES})
+    for k in ("ROW", "COL"):
+        v[f"T{k}EXPAND"] = "expand"
+        v.update({f"T{k}EXPAND{n}": "expand_binary" for n in BINARY_NAMES})
+        v.update({f"T{k}{n}": "reduce" for n in REDUCE_NAMES})
+    v.update({"SET_FLAG": "flag", "WAIT_FLAG": "flag", "PIPE_BARRIER": "barrier"})
+    return v
+
+
+INSTRUCTIONS = _instruction_set()
+ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C")
+CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C")}
+CORE_PIPES = {"AIC": AIC_PIPES, "AIV": AIV_PIPES}
+ROLES = ("input", "output", "inout", "workspace")
+ATTR_KEYS = ("dim", "offsets", "to")
+
+
+class PTOSyntaxError(PyptoError):
+    """PTO text that cannot be parsed, or an instruction that breaks the machine's rules.
+
+    Attributes: `line` (1-based line of the text), `task` and `index` (the instruction's task
+    id and index within the task, None when not inside one), `kernel_loc` (the `; file:line`
+    of the instruction, None when absent)."""
+
+    def __init__(self, message: str, *, line: int | None = None, task: int | None = None,
+                 index: int | None = None, op: str | None = None, text: str | None = None,
+                 kernel_loc: SourceLoc | None = None, expected=None, got=None):
+        self.line, self.task, self.index, self.kernel_loc, self.text = line, task, index, kernel_loc, text
+        ctx = []
+        if task is not None:
+            ctx.append(f"task {task}")
+        if index is not None:
+            ctx.append(f"instruction {index}" + (f": {op}" if op else ""))
+        if kernel_loc is not None:
+            ctx.append(f"kernel {kernel_loc.short()}")
+        if line is not None:
+            head = f"line {line}" + (f" ({', '.join(ctx)})" if ctx else "")
+        else:
+            head = ", ".join(ctx)
+        full = f"{head}: {message}" if head else message
+        if text is not None:
+            full += f"\n    {text.strip()}"
+        if kernel_loc is not None:
+            src = _kernel_source(kernel_loc)
+            if src:
+                full += f"\n  kernel line {kernel_loc.line}: {src}"
+        super().__init__(full, expected=expected, got=got)
+
+
+def _kernel_source(loc: SourceLoc) -> str:
+    try:
+        return linecache.getline(loc.file, loc.line).strip()
+    except Exception:  # pragma: no cover - linecache is best effort
+        return ""
+
+
+class _Problem(Exception):
+    """An instruction-level problem; the caller adds the line/task/instruction context."""
+
+    def __init__(self, message, expected=None, got=None):
+        super().__init__(message)
+        self.message, self.expected, self.got = message, expected, got
+
+
+# ---------------------------------------------------------------------------------------
+# operands
+
+_INT = r"-?\d+"
+_TILE = re.compile(r"^(?P<space>[A-Za-z0-9]+)\[(?P<addr>0[xX][0-9a-fA-F]+|\d+)\]:(?P<dtype>\w+)"
+                   r"\[(?P<shape>[^\]]*)\](?:\{(?P<valid>[^}]*)\})?$")
+_GM_SHORT = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\[(?P<ranges>[^\]]*)\]$")
+_GM_LONG = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\{\s*off\s*=\s*(?P<off>-?\d+)\s*,\s*shape\s*=\s*\[(?P<shape>[^\]]*)\]"
+                      r"\s*,\s*strides\s*=\s*\[(?P<strides>[^\]]*)\]\s*\}$")
+_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)$")
+_FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
+_TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]$")
+_GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
+_HEADER = re.compile(r"^//\s*PTO program\s+(?P<name>\S+?):")
+_LOC = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+
+
+def _ints(text: str, what: str, allow_empty=False, allow_negative=False) -> tuple[int, ...]:
+    parts = [p.strip() for p in text.split(",")] if text.strip() else []
+    if not parts and not allow_empty:
+        raise _Problem(f"empty {what}", expected="comma-separated integers", got=f"[{text}]")
+    out = []
+    for p in parts:
+        if not re.fullmatch(_INT if allow_negative else r"\d+", p):
+            raise _Problem(f"bad {what}", expected="comma-separated integers", got=f"[{text}]")
+        out.append(int(p))
+    return tuple(out)
+
+
+def _dtype(name: str):
+    if name not in BY_NAME:
+        raise _Problem(f"unknown dtype '{name}'", expected=" or ".join(BY_NAME), got=name)
+    return BY_NAME[name]
+
+
+def parse_tile(text: str) -> TileRef:
+    m = _TILE.match(text)
+    if not m:
+        raise _Problem("bad tile operand", expected="SPACE[addr]:dtype[shape]{valid}, e.g. UB[0x100]:fp32[64,256]",
+                       got=text)
+    space = m["space"]
+    if space not in ON_CHIP:
+        raise _Problem(f"unknown on-chip space '{space}'", expected=" or ".join(ON_CHIP), got=space)
+    shape = _ints(m["shape"], "tile shape")
+    if any(s <= 0 for s in shape):
+        raise _Problem("tile shape must be positive", expected="sizes >= 1", got=list(shape))
+    valid = shape if m["valid"] is None else _ints(m["valid"], "valid shape")
+    if len(valid) != len(shape) or any(not 1 <= v <= s for v, s in zip(valid, shape)):
+        raise _Problem("valid shape does not fit the tile", expected=f"1 <= valid <= {list(shape)}, same rank",
+                       got=list(valid))
+    return TileRef(space, int(m["addr"], 0), _dtype(m["dtype"]), shape, valid)
+
+
+def parse_gm(text: str, buffers: dict[str, GMBuffer]) -> GMRef:
+    body = text[3:]
+    m = _GM_LONG.match(body) or _GM_SHORT.match(body)
+    if not m:
+        raise _Problem("bad GM operand", expected="GM:name[lo:hi,...] or GM:name{off=..,shape=[..],strides=[..]}",
+                       got=text)
+    name = m["name"]
+    if name not in buffers:
+        raise _Problem(f"unknown GM buffer '{name}'",
+                       expected="a buffer declared by a .gm line: " + (", ".join(buffers) or "(none declared)"),
+                       got=name)
+    buf = buffers[name]
+    n = prod(buf.shape)
+    if "off" in m.groupdict():
+        shape = _ints(m["shape"], "GM window shape", allow_empty=True)
+        strides = _ints(m["strides"], "GM window strides", allow_negative=True)
+        if len(strides) != len(shape):
+            raise _Problem("GM window shape and strides differ in rank", expected=f"{len(shape)} strides",
+                           got=list(strides))
+        ref = GMRef(buf, int(m["off"]), shape, strides)
+    else:
+        ranges = [r.strip() for r in m["ranges"].split(",")]
+        for r in ranges:
+            if not re.fullmatch(r"(\d+)\s*:\s*(\d+)", r):
+                raise _Problem("bad GM range", expected="lo:hi, e.g. GM:x[0:64,0:256]", got=r)
+        if len(ranges) != len(buf.shape):
+            raise _Problem(f"GM window of '{name}' needs one range per dim", expected=f"{len(buf.shape)} ranges",
+                           got=len(ranges))
+        off, shape = 0, []
+        nat = natural_strides(buf.shape)
+        for r, dim, st in zip(ranges, buf.shape, nat):
+            mm = re.fullmatch(r"(\d+)\s*:\s*(\d+)", r)
+            if not mm:
+                raise _Problem("bad GM range", expected="lo:hi", got=r)
+            lo, hi = int(mm[1]), int(mm[2])
+            if not 0 <= lo < hi <= dim:
+                raise _Problem(f"GM range {lo}:{hi} outside buffer '{name}' dim of size {dim}",
+                               expected=f"0 <= lo < hi <= {dim}", got=f"{lo}:{hi}")
+            off += lo * st
+            shape.append(hi - lo)
+        ref = GMRef(buf, off, tuple(shape), nat)
+    if any(s <= 0 for s in ref.shape):
+        raise _Problem("GM window shape must be positive", expected="sizes >= 1", got=list(ref.shape))
+    lo = ref.offset + sum((s - 1) * st for s, st in zip(ref.shape, ref.strides) if st < 0)
+    hi = ref.offset + sum((s - 1) * st for s, st in zip(ref.shape, ref.strides) if st > 0) + 1
+    if lo < 0 or hi > n:
+        raise _Problem(f"GM window outside buffer '{name}'", expected=f"elements in [0, {n})", got=f"[{lo}, {hi})")
+    return ref
+
+
+def _split_top(body: str) -> list[str]:
+    """Split at commas outside brackets, braces and parentheses."""
+    out, depth, cur = [], 0, []
+    for ch in body:
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+            if depth < 0:
+                raise _Problem("unbalanced brackets", expected="operands with matching [] {} ()", got=body)
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    if depth != 0:
+        raise _Problem("unbalanced brackets", expected="operands with matching [] {} ()", got=body)
+    last = "".join(cur).strip()
+    if last or out:
+        out.append(last)
+    return out
+
+
+def _attr_value(key: str, text: str):
+    text = text.strip()
+    if key == "offsets":
+        m = re.fullmatch(r"\(([^)]*)\)", text)
+        if not m:
+            raise _Problem("bad offsets", expected="offsets=(row,col)", got=text)
+        return _ints(m[1], "offsets")
+    if key == "dim":
+        if re.fullmatch(_INT, text):
+            return int(text)
+        m = re.fullmatch(r"\(([^)]*)\)", text)
+        if m:
+            return _ints(m[1], "dims", allow_negative=True)
+        raise _Problem("bad dim", expected="dim=<int>", got=text)
+    _dtype(text)          # to=
+    return text
+
+
+def _scalar(text: str):
+    if re.fullmatch(r"[+-]?\d+", text):
+        return int(text)
+    return float(text)
+
+
+def split_comment(line: str) -> tuple[str, str]:
+    """(body, comment): the comment starts at the first ';' outside brackets."""
+    depth = 0
+    for i, ch in enumerate(line):
+        if ch in "[{(":
+            depth += 1
+        elif ch in "]})":
+            depth -= 1
+        elif ch == ";" and depth == 0:
+            return line[:i], line[i + 1:].strip()
+    return line, ""
+
+
+def comment_loc(comment: str) -> SourceLoc | None:
+    """The kernel location of a `; file:line` comment (None for any other comment)."""
+    m = _LOC.match(comment)
+    return SourceLoc(m["file"], int(m["line"])) if m else None
+
+
+def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
+    """One instruction line (without the leading indentation), e.g.
+    `TADDS  UB[0x0]:fp32[8,64], UB[0x800]:fp32[8,64], 1.0  ; k.py:3`."""
+    body, comment = split_comment(text)
+    loc = comment_loc(comment)
+    parts = body.strip().split(None, 1)
+    if not parts:
+        raise _Problem("empty instruction", expected="OP operands", got=repr(text))
+    op = parts[0]
+    rest = parts[1].strip() if len(parts) > 1 else ""
+    kind = INSTRUCTIONS.get(op)
+    if kind is None:
+        close = [k for k in INSTRUCTIONS if k.startswith(op[:3])] or list(INSTRUCTIONS)
+        raise _Problem(f"unknown instruction '{op}'", expected="one of " + ", ".join(close), got=op)
+    if kind == "flag":
+        m = _FLAG.match(rest)
+        if not m:
+            raise _Problem(f"bad {op} operands", expected="SRC_PIPE -> DST_PIPE, EVENT_ID<n>", got=rest)
+        attrs = Attrs({"src": m["src"], "dst": m["dst"], "event": int(m["event"])})
+        return Instr(op, m["src"] if op == "SET_FLAG" else m["dst"], attrs=attrs, loc=loc)
+    if kind == "barrier":
+        pipes = rest or "ALL"
+        if not re.fullmatch(r"\w+", pipes):
+            raise _Problem("bad PIPE_BARRIER operand", expected="a pipe name or ALL", got=rest)
+        attrs = Attrs({} if pipes == "ALL" else {"pipes": pipes})
+        return Instr(op, "S" if pipes == "ALL" else pipes, attrs=attrs, loc=loc)
+    operands, attrs = [], {}
+    for piece in _split_top(rest):
+        if not piece:
+            raise _Problem("empty operand", expected="operands separated by single commas", got=rest)
+        key, eq, val = piece.partition("=")
+        if eq and key.strip() in ATTR_KEYS:
+            if key.strip() in attrs:
+                raise _Problem(f"attribute '{key.strip()}' given twice", expected="each attribute once", got=piece)
+            attrs[key.strip()] = _attr_value(key.strip(), val)
+        elif eq and re.fullmatch(r"\w+", key.strip()):
+            raise _Problem(f"unknown attribute '{key.strip()}'", expected=" or ".join(ATTR_KEYS), got=piece)
+        elif attrs:
+            raise _Problem("operand after an attribute", expected="operands first, then attributes", got=piece)
+        elif piece.startswith("GM:"):
+            operands.append(parse_gm(piece, buffers))
+        elif _NUMBER.match(piece):
+            operands.append(_scalar(piece))
+        else:
+            operands.append(parse_tile(piece))
+    if not operands:
+        raise _Problem(f"{op} has no operands", expected="a destination and sources", got=rest or "nothing")
+    dst, srcs = operands[0], tuple(operands[1:])
+    if isinstance(dst, (int, float)):
+        raise _Problem(f"{op}: the destination must be a tile or GM window", expected="a tile or GM operand first",
+                       got=str(dst))
+    src_space = srcs[0].space if srcs and isinstance(srcs[0], TileRef) else None
+    return Instr(op, pipe_of(op, src_space), dst, srcs, Attrs(attrs), loc)
+
+
+# ---------------------------------------------------------------------------------------
+# checks of one instruction against the rules of the machine
+
+def _space_of(o) -> str:
+    if isinstance(o, GMRef):
+        return "GM"
+    if isinstance(o, TileRef):
+        return o.space
+    return "scalar"
+
+
+def _describe(operands) -> str:
+    return ", ".join(_space_of(o) for o in operands)
+
+
+_SIGNATURES = {   # kind -> (dst spaces, [src spaces...]) ; "num" = a scalar
+    "load": (("UB", "L1"), [("GM",)]),
+    "store": (("GM",), [("UB", "L0C")]),
+    "extract": (("L0A", "L0B"), [("L1",)]),
+    "unary": (("UB",), [("UB",)]),
+    "cvt": (("UB",), [("UB",)]),
+    "binary": (("UB",), [("UB",), ("UB",)]),
+    "scalar": (("UB",), [("UB",), ("num",)]),
+    "expand": (("UB",), [("UB",), ("UB",)]),
+    "expand_binary": (("UB",), [("UB",), ("UB",)]),
+    "reduce": (("UB",), [("UB",)]),
+}
+
+
+def _sig_text(dsts, srcs) -> str:
+    return "/".join(dsts) + " <- " + ", ".join("/".join(s).replace("num", "scalar") for s in srcs)
+
+
+def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = None) -> None:
+    """Raise _Problem when the instruction breaks a rule (operands, pipe, alignment, capacity)."""
+    op, kind = ins.op, INSTRUCTIONS.get(ins.op)
+    if kind is None:
+        raise _Problem(f"unknown instruction '{op}'", expected="one of " + ", ".join(INSTRUCTIONS), got=op)
+    pipes = CORE_PIPES.get(core_type)
+    if pipes is None:
+        raise _Problem(f"unknown core type '{core_type}'", expected="AIC or AIV", got=core_type)
+    if kind == "flag":
+        a = ins.attrs
+        for p in (a["src"], a["dst"]):
+            if p not in pipes:
+                raise _Problem(f"pipe {p} does not exist on an {core_type} core", expected=" ".join(pipes), got=p)
+        if a["src"] == a["dst"]:
+            raise _Problem("a flag links two different pipes", expected="SRC -> DST with SRC != DST",
+                           got=f"{a['src']} -> {a['dst']}")
+        if not 0 <= a["event"] < EVENTS_PER_PIPE_PAIR:
+            raise _Problem("event id out of range", expected=f"EVENT_ID0..EVENT_ID{EVENTS_PER_PIPE_PAIR - 1}",
+                           got=f"EVENT_ID{a['event']}")
+        return
+    if kind == "barrier":
+        if ins.pipe not in pipes:
+            raise _Problem(f"pipe {ins.pipe} does not exist on an {core_type} core", expected=" ".join(pipes) + " or ALL",
+                           got=ins.pipe)
+        return
+    operands = [ins.dst] + list(ins.srcs)
+    if kind == "cube":
+        want = (("L0C",), [("L0C",), ("L0A",), ("L0B",)] if op == "TMATMUL_ACC" else [("L0A",), ("L0B",)])
+    else:
+        want = _SIGNATURES[kind]
+    dsts, srcs = want
+    got_spaces = [_space_of(o) for o in operands]
+    ok = len(operands) == 1 + len(srcs) and got_spaces[0] in dsts and all(
+        g in w or (g == "scalar" and "num" in w) for g, w in zip(got_spaces[1:], srcs))
+    if not ok:
+        what = {"cube": "matmul operands must be L0A x L0B -> L0C", "load": "TLOAD moves GM -> UB/L1",
+                "store": "TSTORE moves UB/L0C -> GM", "extract": "TEXTRACT moves L1 -> L0A/L0B"}.get(
+                    kind, f"{op} works on UB tiles" + (" and a scalar" if kind == "scalar" else ""))
+        raise _Problem(f"wrong operands for {op}: {what}", expected="dst <- srcs: " + _sig_text(dsts, srcs),
+                       got=" <- ".join([got_spaces[0], ", ".join(got_spaces[1:])]))
+    for o in operands:
+        if isinstance(o, TileRef):
+            if o.space not in CORE_SPACES[core_type]:
+                raise _Problem(f"an {core_type} core has no {o.space}", expected="/".join(CORE_SPACES[core_type]),
+                               got=o.space)
+            if o.addr % 32:
+                raise _Problem(f"tile rows must be 32-byte aligned: address {o.addr:#x} in {o.space} is not",
+                               expected="an address that is a multiple of 32 (0x20)", got=f"{o.addr:#x}")
+            if capacities is not None and o.space in capacities and o.addr + o.nbytes > capacities[o.space]:
+                raise _Problem(f"tile {o.text()} ends beyond {o.space} ({o.nbytes} bytes at {o.addr:#x})",
+                               expected=f"end <= {capacities[o.space]} ({capacities[o.space] // 1024} KiB)",
+                               got=o.addr + tile_bytes(o.shape, o.dtype))
+    if ins.pipe not in pipes:
+        raise _Problem(f"{op} runs on pipe {ins.pipe}, which an {core_type} core does not have",
+                       expected=" ".join(pipes), got=ins.pipe)
+    _check_shapes(ins, kind)
+
+
+def _check_shapes(ins: Instr, kind: str) -> None:
+    op, dst, srcs, a = ins.op, ins.dst, ins.srcs, ins.attrs
+    if kind in ("load", "store"):
+        tile, gm = (dst, srcs[0]) if kind == "load" else (srcs[0], dst)
+        if prod(tile.valid) != prod(gm.shape):
+            raise _Problem(f"{op}: tile and GM window hold different numbers of elements",
+                           expected=f"{list(tile.valid)} ({prod(tile.valid)} elements)",
+                           got=f"{list(gm.shape)} ({prod(gm.shape)} elements)")
+    elif kind == "extract":
+        if "offsets" not in a or len(a["offsets"]) != len(srcs[0].shape):
+            raise _Problem("TEXTRACT needs offsets=(row,col) into its L1 tile", expected="offsets=(r,c)",
+                           got=a.get("offsets"))
+        if any(o + v > s for o, v, s in zip(a["offsets"], dst.valid, srcs[0].shape)):
+            raise _Problem("TEXTRACT reads beyond its L1 tile", expected=f"offsets + {list(dst.valid)} <= "
+                           f"{list(srcs[0].shape)}", got=a["offsets"])
+    elif kind == "cube":
+        x, y = srcs[-2], srcs[-1]
+        if x.valid[-1] != y.valid[0] or dst.valid != (x.valid[0], y.valid[-1]):
+            raise _Problem("matmul shapes do not fit: [M,K] x [K,N] -> [M,N]",
+                           expected=f"[{x.valid[0]},{x.valid[-1]}] x [{x.valid[-1]},N] -> [{x.valid[0]},N]",
+                           got=f"{list(x.valid)} x {list(y.valid)} -> {list(dst.valid)}")
+    elif kind == "cvt":
+        if a.get("to") != dst.dtype.name:
+            raise _Problem("TCVT's to= must be its destination dtype", expected=f"to={dst.dtype.name}",
+                           got=f"to={a.get('to')}")
+    elif kind == "reduce":
+        if "dim" not in a:
+            raise _Problem(f"{op} needs dim=", expected="dim=<int>", got="no dim")
+
+
+# ---------------------------------------------------------------------------------------
+# the program
+
+def parse_program(text: str, machine=None):
+    """Program text -> Program.  With a machine (name, Machine or .toml path), tiles are also
+    checked against its buffer capacities."""
+    from .program import Program
+    capacities = None
+    if machine is not None:
+        from ..sim.machine import get_machine
+        capacities = get_machine(machine).capacities()
+    name = None
+    buffers: dict[str, GMBuffer] = {}
+    tasks: list[ExecTask] = []
+    cur: dict | None = None
+    levels: dict[int, int] = {}
+
+    def close():
+        if cur is not None:
+            tasks.append(ExecTask(cur["id"], cur["group"], cur["core"], cur["deps"], cur["level"],
+                                  tuple(cur["instrs"])))
+
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("//"):
+            m = _HEADER.match(line)
+            if m and name is None and not buffers and cur is None:
+                name = m["name"]
+            elif re.match(r"^//\s*\.\.\.\s*\d+ more tasks", line):
+                raise PTOSyntaxError("the program text is truncated (printed with max_tasks)",
+                                     line=lineno, text=raw, expected="the whole program: program.text()",
+                                     got=line)
+            continue
+        if line.startswith(".gm"):
+            m = _GM_DECL.match(line)
+            if not m:
+                raise PTOSyntaxError("bad .gm line", line=lineno, text=raw,
+                                     expected=".gm NAME DTYPE[shape] input|output|inout|workspace", got=line)
+            try:
+                dt = _dtype(m["dtype"])
+                shape = _ints(m["shape"], "buffer shape", allow_empty=True)
+            except _Problem as e:
+                raise PTOSyntaxError(e.message, line=lineno, text=raw, expected=e.expected, got=e.got) from None
+            if m["role"] not in ROLES:
+                raise PTOSyntaxError(f"unknown role '{m['role']}' of GM buffer {m['name']}", line=lineno, text=raw,
+                                     expected=" or ".join(ROLES), got=m["role"])
+            if m["name"] in buffers:
+                raise PTOSyntaxError(f"GM buffer '{m['name']}' declared twice", line=lineno, text=raw,
+                                     expected="one .gm line per buffer", got=m["name"])
+            buffers[m["name"]] = GMBuffer(m["name"], shape, dt, m["role"])
+            continue
+        if line.startswith(".task"):
+            m = _TASK.match(line)
+            if not m:
+                raise PTOSyntaxError("bad .task line", line=lineno, text=raw,
+                                     expected=".task ID AIC|AIV group=G deps=[..]", got=line)
+            close()
+            tid, core = int(m["id"]), m["core"]
+            if core not in CORE_PIPES:
+                raise PTOSyntaxError(f"task {tid}: unknown core type '{core}'", line=lineno, task=tid, text=raw,
+                                     expected="AIC or AIV", got=core)
+            if tid != len(tasks):
+                raise PTOSyntaxError("task ids must count 0, 1, 2, ... in program order", line=lineno, task=tid,
+                                     text=raw, expected=f".task {len(tasks)}", got=f".task {tid}")
+            try:
+                deps = _ints(m["deps"], "deps", allow_empty=True)
+            except _Problem as e:
+                raise PTOSyntaxError(f"task {tid}: {e.message}", line=lineno, task=tid, text=raw,
+                                     expected=e.expected, got=e.got) from None
+            bad = [d for d in deps if d not in levels]
+            if bad:
+                raise PTOSyntaxError(f"task {tid} depends on a later or unknown task", line=lineno, task=tid,
+                                     text=raw, expected=f"ids < {tid}", got=list(deps))
+            level = 1 + max((levels[d] for d in deps), default=-1)
+            levels[tid] = level
+            cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level, "instrs": []}
+            continue
+        if line.startswith("."):
+            raise PTOSyntaxError(f"unknown directive '{line.split()[0]}'", line=lineno, text=raw,
+                                 expected=".gm or .task", got=line.split()[0])
+        op = line.split(None, 1)[0]
+        if cur is None:
+            raise PTOSyntaxError(f"instruction {op} outside a task (missing .task header)", line=lineno, text=raw,
+                                 expected=".task ID AIC|AIV group=G deps=[..] before the instructions",
+                                 got="an instruction before any .task line")
+        index = len(cur["instrs"])
+        loc = comment_loc(split_comment(line)[1])
+        try:
+            ins = parse_instr(line, buffers)
+            check_instr(ins, cur["core"], capacities)
+        except _Problem as e:
+            raise PTOSyntaxError(e.message, line=lineno, task=cur["id"], index=index, op=op, text=raw,
+                                 kernel_loc=loc, expected=e.expected, got=e.got) from None
+        cur["instrs"].append(ins)
+    close()
+    if name is None:
+        name = "program"
+    return Program(name, tuple(buffers.values()), tuple(tasks))
+
+
+def verify_program(program, machine=None) -> None:
+    """Check every instruction of an in-memory program (as `parse` does for text): operand
+    spaces and counts, pipes, 32-byte alignment and, with a machine, capacities.  Raises
+    PTOSyntaxError naming the task and instruction index (line = None)."""
+    capacities = None
+    if machine is not None:
+        from ..sim.machine import get_machine
+        capacities = get_machine(machine).capacities()
+    seen: set[int] = set()
+    for pos, t in enumerate(program.tasks):
+        if t.id != pos:
+            raise PTOSyntaxError("task ids must count 0, 1, 2, ... in program order", task=t.id,
+                                 expected=pos, got=t.id)
+        if any(d not in seen for d in t.deps):
+            raise PTOSyntaxError(f"task {t.id} depends on a later or unknown task", task=t.id,
+                                 expected=f"ids < {t.id}", got=list(t.deps))
+        for k, ins in enumerate(t.instrs):
+            try:
+                check_instr(ins, t.core_type, capacities)
+            except _Problem as e:
+                raise PTOSyntaxError(e.message, task=t.id, index=k, op=ins.op, text=ins.text(),
+                                     kernel_loc=ins.loc, expected=e.expected, got=e.got) from None
+        seen.add(t.id)
