@@ -106,3 +106,14 @@ def test_race_between_tasks_when_a_dependency_is_removed(compiled):
     with pytest.raises(pypto.SimulationError) as ei:
         simulate(bad, x, out, machine="teach", check=True)
     assert "race between tasks" in str(ei.value) and "a dependency is missing" in str(ei.value)
+
+
+def test_set_flag_never_waited_for(compiled):
+    ck, x, out = compiled
+    lines = ck.program.text().splitlines()
+    last_wait = max(i for i, line in enumerate(lines) if line.strip().startswith("WAIT_FLAG")
+                    and i < next(k for k, ln in enumerate(lines) if ln.startswith(".task 1")))
+    bad = _edit(ck.program, drop=last_wait)
+    with pytest.raises(pypto.SimulationError) as ei:
+        simulate(bad, mode="timing", machine="teach", check=True)
+    assert "set but never waited for" in str(ei.value)

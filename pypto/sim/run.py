@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import KernelSignatureError, PyptoError
+from ..errors import KernelSignatureError, PyptoError, SimulationError
 from ..ir.program import Program
 from .checks import check_races
 from .functional import run_functional
@@ -48,6 +48,8 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
         t = run_timing(program, m, trace=trace, record_times=check, checked=check, progress=progress)
         if check:
             check_races(program, t)
+            if t["unwaited"]:
+                raise SimulationError("\n".join(t["unwaited"]))
         res.cycles = t["cycles"]
         res.trace = t["events"]
         res.task_times = t["tasks"]

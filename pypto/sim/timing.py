@@ -171,6 +171,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     done = executed = 0
     end_time = 0
     task_times: dict[int, tuple[str, int, int]] = {}
+    unwaited: list[str] = []
     total = sum(len(t.instrs) for t in tasks)
     bar = _Progress(total, f"simulating {program.name}") if progress else None
 
@@ -201,6 +202,10 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
         if kind == 1:
             r = running.pop(data)
             tid = r.task.id
+            if checked and any(r.flags.values()):
+                key = next(k for k, v in r.flags.items() if v)
+                unwaited.append(f"task {tid} on {data} ends with flag {key[0]} -> {key[1]}, "
+                                f"EVENT_ID{key[2]} set but never waited for (a WAIT_FLAG is missing)")
             task_times[tid] = (data, r.start, r.end)
             done += 1
             end_time = max(end_time, r.end)
@@ -294,6 +299,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
         raise SimulationError(_deadlock_report(running, tasks, done))
     return {"cycles": end_time, "events": events, "busy": busy, "bytes_by_path": bytes_by_path,
             "hbm_bytes": hbm_bytes, "instructions": total, "tasks": task_times, "times": times,
+            "unwaited": unwaited,
             "l2": {"hits": l2.hits, "misses": l2.misses, "hit_bytes": l2.hit_bytes,
                    "miss_bytes": l2.miss_bytes}}
 
