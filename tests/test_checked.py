@@ -111,9 +111,10 @@ def test_race_between_tasks_when_a_dependency_is_removed(compiled):
 def test_set_flag_never_waited_for(compiled):
     ck, x, out = compiled
     lines = ck.program.text().splitlines()
-    last_wait = max(i for i, line in enumerate(lines) if line.strip().startswith("WAIT_FLAG")
-                    and i < next(k for k, ln in enumerate(lines) if ln.startswith(".task 1")))
-    bad = _edit(ck.program, drop=last_wait)
+    end_of_task0 = next(k for k, ln in enumerate(lines) if ln.startswith(".task 1"))
+    lines.insert(end_of_task0, "  SET_FLAG           V -> MTE3, EVENT_ID7")
+    bad = pypto.Program.parse("\n".join(lines))
+    simulate(bad, mode="timing", machine="teach")          # unchecked: nobody notices
     with pytest.raises(pypto.SimulationError) as ei:
         simulate(bad, mode="timing", machine="teach", check=True)
-    assert "set but never waited for" in str(ei.value)
+    assert "V -> MTE3, EVENT_ID7 set but never waited for" in str(ei.value)
