@@ -25,7 +25,10 @@ def _ranges(ins):
 
 def _describe(task, k) -> str:
     ins = task.instrs[k]
-    loc = f" ({ins.loc.short()}: {ins.loc.source_line().strip()})" if ins.loc else ""
+    loc = ""
+    if ins.loc:
+        text = ins.loc.source_line().strip()
+        loc = f" ({ins.loc.short()}: {text})" if text else f" ({ins.loc.short()})"
     return f"task {task.id} instruction {k} {ins.op} on {ins.pipe}{loc}"
 
 
