@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Bootstrap the pypto development environment (idempotent, fast when already done).
 #
-#   - system packages (root only, via apt): graphviz (`dot`), python3-venv if needed
+#   - system packages (root only, via apt): graphviz (`dot`), python3-venv if needed, and
+#     Debian's chromium + fonts-dejavu-core for the browser tests (tests/test_browser.py drives
+#     /usr/bin/chromium through Playwright; `playwright install` is never run)
 #   - .venv with pypto installed editable with the [notebook,dev] extras
 #
 # A stamp file (.venv/.pypto-installed) holds a hash of pyproject.toml, so the
@@ -57,6 +59,19 @@ if ! command -v dot >/dev/null 2>&1; then
     fi
 fi
 
+# Browser tests (tests/test_browser.py): Debian's headless Chromium at /usr/bin/chromium and a
+# font for readable screenshots.  Without them those tests are skipped, not failed.
+browser_pkgs=()
+[ -x /usr/bin/chromium ] || browser_pkgs+=(chromium)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || browser_pkgs+=(fonts-dejavu-core)
+if [ "${#browser_pkgs[@]}" -gt 0 ]; then
+    if is_root && command -v apt-get >/dev/null 2>&1; then
+        apt_install "${browser_pkgs[@]}"
+    else
+        log "WARNING: missing ${browser_pkgs[*]} (Debian: apt-get install ${browser_pkgs[*]}); the browser tests will be skipped"
+    fi
+fi
+
 venv_ok() { "$PY" -c 'import venv, ensurepip' >/dev/null 2>&1; }
 install_venv_pkg() {
     # Debian splits venv/ensurepip out of the interpreter package.
@@ -98,7 +113,10 @@ fi
 # ---- project install (only when pyproject.toml changed) ------------------------
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
-if [ "$want" = "$have" ]; then
+# (a package of the extras that went missing from .venv, e.g. uninstalled by hand, also redoes it)
+if [ "$want" = "$have" ] && "$VENV/bin/python" -c \
+        'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("playwright", "jupyterlab", "nbval")))' \
+        >/dev/null 2>&1; then
     log "up to date (.venv, pyproject.toml unchanged)"
     exit 0
 fi
