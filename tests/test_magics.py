@@ -79,6 +79,7 @@ def test_cell_defines_kernel_and_shows_explorer(ip):
     assert texts == [f"Explorer(softmax, machine=a2a3, TM=32, TN=256): {ex.res.cycles} cycles, "
                      f"{ex.res.time_us:.3f} us, check OK"]
     assert "application/vnd.jupyter.widget-view+json" in cap.outputs[0].data
+    assert f"<b>{ex.res.cycles}</b> cycles" in cap.outputs[0].data["text/html"]   # static snapshot
     # The kernel stays usable from ordinary cells.
     result, _ = run(ip, "softmax(x, out)\nok = bool(np.allclose(out.sum(-1), 1, atol=1e-4))")
     assert result.success and ip.user_ns["ok"] is True
@@ -98,7 +99,7 @@ def test_machine_and_show_options(ip):
     [ex] = explorers(ip)
     assert ex.text().startswith("Explorer(softmax, machine=teach, TM=32, TN=256)")
     assert ex.tab.titles[ex.tab.selected_index] == "Timeline"
-    assert bytes(ex.tab.children[ex.tab.selected_index].value).startswith(b"\x89PNG")
+    assert "<img src='data:image/svg+xml;base64," in ex.views["Timeline"].value
 
 
 def test_missing_arg_names_the_variable(ip):
@@ -146,11 +147,29 @@ def test_cell_without_kernel(ip):
     ("%%pypto --args x,out --bogus", "unrecognized arguments: --bogus"),
     ("%%pypto --args x,out --show tiles", "unknown view 'tiles'"),
     ("%%pypto", "needs --args"),
+    ("%%pypto --args x,out --machine tpu", "unknown machine 'tpu'"),
+    ("%%pypto --args x,out --dtype fp64", "argument --dtype: invalid choice"),
+    ("%%pypto --args x,out --range TM=64:16", "1 <= lo <= hi"),
+    ("%%pypto --args x,out --range TM", "cannot read 'TM'"),
+    ("%%pypto --args x,out --compare TM=32,TM=64,TM=128", "two configurations"),
+    ("%%pypto --args x,out --compare TM=big", "cannot read 'TM=big'"),
+    ("%%pypto --args x,out --no-sim --check", "--check needs a simulation"),
+    ("%%pypto --args x,out --no-sim --trace t.json", "--trace needs a simulation"),
 ])
 def test_bad_options(ip, line, needle):
     result, cap = run(ip, line + "\n@pypto.jit\ndef k(x, out):\n    out[:] = x\n")
-    shows_one_message(cap, "MagicUsageError", needle)
+    err = shows_one_message(cap, "MagicUsageError", needle)
+    assert len(err.strip().splitlines()) <= 4                # short: message, expected, got
     assert not cap.outputs
+    result, cap = run(ip, "still_alive = 1")                 # the shell carries on
+    assert result.success and ip.user_ns["still_alive"] == 1
+
+
+def test_bad_option_prints_the_usage(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --bogus"))
+    assert result.success
+    err = shows_one_message(cap, "unrecognized arguments")
+    assert "%%pypto --args x,out [--machine a2a3|teach" in err and "--compare" in err
 
 
 def test_other_errors_are_not_swallowed(ip):
@@ -171,4 +190,138 @@ def test_option_lists_may_contain_spaces(ip):
     assert result.success and cap.stderr == ""
     [ex] = explorers(ip)
     assert ex.tab.titles[ex.tab.selected_index] == "Tile"
-    assert "<table>" in ex.tab.children[ex.tab.titles.index("Stats")].value   # rendered eagerly too
+    assert "<table>" in ex.views["Stats"].value   # rendered eagerly too
+
+
+# --- options -----------------------------------------------------------------------------------
+def test_help_lists_options_with_examples(ip):
+    doc = ip.find_cell_magic("pypto").__doc__
+    for opt in ("--args", "--machine", "--show", "--dtype", "--range", "--compare", "--no-sim",
+                "--check", "--trace"):
+        assert opt in doc, opt
+    assert "Examples" in doc and "%%pypto --args x,out --compare TM=32,TM=128" in doc
+    assert "TM=32+TN=512" in doc and "%config PyptoMagics.machine" in doc
+    result, cap = run(ip, "%%pypto?\n")
+    assert result.success
+
+
+def test_range_sets_the_slider_values(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --range TM=16:128 TN=256,512"))
+    assert result.success and cap.stderr == ""
+    [ex] = explorers(ip)
+    assert [v for _, v in ex.sliders["TM"].options] == [16, 32, 64, 128]
+    assert [v for _, v in ex.sliders["TN"].options] == [256, 512]
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --range TK=16:128"))
+    shows_one_message(cap, "MagicUsageError", "TK is not an int constant of softmax")
+
+
+def test_no_sim_compiles_only(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --no-sim"))
+    assert result.success and cap.stderr == ""
+    [ex] = explorers(ip)
+    assert ex.res is None
+    text = cap.outputs[0].data["text/plain"]
+    assert "not simulated" in text and "cycles" not in text
+    ex.select("Timeline")
+    assert "not simulated" in ex.views["Timeline"].value
+
+
+def test_trace_writes_chrome_json(ip, tmp_path):
+    import json
+    path = tmp_path / "softmax_trace.json"
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", f"--args x,out --trace {path}"))
+    assert result.success and cap.stderr == ""
+    [ex] = explorers(ip)
+    trace = json.loads(path.read_text())
+    events = [e for e in trace["traceEvents"] if e["ph"] == "X" and e.get("cat") != "task"]
+    assert len([e for e in trace["traceEvents"] if e["ph"] == "X"]) >= len(ex.res.trace) > 0
+    assert events and f"Chrome trace written to {path}" in cap.stdout
+
+
+def test_check_prints_the_verdict(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --check"))
+    assert result.success and cap.stderr == ""
+    assert "softmax: check OK on a2a3 (out: OK, max abs err" in cap.stdout
+
+
+def test_check_mismatch_fails_the_cell_with_a_short_message(ip, monkeypatch):
+    import pypto.compiler.kernel as kernel_mod
+
+    def wrong(outputs, expected, traced):
+        return {name: {"ok": False, "max_abs_err": 1.0, "rtol": 1e-5, "atol": 1e-6}
+                for name in traced.output_names}
+
+    monkeypatch.setattr(kernel_mod, "compare", wrong)
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --check"))
+    assert not result.success
+    assert type(result.error_in_exec).__name__ == "CheckMismatchError"
+    text = cap.stdout + cap.stderr
+    assert "check MISMATCH" in text and "Traceback" not in text and "pypto/" not in text
+    monkeypatch.undo()
+    result, cap = run(ip, "after_mismatch = 1")
+    assert result.success
+
+
+def test_dtype_option_casts_the_arguments(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --dtype fp16"))
+    assert result.success and cap.stderr == ""
+    [ex] = explorers(ip)
+    assert [str(p.dtype) for p in ex.ck.params] == ["fp16", "fp16"] and "dtype=fp16" in ex.text()
+    assert ip.user_ns["x"].dtype == np.float32                 # the notebook's arrays are untouched
+
+
+def test_config_sets_the_default_machine(ip, caplog):
+    try:
+        result, cap = run(ip, '%config PyptoMagics.machine = "teach"')
+        assert result.success and cap.stderr == ""
+        run(ip, SOFTMAX_CELL)
+        [ex] = explorers(ip)
+        assert ex.machine == "teach"
+        run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --machine a2a3"))   # the option wins
+        assert explorers(ip)[0].machine == "a2a3"
+        result, cap = run(ip, '%config PyptoMagics.machine = "tpu"')    # rejected by the trait
+        assert "unknown machine 'tpu'" in cap.stdout + cap.stderr + caplog.text
+        assert ip.magics_manager.registry["PyptoMagics"].machine == "teach"
+    finally:
+        ip.run_line_magic("config", 'PyptoMagics.machine = "a2a3"')
+
+
+def test_pypto_config_line_magic(ip):
+    magics = ip.magics_manager.registry["PyptoMagics"]
+    try:
+        result, cap = run(ip, "%pypto_config")
+        assert "machine  = 'a2a3'" in cap.stdout and "check    = False" in cap.stdout
+        result, cap = run(ip, "%pypto_config machine=teach show=timeline check=true")
+        assert result.success and "machine  = 'teach'" in cap.stdout
+        assert (magics.machine, magics.show, magics.check) == ("teach", "timeline", True)
+        result, cap = run(ip, SOFTMAX_CELL)
+        [ex] = explorers(ip)
+        assert ex.machine == "teach" and ex.tab.titles[ex.tab.selected_index] == "Timeline"
+        assert "check OK" in cap.stdout
+        result, cap = run(ip, "%pypto_config colour=blue")
+        shows_one_message(cap, "MagicUsageError", "unknown setting 'colour'", "%pypto_config [machine=")
+        result, cap = run(ip, "%pypto_config machine=tpu")
+        shows_one_message(cap, "MagicUsageError", "unknown machine 'tpu'")
+    finally:
+        run(ip, "%pypto_config reset")
+    assert (magics.machine, magics.show, magics.check, magics.simulate) == ("a2a3", "", False, True)
+
+
+def test_compare_option_shows_both_configurations(ip):
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --machine teach --compare TM=16,TM=64"))
+    assert result.success and cap.stderr == ""
+    assert explorers(ip) == []
+    [cmp] = ip.magics_manager.registry["PyptoMagics"].comparisons
+    x, out = ip.user_ns["x"], ip.user_ns["out"]
+    k = ip.user_ns["softmax"]
+    ca = k.compile(x, out, machine="teach", TM=16).simulate(x, out).cycles
+    cb = k.compile(x, out, machine="teach", TM=64).simulate(x, out).cycles
+    text = cap.outputs[0].data["text/plain"]
+    assert text.startswith(f"Compare(softmax: TM=16 -> {ca} cycles | TM=64 -> {cb} cycles, B is ")
+    assert "<div class='pypto-compare'>" in cap.outputs[0].data["text/html"]
+    # several constants per configuration, and 'default'
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --machine teach "
+                                                                "--compare default,TM=16+TN=1024"))
+    assert result.success and cap.stderr == ""
+    text = cap.outputs[0].data["text/plain"]
+    assert text.startswith("Compare(softmax: TM=32, TN=256 -> ") and "| TM=16, TN=1024 -> " in text

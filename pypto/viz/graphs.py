@@ -2,8 +2,13 @@
 
 Each function takes one level's IR and returns a `graphviz.Digraph`; `to_svg` renders it with
 the `dot` binary.  Big graphs are folded so that a view stays readable whatever the problem size:
-the tile graph shows one outer iteration per fusion group, the block and execution graphs merge
-the tasks of one (group, wave) into one node once there are more than `COLLAPSE_ABOVE` tasks.
+the tile graph shows one outer iteration per fusion group ("x 64 iterations" in the group's
+title), the block and execution graphs merge the tasks of one (group, wave) into one node once
+there are more than `COLLAPSE_ABOVE` tasks.  `expand=True` draws every tile op / every task, up to
+`MAX_EXPANDED_NODES` nodes (a note node says how many were left out).
+
+Every node has a tooltip (SVG <title>, shown on hover): the op, its shapes, its memory space or
+core, and the kernel source line it comes from.
 """
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from ..ir.exec import SYNC_OPS
 
 COLLAPSE_ABOVE = 32          # more tasks than this: one node per (group, wave)
 MAX_TILE_NODES = 160         # per group, so that a long inner (K) loop cannot swamp the view
+MAX_EXPANDED_NODES = 400     # expanded views: dot stays interactive (about a second) up to here
 
 # Colors are muted pastels so that black labels stay legible.
 GROUP_COLORS = ("#e8f0fe", "#fde9d9", "#e6f4ea", "#fef7e0", "#f3e8fd", "#e0f7fa", "#fce8f3", "#eeeeee")
@@ -40,14 +46,30 @@ def to_svg(digraph) -> str:
     return digraph.pipe(format="svg", encoding="utf-8")
 
 
-def level_graph(ck, level: str):
-    """The Digraph of one level of a CompiledKernel: 'tensor' | 'tile' | 'block' | 'exec'."""
+def level_graph(ck, level: str, expand: bool = False):
+    """The Digraph of one level of a CompiledKernel: 'tensor' | 'tile' | 'block' | 'exec'.
+
+    `expand=True` draws every tile op (tile level) or every task (block, exec levels) instead of
+    the folded view, capped at MAX_EXPANDED_NODES nodes."""
     key = {"execution": "exec"}.get(level, level)
     if key not in LEVELS:
         raise ValueError(f"no graph view for level {level!r}; expected one of {', '.join(LEVELS)}")
     ir = {"tensor": ck.tensor_graph, "tile": ck.tile_graph, "block": ck.block_graph,
           "exec": ck.exec_graph}[key]
-    return {"tensor": tensor_graph, "tile": tile_graph, "block": block_graph, "exec": exec_graph}[key](ir)
+    if key == "tensor":
+        return tensor_graph(ir)
+    return {"tile": tile_graph, "block": block_graph, "exec": exec_graph}[key](ir, expand=expand)
+
+
+def is_folded(ck, level: str) -> bool:
+    """Whether the default view of this level folds repeated tiles or tasks (so that expanding
+    it would draw more)."""
+    key = {"execution": "exec"}.get(level, level)
+    if key == "tile":
+        return any(n.outer != 0 for n in ck.tile_graph.nodes)
+    if key in ("block", "exec"):
+        return len(ck.block_graph.tasks) > COLLAPSE_ABOVE
+    return False
 
 
 # --- level 1: tensor graph ----------------------------------------------------------------
@@ -119,22 +141,37 @@ def _nested(v) -> str:
 
 
 # --- level 2: tile graph ------------------------------------------------------------------
-def tile_graph(g):
-    """Per fusion group the tile ops of outer iteration 0 (all its inner iterations)."""
-    dg = _digraph(g.name, label=f"tile graph {g.name} (outer iteration 0 of each group)", labelloc="t")
+def tile_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
+    """Per fusion group the tile ops of outer iteration 0 (all its inner iterations); with
+    `expand=True` the tile ops of every iteration, at most `max_nodes` in all."""
+    if expand:
+        title = f"tile graph {g.name} (all iterations"
+        title += f", first {max_nodes} of {len(g.nodes)} tile ops)" if len(g.nodes) > max_nodes else ")"
+    else:
+        title = f"tile graph {g.name} (outer iteration 0 of each group)"
+    dg = _digraph(g.name, label=title, labelloc="t")
     shown: set[int] = set()
     gm_edges: list[tuple[str, str, str]] = []
     by_group: dict[int, list] = {}
+    budget = max_nodes
     for n in g.nodes:
-        if n.outer == 0:
+        if expand:
+            if budget > 0:
+                by_group.setdefault(n.group, []).append(n)
+                budget -= 1
+        elif n.outer == 0:
             by_group.setdefault(n.group, []).append(n)
+    per_group = max_nodes if expand else MAX_TILE_NODES
     for info in g.groups:
         nodes = by_group.get(info.id, [])
         with dg.subgraph(name=f"cluster_group{info.id}") as sg:
             sg.attr(label=f"group {info.id}: {info.kind} on {info.core_type}, tile {fmt_shape(info.tile)}, "
                           f"x {info.n_outer} iterations",
-                    style="filled,rounded", fillcolor=_group_color(info.id), color="#999999")
-            for n in nodes[:MAX_TILE_NODES]:
+                    style="filled,rounded", fillcolor=_group_color(info.id), color="#999999",
+                    tooltip=f"group {info.id}: {info.n_outer} outer iterations of tile {fmt_shape(info.tile)}")
+            if not nodes:
+                sg.node(f"more{info.id}", label="(not drawn: node cap reached)", shape="plaintext", style="")
+            for n in nodes[:per_group]:
                 sg.node(f"n{n.id}", **_tile_node_attrs(n))
                 shown.add(n.id)
                 gm = n.attrs.get("gm")
@@ -142,9 +179,13 @@ def tile_graph(g):
                     gm_edges.append((f"gm_{gm.buf.name}", f"n{n.id}", _window(gm)))
                 elif gm is not None and n.op == "TSTORE":
                     gm_edges.append((f"n{n.id}", f"gm_{gm.buf.name}", _window(gm)))
-            if len(nodes) > MAX_TILE_NODES:
-                sg.node(f"more{info.id}", label=f"... {len(nodes) - MAX_TILE_NODES} more tile ops",
+            if len(nodes) > per_group:
+                sg.node(f"more{info.id}", label=f"... {len(nodes) - per_group} more tile ops",
                         shape="plaintext", style="")
+            elif not expand and info.n_outer > 1:
+                sg.node(f"rep{info.id}", label=f"x {info.n_outer}", shape="plaintext", style="",
+                        fontsize="14", tooltip=f"the tile ops above repeat for {info.n_outer} outer "
+                                               f"iterations; tick 'expand all tiles' to draw them all")
     for b in g.buffers:
         dg.node(f"gm_{b.name}", label=f"GM {b.name}\n{b.dtype}{fmt_shape(b.shape)}\n{b.role}",
                 shape="cylinder", style="filled", fillcolor=SPACE_COLORS["GM"],
@@ -181,7 +222,7 @@ def _tile_node_attrs(n) -> dict:
 
 
 # --- levels 3 and 4: block and execution graphs -------------------------------------------
-def block_graph(g):
+def block_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
     """A node per task colored by core type, edges for dependencies (collapsed when large)."""
     def label(t):
         outer = f"{t.outer[0]}..{t.outer[-1]}" if len(t.outer) > 1 else str(t.outer[0])
@@ -191,10 +232,15 @@ def block_graph(g):
         t = tasks[0]
         return f"group {t.group}: {len(tasks)} tasks on {t.core_type}\nwave {t.level}"
 
-    return _task_graph(g.name, "block graph", g.tasks, label, merged)
+    by_id = g.tiles.by_id()
+
+    def where(t):
+        return _lines(by_id[i].loc for i in t.nodes if i in by_id)
+
+    return _task_graph(g.name, "block graph", g.tasks, label, merged, expand, max_nodes, where)
 
 
-def exec_graph(g):
+def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
     """A node per launched task listing its instruction counts per pipe and its syncs."""
     def counts(tasks):
         pipes: dict[str, int] = {}
@@ -217,19 +263,45 @@ def exec_graph(g):
         body = f"per task: {counts([t])}" if same else f"in total: {counts(tasks)}"
         return f"group {t.group}: {len(tasks)} tasks on {t.core_type}, wave {t.level}\n{body}"
 
-    return _task_graph(g.name, "execution graph", g.tasks, label, merged)
+    def where(t):
+        return _lines(i.loc for i in t.instrs)
+
+    return _task_graph(g.name, "execution graph", g.tasks, label, merged, expand, max_nodes, where)
 
 
-def _task_graph(name, title, tasks, label, merged):
-    dg = _digraph(name, label=f"{title} {name} ({len(tasks)} tasks)", labelloc="t")
-    if len(tasks) <= COLLAPSE_ABOVE:
-        for t in tasks:
+def _lines(locs) -> str:
+    """'line softmax.py:5, 6, 7' for the distinct source lines of some IR nodes."""
+    by_file: dict[str, set[int]] = {}
+    for loc in locs:
+        if loc is not None:
+            by_file.setdefault(loc.file.rsplit("/", 1)[-1], set()).add(loc.line)
+    if not by_file:
+        return ""
+    parts = [f"{f}:{', '.join(map(str, sorted(ls)))}" for f, ls in sorted(by_file.items())]
+    return ("lines " if sum(map(len, by_file.values())) > 1 else "line ") + "; ".join(parts)
+
+
+def _task_graph(name, title, tasks, label, merged, expand=False, max_nodes=MAX_EXPANDED_NODES,
+                where=lambda t: ""):
+    if expand or len(tasks) <= COLLAPSE_ABOVE:
+        drawn = tasks[:max_nodes]
+        note = f", first {len(drawn)} drawn (cap {max_nodes})" if len(drawn) < len(tasks) else ""
+        dg = _digraph(name, label=f"{title} {name} ({len(tasks)} tasks{note})", labelloc="t")
+        for t in drawn:
             dg.node(f"k{t.id}", label=label(t), fillcolor=CORE_COLORS.get(t.core_type, "white"),
-                    tooltip=f"task {t.id}: group {t.group} on {t.core_type}, deps {list(t.deps)}, wave {t.level}")
-        for t in tasks:
+                    tooltip=_tooltip(f"task {t.id}: group {t.group} on {t.core_type}",
+                                     f"deps {list(t.deps)}, wave {t.level}", None, "", where(t)))
+        ids = {t.id for t in drawn}
+        for t in drawn:
             for d in t.deps:
-                dg.edge(f"k{d}", f"k{t.id}")
+                if d in ids:
+                    dg.edge(f"k{d}", f"k{t.id}")
+        if len(drawn) < len(tasks):
+            dg.node("more", label=f"... {len(tasks) - len(drawn)} more tasks not drawn\n"
+                                  f"(expanded views are capped at {max_nodes} nodes)",
+                    shape="plaintext", style="")
         return dg
+    dg = _digraph(name, label=f"{title} {name} ({len(tasks)} tasks)", labelloc="t")
     # Collapse: one node per (group, wave); an edge per pair of merged nodes, labelled with the
     # number of task-to-task dependencies it stands for.
     members: dict[tuple[int, int], list] = {}
@@ -239,7 +311,9 @@ def _task_graph(name, title, tasks, label, merged):
     for (grp, wave), ts in members.items():
         ids = [t.id for t in ts]
         dg.node(f"g{grp}w{wave}", label=merged(ts), fillcolor=CORE_COLORS.get(ts[0].core_type, "white"),
-                penwidth="2", tooltip=f"tasks {_ranges(ids)} (group {grp}, wave {wave})")
+                penwidth="2", tooltip=_tooltip(f"tasks {_ranges(ids)} (group {grp}, wave {wave})",
+                                               f"{len(ts)} tasks on {ts[0].core_type}", None, "",
+                                               where(ts[0])))
     edges: dict[tuple, int] = {}
     for t in tasks:
         for d in t.deps:

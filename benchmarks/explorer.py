@@ -1,0 +1,163 @@
+"""Explorer latency: slider release -> refreshed view, on the tutorial softmax (1024x1024 fp32, a2a3).
+
+`explorer.update(TM=v)` applies a change exactly like a slider release and returns once the view
+is refreshed.  Every measured value is never seen before: the explorer's caches and the kernel's
+compile cache are cleared before each one, so each update compiles, simulates and renders.  The
+budget is a median of 150 ms on a 2-core machine.
+
+    python benchmarks/explorer.py            # median / p90 per selected tab, cached revisit
+    python benchmarks/explorer.py --profile  # plus a cProfile of the updates (top functions)
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+BUDGET_MS = 150.0
+TM_VALUES = (8, 16, 32, 64)        # the TM slider values that fit UB with TN = 256
+ROUNDS = 3
+
+
+def make():
+    import pypto
+
+    @pypto.jit
+    def softmax(x, out, *, TM: int = 64, TN: int = 256):
+        pypto.set_vec_tile_shapes(TM, TN)
+        m = pypto.amax(x, dim=-1, keepdim=True)
+        e = pypto.exp(x - m)
+        out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
+
+    rng = np.random.default_rng(0)
+    x = rng.random((1024, 1024), dtype=np.float32)
+    return softmax, x, np.zeros_like(x)
+
+
+def forget(ex):
+    """Make every configuration never-seen again (explorer caches and the kernel's compile cache)."""
+    ex._results.clear()
+    ex._views.clear()
+    ex._rendered.clear()
+    ex._static_cache = None
+    ex.kernel.cache_clear()
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def measure(ex, tab, rounds=ROUNDS):
+    """Wall and CPU times (s) of update(TM=v) over never-seen values with `tab` selected, and the
+    breakdown (compile, simulate, view) of each."""
+    ex.select(tab)
+    times, cpu, parts = [], [], []
+    for _ in range(rounds):
+        for v in TM_VALUES:
+            forget(ex)
+            c0, t0 = time.process_time(), time.perf_counter()
+            ex.update(TM=v)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+            assert ex.error is None and ex.consts["TM"] == v, ex.error
+            parts.append(tuple(ex._timing))
+    return times, cpu, parts
+
+
+def cached_revisit(ex, tab):
+    ex.select(tab)
+    for v in TM_VALUES:                      # see every value once
+        ex.update(TM=v)
+    times = []
+    for _ in range(ROUNDS):
+        for v in TM_VALUES:
+            t0 = time.perf_counter()
+            ex.update(TM=v)
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def snapshot_overhead(kernel, x, out, repeat=5):
+    """Median compile time without and with pass snapshots (TM=32, never-seen each time)."""
+    res = {}
+    for snaps in (False, True):
+        ts = []
+        for _ in range(repeat):
+            kernel.cache_clear()
+            t0 = time.perf_counter()
+            kernel.compile(x, out, TM=32, snapshots=snaps)
+            ts.append(time.perf_counter() - t0)
+        res[snaps] = statistics.median(ts)
+    return res
+
+
+def _load():
+    try:
+        import os
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def main(profile: bool = False) -> dict:
+    from pypto.viz.explorer import Explorer
+
+    softmax, x, out = make()
+    t0 = time.perf_counter()
+    ex = Explorer(softmax, (x, out))
+    first = time.perf_counter() - t0
+    ex.update(TM=32)                     # warm up imports, dot, matplotlib fonts
+    ex.select("Timeline")
+    ex.update(TM=16)
+
+    ms = lambda s: 1e3 * s              # noqa: E731
+    load = _load()
+    print("pypto explorer latency: softmax 1024x1024 fp32 on a2a3, update(TM=v) over never-seen "
+          f"values {TM_VALUES} x {ROUNDS} rounds" + (f" (load average {load:.2f})" if load is not None else ""))
+    print(f"  first view (construct, compile, simulate with trace, render)  {ms(first):7.1f} ms")
+    figures = {}
+    prof = None
+    if profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    for tab in ("Tensor", "Timeline"):
+        times, cpu, parts = measure(ex, tab)
+        med, p90 = statistics.median(times), pct(times, 0.9)
+        comp = statistics.median(p[0] for p in parts)
+        sim = statistics.median(p[1] for p in parts)
+        view = statistics.median(p[2] for p in parts)
+        figures[tab] = (med, p90)
+        verdict = "within" if ms(med) <= BUDGET_MS else "OVER"
+        print(f"  {tab + ' tab selected':<22} median {ms(med):7.1f} ms   p90 {ms(p90):7.1f} ms   "
+              f"({verdict} the {BUDGET_MS:.0f} ms budget; median compile {ms(comp):.0f} ms, "
+              f"simulate {ms(sim):.0f} ms, view {ms(view):.0f} ms)")
+        per_value = {v: [] for v in TM_VALUES}
+        for k, t in enumerate(times):
+            per_value[TM_VALUES[k % len(TM_VALUES)]].append(t)
+        print("      per value: " + ", ".join(f"TM={v} {ms(statistics.median(ts)):.0f} ms"
+                                           for v, ts in per_value.items()))
+        print(f"      CPU time of this process: median {ms(statistics.median(cpu)):.1f} ms, "
+              f"p90 {ms(pct(cpu, 0.9)):.1f} ms (less sensitive to other processes than wall time)")
+        figures[tab + " cpu"] = (statistics.median(cpu), pct(cpu, 0.9))
+    if prof is not None:
+        prof.disable()
+    cached = cached_revisit(ex, "Timeline")
+    figures["cached"] = (statistics.median(cached), pct(cached, 0.9))
+    print(f"  cached revisit (a value seen before)    median {ms(figures['cached'][0]):7.2f} ms   "
+          f"p90 {ms(figures['cached'][1]):7.2f} ms")
+    snaps = snapshot_overhead(softmax, x, out)
+    print(f"  compile TM=32 without / with pass snapshots (Passes tab)  {ms(snaps[False]):.0f} ms / "
+          f"{ms(snaps[True]):.0f} ms")
+    if prof is not None:
+        import pstats
+        print("\ncProfile of the updates above (top 25 by cumulative time):")
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    return figures
+
+
+if __name__ == "__main__":
+    main(profile="--profile" in sys.argv)
