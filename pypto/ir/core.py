@@ -5,29 +5,53 @@ from typing import Any, Iterable, Mapping
 
 
 class Attrs(Mapping[str, Any]):
-    """An immutable, hashable, ordered-by-key attribute map (nodes never change after build)."""
+    """An immutable, hashable, ordered-by-key attribute map (nodes never change after build).
 
-    __slots__ = ("_items", "_dict")
+    The sorted item tuple (for hashing, equality and printing) is built on first use: most
+    attribute maps are only ever read by key.
+    """
+
+    __slots__ = ("_dict", "_sorted")
 
     def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()):
-        d = dict(items)
-        self._items = tuple(sorted(d.items()))
-        self._dict = d
+        self._dict = dict(items)
+        self._sorted = None
+
+    @property
+    def _items(self) -> tuple:
+        if self._sorted is None:
+            self._sorted = tuple(sorted(self._dict.items()))
+        return self._sorted
 
     def __getitem__(self, key):
         return self._dict[key]
+
+    def get(self, key, default=None):
+        return self._dict.get(key, default)
+
+    def __contains__(self, key):
+        return key in self._dict
+
+    def items(self):
+        return self._dict.items()
+
+    def keys(self):
+        return self._dict.keys()
+
+    def values(self):
+        return self._dict.values()
 
     def __iter__(self):
         return (k for k, _ in self._items)
 
     def __len__(self):
-        return len(self._items)
+        return len(self._dict)
 
     def __hash__(self):
         return hash(self._items)
 
     def __eq__(self, other):
-        return isinstance(other, Attrs) and self._items == other._items
+        return isinstance(other, Attrs) and self._dict == other._dict
 
     def replace(self, **changes) -> "Attrs":
         d = dict(self._dict)

@@ -6,6 +6,7 @@ Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
@@ -41,7 +42,7 @@ class TileRef:
     shape: tuple[int, ...]
     valid: tuple[int, ...]
 
-    @property
+    @functools.cached_property
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
 

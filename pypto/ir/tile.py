@@ -7,6 +7,7 @@ allocated `shape`.  After buffer allocation every tile node has a `buf` byte off
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
@@ -56,9 +57,10 @@ class TileNode:
     loc: SourceLoc | None = None
 
     def replace(self, **changes) -> "TileNode":
-        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        d.update(changes)
-        return TileNode(**d)
+        new = object.__new__(TileNode)          # a copy with some fields changed (hot in passes)
+        new.__dict__.update(self.__dict__)
+        new.__dict__.update(changes)
+        return new
 
     @property
     def key(self) -> str:
@@ -179,6 +181,7 @@ def row_pitch(shape, dtype: DType) -> int:
     return -(-(last * dtype.itemsize) // 32) * 32
 
 
+@functools.lru_cache(maxsize=4096)
 def tile_bytes(shape, dtype: DType) -> int:
     rows = 1
     for s in shape[:-1]:

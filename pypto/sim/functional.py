@@ -31,6 +31,8 @@ class Memory:
         fill = 0xFF if checked else 0
         self.onchip = {k: np.full(v, fill, dtype=np.uint8) for k, v in self.capacity.items()}
         self.written = {k: np.zeros(v, dtype=np.bool_) for k, v in self.capacity.items()} if checked else None
+        self._views: dict[int, np.ndarray] = {}     # id(TileRef) -> view (operands are interned)
+        self._fits: set[int] = set()                # TileRefs already checked against capacity
         self.gm: dict[str, np.ndarray] = {}
         for b in program.buffers:
             if b.name in arrays:
@@ -41,14 +43,21 @@ class Memory:
 
     def tile(self, t: TileRef, buffer=None, dtype=None) -> np.ndarray:
         """The valid region of a tile, as a view of its space's bytes (or of another byte array)."""
+        if buffer is None:
+            v = self._views.get(id(t))
+            if v is None:
+                v = self._views[id(t)] = self._view(t, self.onchip[t.space], t.dtype.np_dtype)
+            return v
+        return self._view(t, buffer, dtype)
+
+    @staticmethod
+    def _view(t: TileRef, buffer, dtype) -> np.ndarray:
         item = t.dtype.itemsize
         strides, acc = [item], row_pitch(t.shape, t.dtype)
         for s in reversed(t.shape[:-1]):
             strides.insert(0, acc)
             acc *= s
-        return np.ndarray(t.valid, dtype=dtype or t.dtype.np_dtype,
-                          buffer=self.onchip[t.space] if buffer is None else buffer, offset=t.addr,
-                          strides=tuple(strides))
+        return np.ndarray(t.valid, dtype=dtype, buffer=buffer, offset=t.addr, strides=tuple(strides))
 
     def new_task(self):
         if self.checked:
@@ -56,6 +65,8 @@ class Memory:
                 m[:] = False
 
     def check_tile(self, t: TileRef, ins: Instr, task, k: int, reading: bool):
+        if not self.checked and id(t) in self._fits:
+            return
         if t.addr < 0 or t.addr + t.nbytes > self.capacity[t.space]:
             raise SimulationError(
                 f"task {task.id} instruction {k} ({ins.op}): tile overflows {t.space}", loc=ins.loc,
@@ -70,6 +81,7 @@ class Memory:
                     got=f"{int((~mask).sum())} of {mask.size} elements never written")
             if not reading:
                 mask[...] = True
+        self._fits.add(id(t))
 
     def window(self, r: GMRef) -> np.ndarray:
         flat = self.gm[r.buf.name]
@@ -124,7 +136,9 @@ def execute(ins: Instr, mem: Memory) -> None:
         dst[...] = srcs[0].astype(dst.dtype, copy=False)
     elif op == "TEXTRACT":
         full = ins.srcs[0]
-        whole = mem.tile(TileRef(full.space, full.addr, full.dtype, full.shape, full.shape))
+        # the whole allocated source tile (a temporary ref: not cached, its id may be reused)
+        whole = mem._view(TileRef(full.space, full.addr, full.dtype, full.shape, full.shape),
+                          mem.onchip[full.space], full.dtype.np_dtype)
         r0, c0 = ins.attrs["offsets"]
         dst[...] = whole[r0:r0 + dst.shape[0], c0:c0 + dst.shape[1]]
     elif op == "TMATMUL":

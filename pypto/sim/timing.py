@@ -19,7 +19,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES
+from ..ir.exec import AIC_PIPES, AIV_PIPES, TileRef
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from .cost import base_cycles, dma_bytes, dma_path, is_vector
@@ -47,6 +47,7 @@ def _decode(program: Program, machine: Machine):
     if machine in cache:
         return cache[machine]
     out = []
+    cycles_of: dict[tuple, int] = {}      # interned operands: equal instructions cost the same
     for t in program.tasks:
         rows = []
         for ins in t.instrs:
@@ -65,7 +66,14 @@ def _decode(program: Program, machine: Machine):
                 if ins.op in ("TEXTRACT", "TMOV"):
                     src, dst = dma_path(ins)
                     path, nbytes = f"{src}->{dst}", dma_bytes(ins)
-            rows.append((kind, ins.pipe, base_cycles(ins, machine), key, nbytes, path, bpc, window))
+            if window is not None:
+                cyc = 0             # GM transfers are timed when they run (L2, HBM)
+            else:
+                ck = (ins.op, id(ins.dst), tuple(id(s) if isinstance(s, TileRef) else s for s in ins.srcs))
+                cyc = cycles_of.get(ck)
+                if cyc is None:
+                    cyc = cycles_of[ck] = base_cycles(ins, machine)
+            rows.append((kind, ins.pipe, cyc, key, nbytes, path, bpc, window))
         out.append(rows)
     cache[machine] = out
     return out
