@@ -70,12 +70,31 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
                 w.add(n.attrs["gm"])
         reads.append(r)
         writes.append(w)
+    # groups whose GM buffers never meet cannot have dependent tasks: skip their pairs
+    touched: dict[int, tuple[set, set]] = {}
+    for t in g.tasks:
+        rd, wr = touched.setdefault(t.group, (set(), set()))
+        rd.update(reads[t.id].span)
+        wr.update(writes[t.id].span)
+
+    def groups_meet(ga: int, gb: int) -> bool:
+        (ra, wa), (rb, wb) = touched[ga], touched[gb]
+        return bool(wa & rb or wa & wb or ra & wb)
+
+    meet = {}
     tasks = []
     for b in g.tasks:
-        deps = tuple(a.id for a in g.tasks[:b.id] if a.group != b.group and (
-            writes[a.id].overlaps(reads[b.id]) or writes[a.id].overlaps(writes[b.id])
-            or reads[a.id].overlaps(writes[b.id])))
-        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, deps))
+        deps = []
+        for a in g.tasks[:b.id]:
+            if a.group == b.group:
+                continue
+            pair = (a.group, b.group)
+            if pair not in meet:
+                meet[pair] = groups_meet(*pair)
+            if meet[pair] and (writes[a.id].overlaps(reads[b.id]) or writes[a.id].overlaps(writes[b.id])
+                               or reads[a.id].overlaps(writes[b.id])):
+                deps.append(a.id)
+        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, tuple(deps)))
     return g.replace(tasks)
 
 

@@ -86,7 +86,9 @@ def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 
 
 def _sync_task(instrs) -> tuple[Instr, ...]:
-    ranges: dict[tuple, dict] = {}       # (key, lo, hi) -> {"w": (pipe, idx) | None, "r": [(pipe, idx)]}
+    # per byte range: [last writer (pipe, idx) or None, {pipe: newest reader idx since the write}]
+    # (pipes run in order, so the newest reader on a pipe stands for all earlier ones there)
+    ranges: dict[tuple, list] = {}
     by_key: dict[str, list[tuple]] = {}
     synced: dict[tuple[str, str], int] = {}
     next_event: dict[tuple[str, str], int] = {}
@@ -95,35 +97,38 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
     written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
     for idx, ins in enumerate(instrs):
         need: dict[str, int] = {}
+        q = ins.pipe
         acc = _accesses(ins, written_gm)
         for key, lo, hi, w in acc:
             for rk in by_key.get(key, ()):
                 if rk[1] < hi and lo < rk[2]:
-                    st = ranges[rk]
-                    deps = ([st["w"]] if st["w"] else []) + (st["r"] if w else [])
-                    for p, j in deps:
-                        if p != ins.pipe and j > synced.get((p, ins.pipe), -1):
-                            need[p] = max(need.get(p, -1), j)
+                    writer, readers = ranges[rk]
+                    if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
+                        need[writer[0]] = max(need.get(writer[0], -1), writer[1])
+                    if w:
+                        for p, j in readers.items():
+                            if p != q and j > synced.get((p, q), -1):
+                                need[p] = max(need.get(p, -1), j)
         for p, j in sorted(need.items()):
-            pair = (p, ins.pipe)
+            pair = (p, q)
             ev = next_event.get(pair, 0)
             next_event[pair] = (ev + 1) % EVENTS_PER_PIPE_PAIR
-            attrs = Attrs({"src": p, "dst": ins.pipe, "event": ev})
+            attrs = Attrs({"src": p, "dst": q, "event": ev})
             set_after.setdefault(j, []).append(Instr("SET_FLAG", p, attrs=attrs, loc=None))
-            wait_before.setdefault(idx, []).append(Instr("WAIT_FLAG", ins.pipe, attrs=attrs, loc=None))
+            wait_before.setdefault(idx, []).append(Instr("WAIT_FLAG", q, attrs=attrs, loc=None))
             synced[pair] = j
         for key, lo, hi, w in acc:
             rk = (key, lo, hi)
             if rk not in ranges:
-                ranges[rk] = {"w": None, "r": []}
+                ranges[rk] = [None, {}]
                 by_key.setdefault(key, []).append(rk)
             if w:
                 # a write supersedes everything it overlaps: later accesses only need to see it
                 for ok in by_key[key]:
                     if ok[1] < hi and lo < ok[2]:
-                        ranges[ok] = {"w": (ins.pipe, idx), "r": []}
+                        ranges[ok] = [(q, idx), {}]
             else:
-                ranges[rk]["r"].append((ins.pipe, idx))
+                ranges[rk][1][q] = idx
     out = []
     for idx, ins in enumerate(instrs):
         out.extend(wait_before.get(idx, ()))

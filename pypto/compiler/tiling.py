@@ -8,6 +8,7 @@ walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) int
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 from ..dtypes import DT_FP32, DT_INT32
@@ -122,6 +123,7 @@ def _layout(src: GMRef, n) -> GMRef | None:
 # ---------------------------------------------------------------------------------------
 # vector groups
 
+@functools.lru_cache(maxsize=1 << 16)
 def _projection(vshape, domain, start, extent, tile):
     """(gm offsets, valid shape, tile shape) of a value's tile for one iteration of the domain."""
     off = len(domain) - len(vshape)
@@ -158,8 +160,8 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
                 idx[d] = v
             if pd is not None:
                 idx[pd] = k
-            start = [i * t for i, t in zip(idx, tile)]
-            extent = [min(t, d - s) for t, d, s in zip(tile, domain, start)]
+            start = tuple(i * t for i, t in zip(idx, tile))
+            extent = tuple(min(t, d - s) for t, d, s in zip(tile, domain, start))
             cur: dict[int, int] = {}
 
             def operand(i, user):
