@@ -1,6 +1,8 @@
 """Tile -> Block lowering and Block-level passes: partitioning, dependencies, wavefronts."""
 from __future__ import annotations
 
+import bisect
+
 from ..ir.block import BlockGraph, Task
 from ..ir.gm import GMRef
 from ..ir.tile import TileGraph
@@ -56,6 +58,47 @@ class _Footprint:
         return False
 
 
+class _Index:
+    """Task footprints of one kind (reads or writes) per GM buffer, sorted along the buffer's
+    first dim so that a query only looks at tasks whose rows can meet its own."""
+
+    def __init__(self, feet: list[_Footprint]):
+        self.rows: dict[str, list] = {}        # buffer -> sorted [(lo0, hi0, task)]
+        self.any: dict[str, list[int]] = {}    # buffer -> tasks without a box (spans only)
+        self.maxlen: dict[str, int] = {}
+        for tid, f in enumerate(feet):
+            for name in f.span:
+                box = f.box.get(name)
+                if box is None:
+                    self.any.setdefault(name, []).append(tid)
+                else:
+                    lo, hi = box[0]
+                    self.rows.setdefault(name, []).append((lo, hi, tid))
+                    self.maxlen[name] = max(self.maxlen.get(name, 0), hi - lo)
+        for lst in self.rows.values():
+            lst.sort()
+
+    def candidates(self, f: _Footprint) -> set[int]:
+        out: set[int] = set()
+        for name in f.span:
+            out.update(self.any.get(name, ()))
+            lst = self.rows.get(name)
+            if not lst:
+                continue
+            box = f.box.get(name)
+            if box is None:
+                out.update(t for _, _, t in lst)
+                continue
+            lo, hi = box[0]
+            i = bisect.bisect_left(lst, (hi,))           # rows starting before our end
+            floor = lo - self.maxlen[name]
+            while i > 0 and lst[i - 1][0] > floor:         # earlier starts cannot reach our rows
+                i -= 1
+                if lst[i][1] > lo:
+                    out.add(lst[i][2])
+        return out
+
+
 def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes."""
     tile_nodes = g.tiles.by_id()
@@ -70,31 +113,15 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
                 w.add(n.attrs["gm"])
         reads.append(r)
         writes.append(w)
-    # groups whose GM buffers never meet cannot have dependent tasks: skip their pairs
-    touched: dict[int, tuple[set, set]] = {}
-    for t in g.tasks:
-        rd, wr = touched.setdefault(t.group, (set(), set()))
-        rd.update(reads[t.id].span)
-        wr.update(writes[t.id].span)
-
-    def groups_meet(ga: int, gb: int) -> bool:
-        (ra, wa), (rb, wb) = touched[ga], touched[gb]
-        return bool(wa & rb or wa & wb or ra & wb)
-
-    meet = {}
+    by_reads, by_writes = _Index(reads), _Index(writes)
     tasks = []
     for b in g.tasks:
-        deps = []
-        for a in g.tasks[:b.id]:
-            if a.group == b.group:
-                continue
-            pair = (a.group, b.group)
-            if pair not in meet:
-                meet[pair] = groups_meet(*pair)
-            if meet[pair] and (writes[a.id].overlaps(reads[b.id]) or writes[a.id].overlaps(writes[b.id])
-                               or reads[a.id].overlaps(writes[b.id])):
-                deps.append(a.id)
-        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, tuple(deps)))
+        cands = by_writes.candidates(reads[b.id]) | by_writes.candidates(writes[b.id]) \
+            | by_reads.candidates(writes[b.id])
+        deps = tuple(a for a in sorted(cands) if a < b.id and g.tasks[a].group != b.group and (
+            writes[a].overlaps(reads[b.id]) or writes[a].overlaps(writes[b.id])
+            or reads[a].overlaps(writes[b.id])))
+        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, deps))
     return g.replace(tasks)
 
 

@@ -5,12 +5,14 @@ change the window.  Every load and store of the lower levels names one window.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from ..dtypes import DType
 from .core import prod
 
 
+@functools.lru_cache(maxsize=1024)
 def natural_strides(shape) -> tuple[int, ...]:
     out, acc = [], 1
     for s in reversed(shape):
@@ -67,10 +69,17 @@ class GMRef:
         """The same elements with a new shape, or None when the window is not contiguous."""
         if not self.is_contiguous():
             return None
-        return GMRef(self.buf, self.offset, tuple(shape), natural_strides(shape))
+        return GMRef(self.buf, self.offset, tuple(shape), natural_strides(tuple(shape)))
+
+    @functools.cached_property
+    def _box(self):
+        return self._compute_box()
 
     def box(self):
         """Per-buffer-dim [lo, hi) ranges covered, or None when strides are not a permutation."""
+        return self._box
+
+    def _compute_box(self):
         nat = natural_strides(self.buf.shape)
         idx, rem = [], self.offset
         for s in nat:
@@ -90,9 +99,14 @@ class GMRef:
             ranges[j] = (idx[j], idx[j] + size)
         return tuple(ranges)
 
-    def span(self) -> tuple[int, int]:
+    @functools.cached_property
+    def _span(self) -> tuple[int, int]:
         hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
         return self.offset, hi + 1
+
+    def span(self) -> tuple[int, int]:
+        """[first, last + 1) element offsets the window touches."""
+        return self._span
 
     def overlaps(self, other: "GMRef") -> bool:
         if self.buf.name != other.buf.name:

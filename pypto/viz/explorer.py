@@ -247,6 +247,7 @@ class Explorer:
         self._pending = None
         self._last_activity = 0.0
         self._timing = None
+        self._check_time = 0.0
         self._static_cache: tuple | None = None
         self._cfg = (machine, dtype)
         try:
@@ -429,7 +430,9 @@ class Explorer:
             hit = self._cast_args[dtype] = tuple(out)
         return hit
 
-    def _compute(self, machine, dtype, consts, trace=False):
+    def _compute(self, machine, dtype, consts, trace=False, check_now=True):
+        """Compile and time a configuration (cached); its numpy check runs now or, with
+        `check_now=False`, later through `_check` (a slider release shows cycles first)."""
         key = self._key(machine, dtype, consts)
         hit = self._results.get(key)
         if hit is None:
@@ -438,9 +441,9 @@ class Explorer:
                 t0 = time.perf_counter()
                 ck = self.kernel.compile(*args, machine=machine, snapshots=True, **consts)
                 t1 = time.perf_counter()
-                res = ck.simulate(*args, trace=trace) if self.simulate else None
+                res = ck.simulate(mode="timing", trace=trace) if self.simulate else None
             self._timing = [t1 - t0, time.perf_counter() - t1, 0.0]
-            hit = [ck, res]
+            hit = [ck, res, args]
             self._results[key] = hit
             # The compiler fills in defaults: remember the full configuration under both keys.
             self._results[self._key(machine, dtype, ck.consts)] = hit
@@ -448,7 +451,48 @@ class Explorer:
                 del self._results[next(iter(self._results))]
         else:
             self._timing = None
+        if check_now:
+            self._check(hit)
         return hit[0], hit[1]
+
+    def _check(self, hit) -> bool:
+        """Run the functional simulation and the numpy check of a result that has none yet."""
+        ck, res, args = hit
+        if res is None or res.check is not None:
+            return False
+        with _gc_paused():
+            t0 = time.perf_counter()
+            done = ck.simulate(*args, mode="functional", check=True)
+            self._check_time = time.perf_counter() - t0
+        res.outputs, res.check = done.outputs, done.check
+        return True
+
+    def _finish_check(self, hit):
+        """The deferred check of the configuration on display: then its header and stats."""
+        try:
+            if not self._check(hit) or hit[0] is not self._ck:
+                return
+            self.header.value = self._header_html()
+            for key in [k for k in self._views if len(k) == 3 and k[1] == "Stats"]:
+                del self._views[key]
+            self._rendered.pop("Stats", None)
+            if "Stats" in self._visible():
+                self._render("Stats")
+        except Exception as e:          # noqa: BLE001 - a callback must not raise
+            self._show_error(e)
+
+    def _schedule_check(self, hit):
+        """In a live kernel the check runs right after the view is sent (the slider feels
+        instant); without an event loop (scripts, tests) it runs now."""
+        import asyncio
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            self._finish_check(hit)
+        else:
+            loop.call_soon(self._finish_check, hit)
 
     def _ensure_trace(self):
         """Give the result on display a trace (it was simulated without one: no view needed it)."""
@@ -476,7 +520,7 @@ class Explorer:
     def _apply(self, cfg, reraise=False):
         machine, dtype, consts = cfg
         try:
-            ck, res = self._compute(machine, dtype, consts, trace=self._needs_trace())
+            ck, res = self._compute(machine, dtype, consts, trace=self._needs_trace(), check_now=False)
         except Exception as e:
             # Keep the previous view; the controls go back to the configuration it shows.
             self._error = e
@@ -489,6 +533,7 @@ class Explorer:
         self._error = None
         self._sync_controls()
         self._refresh()
+        self._schedule_check(self._results[self._key(machine, dtype, consts)])
 
     # --- debounce ------------------------------------------------------------------------------
     def _schedule(self, cfg):
@@ -781,7 +826,8 @@ class Explorer:
                            f"{len(ck.program.tasks)} tasks")
         ok = res.ok
         verdict = ("<span style='color:#080'>check OK</span>" if ok else
-                   "<span style='color:#c00'>check MISMATCH</span>" if ok is False else "not checked")
+                   "<span style='color:#c00'>check MISMATCH</span>" if ok is False else
+                   "<span style='color:#888'>checking…</span>")
         bound = res.stats.get("bound")
         bound = f" &nbsp;|&nbsp; bound: {html.escape(bound)}" if bound else ""
         return (head + f"<b>{res.cycles}</b> cycles &nbsp;|&nbsp; {res.time_us:.3f} us{bound}"
