@@ -419,7 +419,7 @@ def test_explorer_mimebundle_has_a_deterministic_static_snapshot(explorer, xo):
     assert "application/vnd.jupyter.widget-view+json" in bundle
     page = bundle["text/html"]
     assert f"<b>{explorer.res.cycles}</b> cycles" in page                  # header
-    assert f"<td style='text-align:left'>{explorer.res.cycles}</td>" in page  # stats table
+    assert f"<td style='text-align:left'>{explorer.res.cycles}  (" in page  # stats table
     assert "<svg width=" in page and "tensor graph softmax" in page         # the Tensor graph
     assert "<img src='data:image/png;base64,iVBORw0KGgo" in page            # the timeline PNG
     assert "model_id" not in page and "<?xml" not in page
@@ -441,7 +441,7 @@ def test_explorer_update_recompiles_and_renders_lazily(explorer):
     explorer.select("Tile")
     assert "group 0: vector on AIV, tile [32,256]" in view(explorer, "Tile")
     explorer.select("Stats")
-    assert f"<td style='text-align:left'>{explorer.res.cycles}</td>" in view(explorer, "Stats")
+    assert f"<td style='text-align:left'>{explorer.res.cycles}  (" in view(explorer, "Stats")
     assert "check out" in view(explorer, "Stats") and "OK vs numpy" in view(explorer, "Stats")
     explorer.select("PTO")
     assert ".task 3" in view(explorer, "PTO") and ".task 4 " not in view(explorer, "PTO")

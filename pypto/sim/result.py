@@ -49,33 +49,39 @@ class SimResult:
         return write_chrome_trace(path, self.trace, self.machine, self.kernel, self.task_times, self.program)
 
     # --- text ---------------------------------------------------------------------------
-    def summary(self) -> str:
+    def stats_rows(self) -> list[tuple[str, str]]:
+        """The stats as (label, text) rows: the one readable form used by summary(), the
+        explorer's Stats tab and the HTML report."""
         s = self.stats
-        lines = [f"kernel {self.kernel} on {self.machine.name}"]
+        rows: list[tuple[str, str]] = []
         if self.cycles is not None:
-            lines.append(f"  cycles        {self.cycles}  ({self.time_us} us at {self.machine.clock_ghz} GHz)")
-            lines.append(f"  bound         {s['bound']}")
-            lines.append(f"  instructions  {s['instructions']} in {s['tasks']} tasks on "
-                         f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV cores")
-            busy = "  ".join(f"{p} {v:.1f}%" for p, v in s["pipe_busy_pct"].items())
-            lines.append(f"  pipe busy     {busy}")
-            moved = "  ".join(f"{k} {v / 1024:.0f} KiB" for k, v in sorted(s["bytes_by_path"].items()))
-            lines.append(f"  bytes moved   {moved}")
-            lines.append(f"  L2            {s['l2_hits']} hits ({s['l2_hit_bytes'] / 2**20:.2f} MiB), "
-                         f"{s['l2_misses']} misses ({s['l2_miss_bytes'] / 2**20:.2f} MiB)")
-            lines.append(f"  HBM           {s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
-                         f"({s['hbm_util_pct']:.1f}% of {self.machine.hbm_gbps:.0f} GB/s)")
+            rows.append(("cycles", f"{self.cycles}  ({self.time_us} us at {self.machine.clock_ghz} GHz)"))
+            rows.append(("bound", s["bound"]))
+            rows.append(("instructions", f"{s['instructions']} in {s['tasks']} tasks on "
+                                         f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV cores"))
+            rows.append(("pipe busy", "  ".join(f"{p} {v:.1f}%" for p, v in s["pipe_busy_pct"].items())))
+            rows.append(("bytes moved", "  ".join(f"{k} {v / 1024:.0f} KiB"
+                                                  for k, v in sorted(s["bytes_by_path"].items()))))
+            rows.append(("L2", f"{s['l2_hits']} hits ({s['l2_hit_bytes'] / 2**20:.2f} MiB), "
+                               f"{s['l2_misses']} misses ({s['l2_miss_bytes'] / 2**20:.2f} MiB)"))
+            rows.append(("HBM", f"{s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
+                                f"({s['hbm_util_pct']:.1f}% of {self.machine.hbm_gbps:.0f} GB/s)"))
             path = s["critical_path"]
             groups = " -> ".join(f"g{p['group']}" for p in path)
-            lines.append(f"  critical path {len(path)} tasks ({groups})" if len(path) <= 8 else
-                         f"  critical path {len(path)} tasks, groups {sorted({p['group'] for p in path})}")
+            rows.append(("critical path", f"{len(path)} tasks ({groups})" if len(path) <= 8 else
+                                          f"{len(path)} tasks, groups {sorted({p['group'] for p in path})}"))
             if s.get("flops"):
-                lines.append(f"  compute       {s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak)")
-        if self.check is not None:
-            for name, c in self.check.items():
-                verdict = "OK" if c["ok"] else "MISMATCH"
-                lines.append(f"  check {name:<7} {verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, "
-                             f"rtol {c['rtol']:g})")
+                rows.append(("compute", f"{s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak), "
+                                        f"{s['arithmetic_intensity']:g} FLOP per HBM byte"))
+        for name, c in (self.check or {}).items():
+            verdict = "OK" if c["ok"] else "MISMATCH"
+            rows.append((f"check {name}", f"{verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, "
+                                          f"rtol {c['rtol']:g})"))
+        return rows
+
+    def summary(self) -> str:
+        lines = [f"kernel {self.kernel} on {self.machine.name}"]
+        lines += [f"  {label:<13} {text}" for label, text in self.stats_rows()]
         return "\n".join(lines)
 
     def __repr__(self):

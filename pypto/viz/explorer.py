@@ -890,23 +890,7 @@ def pass_diff_html(ck, k: int) -> str:
 
 def stats_html(res) -> str:
     """The stats of a SimResult as an HTML table."""
-    s = res.stats
-    rows = [("cycles", s["cycles"]), ("time", f"{res.time_us:.3f} us at {res.machine.clock_ghz} GHz")]
-    if s.get("bound"):
-        rows.append(("bound", s["bound"]))
-    rows += [("instructions", s["instructions"]), ("tasks", s["tasks"]),
-             ("cores used", f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV")]
-    rows += [(f"busy {pipe}", f"{pct:.1f} %") for pipe, pct in s["pipe_busy_pct"].items()]
-    rows += [(f"bytes {path}", f"{n / 1024:.1f} KiB") for path, n in s["bytes_by_path"].items()]
-    rows.append(("HBM", f"{s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
-                        f"({s['hbm_util_pct']:.1f}% of {res.machine.hbm_gbps:.0f} GB/s)"))
-    if s.get("flops"):
-        rows.append(("compute", f"{s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak)"))
-        if s.get("arithmetic_intensity") is not None:
-            rows.append(("arithmetic intensity", f"{s['arithmetic_intensity']:g} FLOP per HBM byte"))
-    for name, c in (res.check or {}).items():
-        verdict = "OK" if c["ok"] else "MISMATCH"
-        rows.append((f"check {name}", f"{verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, rtol {c['rtol']:g})"))
+    rows = res.stats_rows()
     body = "".join(f"<tr><th style='text-align:left; padding-right:1em'>{html.escape(str(k))}</th>"
                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"

@@ -167,28 +167,7 @@ def _table(rows) -> str:
 
 def stats_rows(res) -> list[tuple[str, str]]:
     """The SimResult's stats as (name, value) rows."""
-    s = res.stats
-    if not s:
-        return [("stats", "none (no timing simulation)")]
-    rows = [("cycles", s["cycles"]),
-            ("time", f"{res.time_us:.3f} us at {res.machine.clock_ghz} GHz"),
-            ("bound", s.get("bound", "n/a")),
-            ("instructions", s["instructions"]), ("tasks", s["tasks"]),
-            ("cores used", f"{s['cores_used']['AIC']} AIC + {s['cores_used']['AIV']} AIV")]
-    rows += [(f"busy {pipe}", f"{pct:.1f} %") for pipe, pct in s["pipe_busy_pct"].items()]
-    rows += [(f"bytes {path}", f"{n / 1024:.1f} KiB") for path, n in s["bytes_by_path"].items()]
-    rows.append(("HBM", f"{s['hbm_bytes'] / 2**20:.2f} MiB at {s['hbm_gbps']:.1f} GB/s "
-                        f"({s['hbm_util_pct']:.1f}% of {res.machine.hbm_gbps:.0f} GB/s)"))
-    if s.get("flops"):
-        rows.append(("compute", f"{s['flops']} FLOP, {s['tflops']:.2f} TFLOP/s "
-                                f"({s['cube_util_pct']:.1f}% of cube peak)"))
-    if s.get("arithmetic_intensity") is not None:
-        rows.append(("arithmetic intensity", f"{s['arithmetic_intensity']} FLOP/byte"))
-    for name, c in (res.check or {}).items():
-        verdict = "OK" if c["ok"] else "MISMATCH"
-        rows.append((f"check {name}", f"{verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, "
-                                      f"rtol {c['rtol']:g}, atol {c['atol']:g})"))
-    return [(k, str(v)) for k, v in rows]
+    return res.stats_rows() or [("stats", "none (no timing simulation)")]
 
 
 def _stats_table(res) -> str:
