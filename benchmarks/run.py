@@ -5,6 +5,7 @@ warm process except the cold compile, which is the first compile in a fresh proc
 """
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -12,22 +13,21 @@ import time
 
 import numpy as np
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
 COLD = r"""
-import time, numpy as np
+import sys, time, numpy as np
 t0 = time.perf_counter()
 import pypto
-@pypto.jit
-def softmax(x, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
+sys.path.insert(0, %r)
+from kernels import softmax
 x = np.random.rand(1024, 1024).astype(np.float32); out = np.zeros_like(x)
 t1 = time.perf_counter()
 softmax.compile(x, out)
 t2 = time.perf_counter()
 print(t1 - t0, t2 - t1)
-"""
+""" % HERE
 
 
 def median_time(fn, repeat=5) -> float:
@@ -46,14 +46,7 @@ def numpy_softmax(x):
 
 
 def main() -> None:
-    import pypto
-
-    @pypto.jit
-    def softmax(x, out, *, TM: int = 64, TN: int = 256):
-        pypto.set_vec_tile_shapes(TM, TN)
-        m = pypto.amax(x, dim=-1, keepdim=True)
-        e = pypto.exp(x - m)
-        out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
+    from kernels import softmax
 
     rng = np.random.default_rng(0)
     x = rng.random((1024, 1024), dtype=np.float32)

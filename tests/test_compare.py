@@ -6,18 +6,11 @@ import pytest
 
 import pypto
 from pypto.viz.compare import Compare, config_labels
+from shared_kernels import softmax
 
 pytest.importorskip("matplotlib")
 
 PNG = "data:image/png;base64,iVBORw0KGgo"
-
-
-@pypto.jit
-def softmax(x, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
 
 
 @pytest.fixture(scope="module")
