@@ -6,7 +6,7 @@ import pytest
 
 import pypto
 from pypto.viz.compare import Compare, config_labels
-from shared_kernels import softmax
+from common import softmax
 
 pytest.importorskip("matplotlib")
 

@@ -9,6 +9,7 @@ import pytest
 
 import pypto
 from pypto.ir.tile import tile_bytes
+from common import byte_accesses
 
 PASS_ORDER = ["decompose", "legalize", "dce", "fuse", "tiling", "assign_spaces", "allocate", "partition",
               "dependencies", "wavefronts", "select", "schedule", "insert_sync", "codegen"]
@@ -416,19 +417,6 @@ def _happens_before(instrs):
     return anc
 
 
-def _tile_accesses(ins):
-    from pypto.ir.exec import TileRef
-    from pypto.ir.gm import GMRef
-    out = []
-    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
-        if isinstance(o, TileRef):
-            out.append((o.space, o.addr, o.addr + o.nbytes, w))
-        elif isinstance(o, GMRef):
-            lo, hi = o.span()
-            out.append(("GM:" + o.buf.name, lo, hi, w))
-    return out
-
-
 @pytest.mark.parametrize("which", ["softmax_split", "softmax_row", "layernorm", "mm_relu"])
 def test_sync_orders_every_hazard(which, rng):
     """Within a task, two instructions that touch the same bytes (one writing) are ordered: either
@@ -453,7 +441,7 @@ def test_sync_orders_every_hazard(which, rng):
     for t in ck.program.tasks:
         instrs = t.instrs
         anc = _happens_before(instrs)
-        accs = [_tile_accesses(i) for i in instrs]
+        accs = [byte_accesses(i) for i in instrs]
         for j in range(len(instrs)):
             for i in range(j):
                 if instrs[i].pipe == instrs[j].pipe:

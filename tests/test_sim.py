@@ -10,6 +10,7 @@ import pytest
 import pypto
 from pypto.sim.cost import cube_cycles
 from pypto.sim.machine import A2A3, TEACH
+from common import byte_accesses
 
 # public figures (DESIGN section 4), written out here rather than read from pypto
 CLOCK_HZ = 1.85e9
@@ -276,19 +277,6 @@ def test_summary_and_stats(rng):
 # ---------------------------------------------------------------------------------------
 # the timeline respects the program
 
-def _accesses(ins):
-    from pypto.ir.exec import TileRef
-    from pypto.ir.gm import GMRef
-    out = []
-    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
-        if isinstance(o, TileRef):
-            out.append((o.space, o.addr, o.addr + o.nbytes, w))
-        elif isinstance(o, GMRef):
-            lo, hi = o.span()
-            out.append(("GM:" + o.buf.name, lo, hi, w))
-    return out
-
-
 @pytest.mark.parametrize("which", ["softmax_split", "softmax_row", "mm_tiles", "two_writes"])
 def test_trace_has_no_races(which, rng):
     """In the simulated timeline, (a) each pipe runs one instruction at a time in program order,
@@ -334,7 +322,7 @@ def test_trace_has_no_races(which, rng):
     # (b) byte hazards inside a task
     spans = {}
     for t in ck.program.tasks:
-        acc = [_accesses(i) for i in t.instrs]
+        acc = [byte_accesses(i) for i in t.instrs]
         for j in range(len(t.instrs)):
             for i in range(j):
                 if any(k1 == k2 and l1 < h2 and l2 < h1 and (w1 or w2)
