@@ -6,8 +6,24 @@ understand it.
 """
 from __future__ import annotations
 
+import functools
 import linecache
+import sys
 from dataclasses import dataclass
+
+
+@functools.lru_cache(maxsize=256)
+def _cell_name(file: str) -> str | None:
+    """'In[3]' when `file` holds a notebook / IPython cell (IPython names cells by temp files)."""
+    ipython = sys.modules.get("IPython")           # never imported here: only used if loaded
+    shell = ipython.get_ipython() if ipython is not None else None
+    if shell is None:
+        return None
+    try:
+        named = shell.compile.format_code_name(file)
+    except Exception:  # noqa: BLE001 - an IPython without cell names: use the file name
+        return None
+    return named[1] if named else None
 
 
 @dataclass(frozen=True)
@@ -19,8 +35,15 @@ class SourceLoc:
     func: str = ""
 
     def short(self) -> str:
+        """`file.py:12`: stable across runs, used in printed IR and programs."""
         name = self.file.rsplit("/", 1)[-1]
         return f"{name}:{self.line}"
+
+    def display(self) -> str:
+        """`In[3]:12` for a notebook cell (what the user sees next to it), else `file.py:12`:
+        for error messages."""
+        cell = _cell_name(self.file)
+        return f"{cell}:{self.line}" if cell else self.short()
 
     def source_line(self) -> str:
         return linecache.getline(self.file, self.line).rstrip("\n")
@@ -34,7 +57,8 @@ def format_location(loc: SourceLoc | None) -> str:
     if loc is None:
         return ""
     text = loc.source_line()
-    where = f'  File "{loc.file}", line {loc.line}'
+    cell = _cell_name(loc.file)
+    where = f"  Cell {cell}, line {loc.line}" if cell else f'  File "{loc.file}", line {loc.line}'
     if loc.func:
         where += f", in {loc.func}"
     if not text.strip():
@@ -56,7 +80,7 @@ class PyptoError(Exception):
         super().__init__(self._compose())
 
     def _compose(self) -> str:
-        head = f"{self.loc.short()}: {self.message}" if self.loc else self.message
+        head = f"{self.loc.display()}: {self.message}" if self.loc else self.message
         parts = [head]
         if self.loc is not None:
             parts.append(format_location(self.loc))
