@@ -85,3 +85,6 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print()
+    import explorer              # the notebook's slider latency (benchmarks/explorer.py)
+    explorer.main()
