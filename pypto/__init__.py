@@ -6,6 +6,7 @@ matplotlib, graphviz) are imported lazily by `pypto.viz` and `pypto.magics`.
 from .dtypes import DT_BF16, DT_FP16, DT_FP32, DT_INT8, DT_INT32, DType
 from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoError, ShapeError,
                      SimulationError, TileShapeError, UnsupportedError, VerificationError)
+from .compiler.api import CompilerPipeline
 from .frontend.jit import JitKernel, jit
 from .frontend.ops import (abs, add, amax, amin, assemble, cast, div, exp, gelu, layer_norm, layernorm,
                            log, loop, matmul, maximum, mean, minimum, mul, neg, reciprocal, relu, reshape,
@@ -48,7 +49,7 @@ def unload_ipython_extension(ipython):
 
 
 __all__ = [
-    "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
+    "CompilerPipeline", "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
     "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add", "amax", "amin",
     "assemble", "cast", "compare", "report", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",

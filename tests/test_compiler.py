@@ -11,8 +11,8 @@ import pypto
 from pypto.ir.tile import tile_bytes
 from common import byte_accesses
 
-PASS_ORDER = ["decompose", "legalize", "dce", "fuse", "tiling", "assign_spaces", "allocate", "partition",
-              "dependencies", "wavefronts", "select", "schedule", "insert_sync", "codegen"]
+PASS_ORDER = [p.name for p in pypto.compiler.default_passes()]
+assert PASS_ORDER[:4] == ["decompose", "legalize", "dce", "fusion"] and PASS_ORDER[-1] == "codegen"
 
 
 @pypto.jit

@@ -1,11 +1,14 @@
 """The compiler: passes per level, lowerings between levels, and the pipeline that runs them."""
+from .api import CompilerPipeline, OptimizationPass, default_pipeline
+from .autotile import AutoTilingPass
 from .fusion import FUSION_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
 from .pipeline import BUILTIN_PASSES, LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
-from .schedule import CODEGEN, EXEC_PASSES, SELECT
+from .schedule import CODEGEN, EXEC_PASSES, SELECT, DynamicScheduler
 from .tensor_passes import TENSOR_PASSES
-from .tiling import TILING
+
+TILING = AutoTilingPass(search=False).as_pass("tiling")   # heuristic default tiles, no search
 
 
 def default_passes() -> list[Pass]:
@@ -17,4 +20,5 @@ def default_passes() -> list[Pass]:
 PASSES = {p.name: p for p in default_passes()}
 BUILTIN_PASSES.update(PASSES.values())
 
-__all__ = ["LEVELS", "PASSES", "Pass", "PassContext", "PassLog", "PassRecord", "Pipeline", "default_passes"]
+__all__ = ["LEVELS", "PASSES", "AutoTilingPass", "CompilerPipeline", "DynamicScheduler", "OptimizationPass", "Pass",
+           "PassContext", "PassLog", "PassRecord", "Pipeline", "default_passes", "default_pipeline"]

@@ -76,6 +76,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             extra = {"group": group_of[n.id]}
             if n.id in tile_of:
                 extra["tile"] = tile_of[n.id]
+                if "tile" not in n.attrs:       # chosen by pypto, not by set_vec_tile_shapes
+                    extra["auto_tile"] = True
             if n.id in materialize:
                 extra["materialize"] = True
             n = n.replace(attrs=n.attrs.replace(**extra))
@@ -141,5 +143,5 @@ def _partial_dim(n, domain, tile) -> int | None:
     return d if ceil_div(domain[d], tile[d]) > 1 else None
 
 
-FUSION_PASSES = [Pass("fuse", "tensor", fuse,
+FUSION_PASSES = [Pass("fusion", "tensor", fuse,
                       "group elementwise chains and reductions that can run tile by tile")]

@@ -13,6 +13,7 @@ from ..ir.core import Attrs
 from ..ir.exec import EVENTS_PER_PIPE_PAIR, ExecGraph, ExecTask, Instr, TileRef, pipe_of
 from ..ir.gm import GMRef
 from ..ir.program import Program
+from .api import OptimizationPass
 from .pipeline import Pass, PassContext
 
 
@@ -47,14 +48,20 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
 
 
-def schedule(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
-    """Order each pipe's queue by iteration (program order is already iteration-major).
+class DynamicScheduler(OptimizationPass):
+    """Order each pipe's queue (Execution level).
 
     Each pipe has its own in-order queue, so the relative order of instructions on different
-    pipes does not matter; keeping iteration order per pipe lets double-buffered loads of
-    iteration i+1 run on MTE2 while V computes iteration i.
+    pipes does not matter; the lowering's iteration order per pipe already lets double-buffered
+    loads of iteration i+1 run on MTE2 while V computes iteration i, so today this pass keeps
+    that order.  Reordering within a pipe (list scheduling) is where it will grow.
     """
-    return g
+
+    level = "exec"
+    description = "order each pipe's queue (iteration order: the next tile's loads run ahead)"
+
+    def apply(self, graph: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+        return graph
 
 
 def _accesses(ins: Instr, written_gm: set[str]):
@@ -147,7 +154,7 @@ def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:
 
 SELECT = Pass("select", "block->exec", select_instructions, "bind every tile op to a pipe with resolved operands")
 EXEC_PASSES = [
-    Pass("schedule", "exec", schedule, "order each pipe's queue (iteration order, loads run ahead)"),
+    DynamicScheduler().as_pass("scheduling"),
     Pass("insert_sync", "exec", insert_sync, "SET_FLAG/WAIT_FLAG between pipes where data or buffers are shared"),
 ]
 CODEGEN = Pass("codegen", "exec->pto", codegen, "emit the PTO program")

@@ -17,7 +17,7 @@ from ..ir.core import Attrs, ceil_div, prod
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
-from .pipeline import Pass, PassContext
+from .pipeline import PassContext
 from .tileshape import normalize_cube_tile
 
 UNARY_TILE_OPS = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "abs": "TABS",
@@ -339,4 +339,3 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
     return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, nk1, m.loc)
 
 
-TILING = Pass("tiling", "tensor->tile", lower_to_tiles, "loop each fusion group over its tiles (tails included)")

@@ -46,26 +46,32 @@ class JitKernel:
         return f"<pypto.jit kernel {self.name}({', '.join(self.tensor_params)})>"
 
     # --- compile ----------------------------------------------------------------------------
-    def compile(self, *args, machine="a2a3", snapshots: bool = False, **consts):
-        """Compile for these argument shapes/dtypes and constants; cached."""
+    def compile(self, *args, machine="a2a3", snapshots: bool = False, pipeline=None, **consts):
+        """Compile for these argument shapes/dtypes and constants; cached.
+
+        `pipeline` (a CompilerPipeline or Pipeline) overrides the kernel's own for this compile."""
         try:
-            return self._compile(args, machine, snapshots or self.debug, consts)
+            return self._compile(args, machine, snapshots or self.debug, consts, pipeline)
         except PyptoError as e:
             raise e.with_traceback(None) from None
 
-    def _compile(self, args, machine, snapshots, consts):
+    def _compile(self, args, machine, snapshots, consts, pipeline=None):
         from ..compiler import Pipeline, PassContext, default_passes
         from ..compiler.kernel import CompiledKernel
         m = get_machine(machine)
         specs = self._specs(args)
         values = self._constants(consts)
+        pipeline = pipeline or self.pipeline
+        if pipeline is not None and not isinstance(pipeline, Pipeline):
+            pipeline = pipeline.pipeline()          # a CompilerPipeline: its current passes
+        passes = tuple(pipeline.passes) if pipeline is not None else None
         key = (self._source_hash, tuple((s.shape, s.dtype.name) for s in specs),
-               tuple(sorted(values.items())), m, snapshots)
+               tuple(sorted(values.items())), m, snapshots, passes)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         traced = self._trace(specs, values)
-        pipeline = self.pipeline or Pipeline(default_passes())
+        pipeline = pipeline or Pipeline(default_passes())
         levels, log, snaps = pipeline.run(traced, PassContext(m), verify="each" if self.debug else "levels",
                                           snapshots=snapshots)
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],

@@ -1,0 +1,159 @@
+"""The pass API users write against: OptimizationPass, CompilerPipeline, AutoTilingPass, DynamicScheduler."""
+import numpy as np
+import pytest
+
+import pypto
+from pypto.compiler import (PASSES, AutoTilingPass, CompilerPipeline, DynamicScheduler, OptimizationPass,
+                            default_pipeline)
+from pypto.ir.tensor import TNode
+
+
+@pypto.jit
+def softmax(x, out):
+    out[:] = pypto.softmax(x)
+
+
+@pytest.fixture
+def xo():
+    x = np.random.default_rng(0).random((64, 512), dtype=np.float32)
+    return x, np.zeros_like(x)
+
+
+class CustomFusionPass(OptimizationPass):
+    """A user's fusion pass that leaves the graph as it is (no fusion groups at all)."""
+    level = "tensor"
+
+    def __init__(self):
+        self.seen = 0
+
+    def apply(self, graph):
+        self.seen = len(graph.nodes)
+        return graph
+
+
+def test_the_seeds_three_entry_example_compiles_a_working_kernel(xo):
+    fusion = CustomFusionPass()
+    pipeline = CompilerPipeline([("fusion", fusion), ("tiling", AutoTilingPass(tile_size=128)),
+                                 ("scheduling", DynamicScheduler())])
+    ck = pipeline.compile(softmax, *xo)
+    assert fusion.seen > 0                                 # the user's pass ran in place of 'fusion'
+    assert [r.name for r in ck.pass_log] == pipeline.names
+    res = ck.simulate(*xo)
+    assert res.ok
+    # tile_size=128 gave the ops tiles 128 elements wide
+    assert {n.shape[-1] for n in ck.tile_graph.nodes if n.op == "TLOAD" and len(n.shape) == 2} <= {1, 128}
+
+
+def test_entries_replace_builtins_by_name_or_join_their_level():
+    class Nop(OptimizationPass):
+        level = "tile"
+
+        def apply(self, graph):
+            return graph
+    p = CompilerPipeline([("my_tile_pass", Nop())])
+    names = p.names
+    assert names.index("my_tile_pass") == names.index("allocate") + 1      # end of the tile level
+    assert names.index("my_tile_pass") < names.index("partition")
+    assert default_pipeline().names == [q.name for q in pypto.compiler.default_passes()]
+    p.insert_before("allocate", "first", Nop()).insert_after("allocate", "second", Nop())
+    assert p.names[p.names.index("allocate") - 1] == "first" and p.names[p.names.index("allocate") + 1] == "second"
+    p.remove("first").replace("second", Nop())
+    assert "first" not in p.names and "second" in p.names
+
+
+def test_a_pass_at_the_wrong_level_or_a_missing_lowering_is_refused():
+    class TilePass(OptimizationPass):
+        level = "tile"
+
+        def apply(self, graph):
+            return graph
+    with pytest.raises(pypto.PyptoError) as ei:
+        default_pipeline().insert_before("fusion", "misplaced", TilePass())
+    assert "'misplaced' works on the tile level" in str(ei.value) and "tensor level" in str(ei.value)
+    with pytest.raises(pypto.PyptoError) as ei:
+        default_pipeline().remove("tiling")
+    assert "omits the lowering tensor->tile" in str(ei.value)
+    with pytest.raises(pypto.PyptoError) as ei:
+        default_pipeline().remove("nonexistent")
+    assert "no pass named 'nonexistent'" in str(ei.value) and "expected" in str(ei.value)
+
+
+def test_a_failing_user_pass_is_named_and_leaves_no_cache_entry(xo):
+    class Broken(OptimizationPass):
+        level = "tensor"
+
+        def apply(self, graph):
+            raise ValueError("oops")
+
+    before = softmax.cache_size
+    with pytest.raises(pypto.PyptoError) as ei:
+        CompilerPipeline([("broken", Broken())]).compile(softmax, *xo)
+    assert "pass 'broken' (tensor) failed: ValueError: oops" in str(ei.value)
+    assert softmax.cache_size == before
+    assert softmax.compile(*xo).simulate(*xo).ok          # the kernel still works
+
+
+def test_a_user_pass_that_breaks_the_graph_is_caught_by_the_verifier(xo):
+    class Dangling(OptimizationPass):
+        level = "tensor"
+
+        def apply(self, graph):
+            n = graph.nodes[-1]
+            bad = TNode(n.id, n.op, (10_000,), n.shape, n.dtype, n.attrs, n.loc)
+            return graph.replace(list(graph.nodes[:-1]) + [bad])
+
+    with pytest.raises(pypto.VerificationError) as ei:
+        CompilerPipeline([("dangling", Dangling())]).compile(softmax, *xo)
+    assert "after pass 'dangling'" in str(ei.value) and "not defined before use" in str(ei.value)
+
+
+def test_jit_with_a_pipeline(xo):
+    calls = []
+
+    class Count(OptimizationPass):
+        level = "block"
+
+        def apply(self, graph):
+            calls.append(len(graph))
+            return graph
+
+    @pypto.jit(pipeline=CompilerPipeline([("count_tasks", Count())]))
+    def k(x, out):
+        out[:] = x * 2.0
+
+    x, out = xo
+    k(x, out)
+    np.testing.assert_allclose(out, x * 2.0)
+    assert calls and calls[0] > 0
+
+
+def test_automatic_tiling_search_beats_or_matches_the_default(xo):
+    x = np.random.default_rng(1).random((256, 2048), dtype=np.float32)
+    out = np.zeros_like(x)
+    auto = AutoTilingPass()
+    searched = CompilerPipeline([("tiling", auto)]).compile(softmax, x, out)
+    default = softmax.compile(x, out)
+    r_auto, r_default = searched.simulate(x, out), default.simulate(x, out)
+    assert r_auto.ok
+    assert r_auto.cycles <= r_default.cycles
+    tried = [c for _, c in auto.tried if c is not None]
+    assert len(tried) >= 3 and min(tried) == r_auto.cycles   # the cost model's best is what runs
+
+
+def test_user_tile_shapes_are_kept_by_the_search(xo):
+    @pypto.jit
+    def k(x, out):
+        pypto.set_vec_tile_shapes(16, 128)
+        out[:] = x + 1.0
+
+    auto = AutoTilingPass()
+    ck = CompilerPipeline([("tiling", auto)]).compile(k, *xo)
+    assert auto.tried == []                                 # nothing to choose
+    assert all(g.tile == (16, 128) for g in ck.tile_graph.groups)
+
+
+def test_builtin_passes_have_a_level_and_a_description():
+    assert {"decompose", "fusion", "tiling", "allocate", "partition", "scheduling", "insert_sync",
+            "codegen"} <= set(PASSES)
+    for name, p in PASSES.items():
+        assert p.level and p.doc and p.name == name
