@@ -11,8 +11,9 @@ import pypto
 from pypto.ir.tile import tile_bytes
 from common import byte_accesses
 
-PASS_ORDER = [p.name for p in pypto.compiler.default_passes()]
-assert PASS_ORDER[:4] == ["decompose", "legalize", "dce", "fusion"] and PASS_ORDER[-1] == "codegen"
+PASS_ORDER = ["decompose", "legalize", "dce", "fusion", "tiling", "assign_spaces", "eliminate_redundant_loads",
+              "allocate", "partition", "dependencies", "prune_dependencies", "wavefronts", "select", "scheduling",
+              "insert_sync", "codegen"]
 
 
 @pypto.jit

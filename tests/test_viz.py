@@ -462,7 +462,10 @@ def test_explorer_passes_tab(explorer):
     opts = explorer.pass_dropdown.options
     assert [v for _, v in opts] == list(range(len(log)))
     first = explorer.pass_dropdown.value
-    assert log[first].name == "insert_sync"               # the first in-level pass that changes nodes
+    assert log[first].name == "eliminate_redundant_loads"   # the first in-level pass that changes nodes
+    diff = explorer.pass_diff.value
+    assert "<b>eliminate_redundant_loads</b>" in diff and "-  [0.1] %" in diff and "TLOAD() GM ws0[0:64,0:1]" in diff
+    explorer.pass_dropdown.value = [r.name for r in log].index("insert_sync")
     diff = explorer.pass_diff.value
     assert "<b>insert_sync</b>" in diff and "+  launch task 0 on AIV" in diff and "-  launch task 0" in diff
     k = [r.name for r in log].index("tiling")

@@ -1,11 +1,16 @@
-"""A compiled kernel: the five levels, the pass log, and simulation against a numpy reference."""
+"""A compiled kernel: the five levels, the pass log, per-pass diffs, and simulation against a
+numpy reference."""
 from __future__ import annotations
 
+import collections
+import difflib
+import html
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import KernelSignatureError
+from ..errors import KernelSignatureError, PyptoError
 from ..ir.block import BlockGraph
 from ..ir.exec import ExecGraph
 from ..ir.program import Program
@@ -80,6 +85,36 @@ class CompiledKernel:
             res.check = compare(res.outputs, self.reference(*args), self.traced)
         return res
 
+    def diff(self, pass_name: str | int, context: int = 3) -> "PassDiff":
+        """What one pass changed: the unified diff of its level's text before and after it, and
+        the node descriptions it added and removed (see `PassDiff`).
+
+        `pass_name` names a pass of `pass_log` (the first one of that name), or is its index
+        there.  Needs the snapshots kept by `compile(..., snapshots=True)` or
+        `@pypto.jit(debug=True)`.
+        """
+        names = [r.name for r in self.pass_log]
+        if isinstance(pass_name, int) and not isinstance(pass_name, bool):
+            if not -len(names) <= pass_name < len(names):
+                raise PyptoError(f"no pass #{pass_name} in the pass log of {self.name}",
+                                 expected=f"an index below {len(names)} or a name: {', '.join(names)}",
+                                 got=pass_name)
+            k = pass_name % len(names)
+        elif pass_name in names:
+            k = names.index(pass_name)
+        else:
+            raise PyptoError(f"no pass named {pass_name!r} ran when compiling {self.name}",
+                             expected="one of " + ", ".join(names), got=repr(pass_name))
+        if not self.snapshots:
+            raise PyptoError(
+                f"{self.name} was compiled without snapshots, so what a pass changed is not known",
+                expected="a kernel compiled with kernel.compile(..., snapshots=True) "
+                         "or decorated with @pypto.jit(debug=True)",
+                got="snapshots=None")
+        name, after = self.snapshots[k]
+        before = self.traced if k == 0 else self.snapshots[k - 1][1]
+        return PassDiff.between(name, self.pass_log[k].level, before, after, context)
+
     def recompile(self, args, machine) -> "CompiledKernel":
         if self.kernel is None:
             raise KernelSignatureError("this kernel was compiled for one machine only",
@@ -91,6 +126,258 @@ class CompiledKernel:
         return (f"CompiledKernel({self.name}({consts}) on {self.machine.name}: "
                 f"{len(self.tensor_graph)} tensor nodes, {len(self.tile_graph)} tile ops, "
                 f"{len(self.block_graph)} tasks, {len(self.program)} instructions)")
+
+
+# ---------------------------------------------------------------------------------------
+# what a pass changed
+
+ADDED_COLOR = "#c6efce"       # light green: a node the pass added
+REMOVED_COLOR = "#ffc7ce"     # light red: a node the pass removed
+MAX_LISTED = 40               # node descriptions shown in HTML and in the graph's note
+
+
+@dataclass(frozen=True, repr=False)
+class PassDiff:
+    """What one pass changed (`CompiledKernel.diff(name)`).
+
+    `text` is the unified diff (difflib) of the level's printed text before and after the pass
+    (`str(diff)` is the same).  `added` and `removed` are the descriptions of the nodes the pass
+    added and removed, in graph order: a node's text line without its id, its inputs named by
+    what produces them (`sub(x, amax)`; a tile op also by its group and iteration:
+    `group 1 [0.2] TROWEXPANDSUB(TLOAD[0.2], TLOAD[0.0]) ...`), so that renumbering alone is no
+    change and a rewired input is.  A node whose line changed is one removed plus one added.
+    Block, execution and PTO levels compare their printed lines (tasks, instructions).
+
+    A lowering (level "a->b") goes from one level to another: a line diff would mean nothing, so
+    `is_lowering` is True, `text` holds both texts one after the other, and `added`/`removed`
+    are empty.
+    """
+
+    pass_name: str
+    level: str
+    before: object
+    after: object
+    before_text: str
+    after_text: str
+    text: str
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    context: int = 3
+
+    @classmethod
+    def between(cls, name: str, level: str, before, after, context: int = 3) -> "PassDiff":
+        a, b = level_text(before), level_text(after)
+        if "->" in level or getattr(before, "level", None) != getattr(after, "level", None):
+            src, dst = getattr(before, "level", "?"), getattr(after, "level", "?")
+            text = (f"pass {name!r} is a lowering ({src} -> {dst}): the levels differ, so there is no "
+                    f"line diff; the {src} text before it, then the {dst} text after it.\n"
+                    f"--- before {name} ({src})\n{a}\n+++ after {name} ({dst})\n{b}")
+            return cls(name, level, before, after, a, b, text, added=(), removed=(), context=context)
+        lines = difflib.unified_diff(a.splitlines(), b.splitlines(), f"before {name}", f"after {name}",
+                                     lineterm="", n=context)
+        db, da = describe_nodes(before), describe_nodes(after)
+        gone = collections.Counter(d for _, d in db) - collections.Counter(d for _, d in da)
+        new = collections.Counter(d for _, d in da) - collections.Counter(d for _, d in db)
+        return cls(name, level, before, after, a, b, "\n".join(lines), added=tuple(_take(da, new)),
+                   removed=tuple(_take(db, gone)), context=context)
+
+    @property
+    def is_lowering(self) -> bool:
+        return "->" in self.level or getattr(self.before, "level", None) != getattr(self.after, "level", None)
+
+    @property
+    def changed(self) -> bool:
+        return self.is_lowering or self.before_text != self.after_text or bool(self.added or self.removed)
+
+    def added_ids(self) -> list:
+        """Ids of the after graph's nodes (tensor, tile) or tasks (block, exec, pto) that are new."""
+        if self.is_lowering:
+            return []
+        new = collections.Counter(self.added)
+        out = []
+        for i, d in describe_nodes(self.after):
+            if new[d] > 0:
+                new[d] -= 1
+                out.append(i)
+        return out
+
+    def summary(self) -> str:
+        if self.is_lowering:
+            return f"{self.pass_name} ({self.level}): a lowering"
+        return (f"{self.pass_name} ({self.level}): {len(self.added)} added, {len(self.removed)} removed, "
+                f"{sum(1 for ln in self.text.splitlines() if ln[:1] in '+-' and ln[:3] not in ('+++', '---'))}"
+                f" changed lines")
+
+    def __str__(self):
+        return self.text
+
+    def __repr__(self):
+        return f"<PassDiff {self.summary()}>"
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text or f"{self.summary()}: no textual change")
+
+    def _repr_html_(self) -> str:
+        from ..viz.static import diff_html, side_by_side_html   # lazily: plain strings, stdlib only
+        title = f"<b>{html.escape(self.pass_name)}</b> ({html.escape(self.level)})"
+        if self.is_lowering:
+            return (f"{title}: a lowering, the levels differ"
+                    + side_by_side_html(self.before_text, self.after_text,
+                                        f"before: {getattr(self.before, 'level', '?')}",
+                                        f"after: {getattr(self.after, 'level', '?')}"))
+        body = diff_html(self.before_text, self.after_text, f"before {self.pass_name}",
+                         f"after {self.pass_name}", context=self.context)
+        lists = "".join(_html_list(what, items, color) for what, items, color in
+                        (("added", self.added, ADDED_COLOR), ("removed", self.removed, REMOVED_COLOR)))
+        return f"<div>{title}: {len(self.added)} added, {len(self.removed)} removed{body}{lists}</div>"
+
+    def graph(self):
+        """A graphviz.Digraph of the graph after the pass, its new nodes filled light green and
+        the removed ones listed in a note (the tile graph draws outer iteration 0 of each group;
+        big block/exec graphs fold tasks of one group and wave into one node)."""
+        from ..viz import graphs as vg                       # lazily: imports graphviz when drawing
+        g = self.after
+        kind = getattr(g, "level", None)
+        if kind == "tensor":
+            dg, name = vg.tensor_graph(g), "t{}"
+        elif kind == "tile":
+            dg, name = vg.tile_graph(g), "n{}"
+        elif kind == "block":
+            dg, name = vg.block_graph(g), "k{}"
+        elif kind in ("exec", "pto"):
+            dg, name = vg.exec_graph(g), "k{}"
+        else:
+            raise PyptoError(f"no graph view of a {kind} graph", expected="tensor, tile, block, exec or pto",
+                             got=kind)
+        drawn = set(re.findall(r"^\s*(\w+) \[", "\n".join(dg.body), flags=re.M))
+        hidden = 0
+        for i in dict.fromkeys(self.added_ids()):
+            node = name.format(i)
+            if node not in drawn and kind in ("block", "exec", "pto"):
+                t = next(t for t in g.tasks if t.id == i)
+                node = f"g{t.group}w{t.level}"             # folded view: the node holding the task
+            if node in drawn:
+                dg.node(node, fillcolor=ADDED_COLOR, color="#2e7d32", penwidth="2")
+            else:
+                hidden += 1
+        note = []
+        if self.is_lowering:
+            note.append(f"{self.pass_name}: a lowering ({self.level}); every node is new")
+        else:
+            note.append(f"{self.pass_name}: {len(self.added)} added (green), {len(self.removed)} removed")
+            if hidden:
+                note.append(f"{hidden} added nodes are not drawn in this view")
+            if self.removed:
+                note.append("removed:")
+                note.extend(_clip(d) for d in self.removed[:12])
+                if len(self.removed) > 12:
+                    note.append(f"... {len(self.removed) - 12} more")
+        dg.node("pass_diff_note", label="\\l".join(note) + "\\l", shape="note", style="filled",
+                fillcolor=REMOVED_COLOR if self.removed else "#f6f8fa", fontsize="9")
+        return dg
+
+
+def _clip(s: str, n: int = 90) -> str:
+    s = s.replace("\\", "/").replace('"', "'")
+    return s if len(s) <= n else s[:n - 3] + "..."
+
+
+def _take(described, counts: collections.Counter) -> list[str]:
+    """The descriptions in `counts`, as many times as counted, in graph order."""
+    left = collections.Counter(counts)
+    out = []
+    for _, d in described:
+        if left[d] > 0:
+            left[d] -= 1
+            out.append(d)
+    return out
+
+
+def _html_list(what: str, items, color: str) -> str:
+    if not items:
+        return ""
+    rows = "".join(f"<span style='background:{color}; display:block'>{html.escape(d)}</span>"
+                   for d in items[:MAX_LISTED])
+    more = f"<span style='color:#555'>... {len(items) - MAX_LISTED} more</span>" if len(items) > MAX_LISTED else ""
+    return (f"<details><summary>{len(items)} {what} nodes</summary>"
+            f"<pre style='font-size:11px; margin:0'>{rows}{more}</pre></details>")
+
+
+def level_text(g) -> str:
+    """The printed text of one level's IR, as diffed by `PassDiff`."""
+    return g.text() if hasattr(g, "text") else str(g)
+
+
+def describe_nodes(g) -> list[tuple[int, str]]:
+    """(id, description) of every node of a tensor or tile graph; of every task of a block
+    graph; of every task and instruction (with its task's id) of an execution graph or program."""
+    kind = getattr(g, "level", None)
+    if kind == "tensor":
+        return _describe_tensor(g)
+    if kind == "tile":
+        return _describe_tile(g)
+    if kind in ("block", "exec", "pto"):
+        return _describe_tasks(g, kind)
+    return []
+
+
+def _describe_tensor(g) -> list[tuple[int, str]]:
+    from ..ir.tensor import node_text
+    by_id = {n.id: n for n in g.nodes}
+
+    def ref(i):
+        n = by_id.get(i)
+        if n is None:
+            return "?"
+        if n.op == "input":
+            return n.attrs["param"]
+        if n.op == "const":
+            return str(n.attrs.get("value"))
+        return n.op
+
+    out = []
+    for n in g.nodes:
+        text = node_text(n)
+        if n.op == "store":
+            text = text.replace(f"<- %{n.inputs[0]}", f"<- {ref(n.inputs[0])}", 1)
+        else:
+            text = text[len(f"%{n.id} = "):]
+            text = text.replace(_call(n.op, n.inputs), f"{n.op}({', '.join(ref(i) for i in n.inputs)})", 1)
+        out.append((n.id, text))
+    return out
+
+
+def _describe_tile(g) -> list[tuple[int, str]]:
+    from ..ir.tile import node_text
+    by_id = g.by_id()
+
+    def ref(i):
+        n = by_id.get(i)
+        return "?" if n is None else f"{n.op}[{n.outer}.{n.inner}]"
+
+    out = []
+    for n in g.nodes:
+        text = node_text(n)
+        if text.startswith(f"%{n.id} = "):
+            text = text[len(f"%{n.id} = "):]
+        text = text.replace(_call(n.op, n.inputs), f"{n.op}({', '.join(ref(i) for i in n.inputs)})", 1)
+        out.append((n.id, f"group {n.group} [{n.outer}.{n.inner}] {text}"))
+    return out
+
+
+def _call(op: str, inputs) -> str:
+    return f"{op}({', '.join(f'%{i}' for i in inputs)})"
+
+
+def _describe_tasks(g, kind: str) -> list[tuple[int, str]]:
+    if kind == "block":
+        return [(t.id, f"task {t.id}: group {t.group} on {t.core_type}, iterations {list(t.outer)}, "
+                       f"{len(t.nodes)} tile ops, deps {list(t.deps)}, wave {t.level}") for t in g.tasks]
+    out = []
+    for t in g.tasks:
+        out.append((t.id, f"task {t.id} on {t.core_type} after {list(t.deps)}"))
+        out.extend((t.id, f"task {t.id}: {i.text()}") for i in t.instrs)
+    return out
 
 
 def as_array(a) -> np.ndarray:

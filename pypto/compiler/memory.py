@@ -1,4 +1,5 @@
-"""Tile-level passes: memory-space assignment and buffer allocation (with N-buffering).
+"""Tile-level passes: memory-space assignment, redundant-load elimination (see reuse.py) and
+buffer allocation (with N-buffering).
 
 Space assignment follows the legal data paths: a loaded tile that feeds the cube goes to L1,
 any other to UB; an extracted tile goes to L0A or L0B by the matmul operand it feeds.
@@ -14,6 +15,7 @@ from ..errors import TileShapeError
 from ..ir.core import fmt_shape
 from ..ir.tile import TileGraph, TileNode, tile_bytes
 from .pipeline import Pass, PassContext
+from .reuse import ELIMINATE_REDUNDANT_LOADS
 
 
 def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
@@ -76,6 +78,17 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     return g.replace(out)
 
 
+def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2) -> dict[str, int]:
+    """Per on-chip space, how many copies of the slots of one group's tiles fit (at most `want`,
+    0 when not even one does): the N-buffering `allocate` would give the group there."""
+    slots = _slots(_longest_iteration(nodes), nodes)
+    out = {}
+    for space in {s["space"] for s in slots}:
+        total = sum(s["size"] for s in slots if s["space"] == space)
+        out[space] = next((k for k in range(want, 0, -1) if total * k <= caps[space]), 0)
+    return out
+
+
 def _longest_iteration(nodes: list[TileNode]) -> list[TileNode]:
     iters: dict[tuple[int, int], list[TileNode]] = {}
     for n in nodes:
@@ -130,5 +143,6 @@ def _slots(template: list[TileNode], nodes: list[TileNode]) -> list[dict]:
 
 TILE_PASSES = [
     Pass("assign_spaces", "tile", assign_spaces, "place each tile in UB, L1, L0A, L0B or L0C along legal data paths"),
+    ELIMINATE_REDUNDANT_LOADS,
     Pass("allocate", "tile", allocate, "buffer offsets with lifetime reuse, double buffering and capacity checks"),
 ]

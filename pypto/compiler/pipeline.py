@@ -46,7 +46,7 @@ class PassRecord:
     ms: float
 
     def text(self, timing: bool = True) -> str:
-        line = f"{self.level:>12}  {self.name:<14} {self.nodes_before:>7} -> {self.nodes_after:<7}"
+        line = f"{self.level:>12}  {self.name:<25} {self.nodes_before:>7} -> {self.nodes_after:<7}"
         return line + (f" {self.ms:8.2f} ms" if timing else "")
 
     def __str__(self):
@@ -58,7 +58,7 @@ class PassLog(list):
 
     def text(self, timing: bool = True) -> str:
         """One line per pass; `timing=False` leaves out the (machine-dependent) times."""
-        head = f"{'level':>12}  {'pass':<14} {'nodes':>7}    {'':<7}" + (f" {'time':>8}" if timing else "")
+        head = f"{'level':>12}  {'pass':<25} {'nodes':>7}    {'':<7}" + (f" {'time':>8}" if timing else "")
         return "\n".join(line.rstrip() for line in [head] + [r.text(timing) for r in self])
 
     def __str__(self):

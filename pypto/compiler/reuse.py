@@ -1,0 +1,139 @@
+"""Tile-level data reuse: redundant-load elimination.
+
+Tiling emits the loads of each iteration of a group's tile loop on their own, so a value that
+does not change along the inner (reduced) loop is reloaded for every inner iteration: in a
+softmax whose rows span several column tiles (TN < N), the second group reloads the same row
+maximum `ws0[r0:r1, 0:1]` for every column tile of a row block.
+
+`eliminate_redundant_loads` keeps the first TLOAD of a GM window in each outer iteration and
+points the users of the later, identical TLOADs (same window, tile shape, valid shape, dtype and
+space) at it.  When the kept tile is used in a later inner iteration it must survive the whole
+outer iteration: it becomes `persistent` with `par` = the outer index, as tiling does for
+accumulators, so that `allocate` gives its key a fixed slot (double-buffered across outer
+iterations, so the next row block's load can still run ahead).
+
+It leaves a load alone when
+- a TSTORE of the same outer iteration writes GM overlapping the window between the two loads
+  (the second load would see new data);
+- keeping the tile would make its key hold two live tiles at once (the key's loads are not all
+  of one window in some outer iteration; a persistent key has one slot per outer iteration);
+- the fixed slot would make the group's tiles stop fitting on chip with the N-buffering they
+  had before (allocation would fall back to fewer buffers: fewer loads, but a slower loop).
+
+Node ids are kept (the removed ids are simply gone), so the rest of the graph reads the same.
+"""
+from __future__ import annotations
+
+from ..ir.tile import TileGraph, TileNode
+from .pipeline import Pass, PassContext
+
+
+def _load_key(n: TileNode) -> tuple:
+    w = n.attrs["gm"]        # plain ints and strings: cheap to hash (the pass sees every load)
+    return (w.buf.name, w.offset, w.shape, w.strides, n.shape, n.valid, n.dtype.name, n.space)
+
+
+def find_redundant_loads(g: TileGraph) -> dict[int, int]:
+    """{id of a redundant TLOAD: id of the earlier TLOAD of the same iteration it duplicates}."""
+    seen: dict[tuple[int, int], dict[tuple, int]] = {}      # (group, outer) -> load key -> first id
+    dup: dict[int, int] = {}
+    nodes = g.by_id()
+    for n in g.nodes:
+        if n.op == "TLOAD":
+            cache = seen.setdefault((n.group, n.outer), {})
+            k = _load_key(n)
+            first = cache.get(k)
+            if first is None:
+                cache[k] = n.id
+            else:
+                dup[n.id] = first
+        elif n.op == "TSTORE":
+            cache = seen.get((n.group, n.outer))
+            if cache:
+                w = n.attrs["gm"]
+                for k in [k for k, i in cache.items() if k[0] == w.buf.name and nodes[i].attrs["gm"].overlaps(w)]:
+                    del cache[k]                            # later loads must see the store
+    return dup
+
+
+def eliminate_redundant_loads(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
+    """Within one outer iteration of a group, load each GM window once (see the module doc)."""
+    dup = find_redundant_loads(g)
+    if not dup:
+        return g
+    nodes = g.by_id()
+    # kept tiles read in a later inner iteration must live across the inner loop: their key
+    # becomes persistent, which is only sound when the key holds one tile per outer iteration
+    pinned: set[tuple[int, str]] = set()
+    for d, k in dup.items():
+        if nodes[d].inner != nodes[k].inner:
+            pinned.add((nodes[k].group, nodes[k].key))
+    if pinned:
+        bad = _keys_with_two_tiles(g, dup, pinned)
+        if bad:
+            dup = {d: k for d, k in dup.items()
+                   if nodes[d].inner == nodes[k].inner or (nodes[k].group, nodes[k].key) not in bad}
+            pinned -= bad
+    out = _rebuild(g, dup, pinned)
+    if ctx is not None:
+        # a group whose tiles would then fit with fewer buffers than before keeps its loads
+        worse = _groups_losing_buffers(g, out, {nodes[d].group for d in dup}, ctx)
+        if worse:
+            dup = {d: k for d, k in dup.items() if nodes[d].group not in worse}
+            pinned = {p for p in pinned if p[0] not in worse}
+            out = _rebuild(g, dup, pinned)
+    return out
+
+
+def _keys_with_two_tiles(g: TileGraph, dup: dict[int, int], pinned: set) -> set:
+    """Pinned (group, key)s that would still have two tiles of one outer iteration after removal."""
+    count: dict[tuple, int] = {}
+    for n in g.nodes:
+        gk = (n.group, n.key) if n.space != "" else None
+        if gk in pinned and n.id not in dup:
+            c = (n.group, n.key, n.outer)
+            count[c] = count.get(c, 0) + 1
+    return {(grp, key) for (grp, key, _), c in count.items() if c > 1}
+
+
+def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
+    out = []
+    for n in g.nodes:
+        if n.id in dup:
+            continue
+        if any(i in dup for i in n.inputs):
+            n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
+        if n.space != "" and (n.group, n.key) in pinned:
+            n = n.replace(attrs=n.attrs.replace(persistent=True, par=n.outer))
+        out.append(n)
+    return g.replace(out)
+
+
+def _groups_losing_buffers(before: TileGraph, after: TileGraph, changed: set[int], ctx: PassContext) -> set[int]:
+    from .memory import buffers_that_fit
+    caps = ctx.machine.capacities()
+    want = 2 if ctx.options.get("double_buffer", True) else 1
+    worse = set()
+    for gid, (b, a) in _by_group(before, after, changed).items():
+        fit = buffers_that_fit(a, caps, want)
+        if any(k < want for k in fit.values()):
+            was = buffers_that_fit(b, caps, want)
+            if any(k < was.get(space, want) for space, k in fit.items()):
+                worse.add(gid)
+    return worse
+
+
+def _by_group(before: TileGraph, after: TileGraph, groups: set[int]) -> dict[int, tuple[list, list]]:
+    out: dict[int, tuple[list, list]] = {gid: ([], []) for gid in groups}
+    for n in before.nodes:
+        if n.group in out:
+            out[n.group][0].append(n)
+    for n in after.nodes:
+        if n.group in out:
+            out[n.group][1].append(n)
+    return out
+
+
+ELIMINATE_REDUNDANT_LOADS = Pass(
+    "eliminate_redundant_loads", "tile", eliminate_redundant_loads,
+    "load a GM window once per outer iteration; later users read the kept (persistent) tile")
