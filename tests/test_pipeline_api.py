@@ -157,3 +157,21 @@ def test_builtin_passes_have_a_level_and_a_description():
             "codegen"} <= set(PASSES)
     for name, p in PASSES.items():
         assert p.level and p.doc and p.name == name
+
+
+def test_options_turn_fusion_and_double_buffering_off(xo):
+    @pypto.jit
+    def k(x, out, *, TN: int = 512):
+        pypto.set_vec_tile_shapes(8, TN)
+        out[:] = pypto.softmax(x)
+
+    x, out = xo
+    base = k.compile(x, out)
+    unfused = k.compile(x, out, options={"fusion": False})
+    single = k.compile(x, out, options={"double_buffer": False})
+    assert len(base.tile_graph.groups) == 1 and len(unfused.tile_graph.groups) == 5
+    assert {n.attrs["nbuf"] for n in single.tile_graph.nodes if "nbuf" in n.attrs} == {1}
+    assert 2 in {n.attrs["nbuf"] for n in base.tile_graph.nodes if "nbuf" in n.attrs}
+    cycles = {name: c.simulate(x, out) for name, c in (("base", base), ("unfused", unfused), ("single", single))}
+    assert all(r.ok for r in cycles.values())
+    assert cycles["base"].cycles < cycles["unfused"].cycles and cycles["base"].cycles < cycles["single"].cycles

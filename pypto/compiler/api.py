@@ -126,9 +126,10 @@ class CompilerPipeline:
     def pipeline(self) -> Pipeline:
         return Pipeline(list(self._passes))
 
-    def compile(self, kernel, *args, machine="a2a3", snapshots: bool = False, **consts):
+    def compile(self, kernel, *args, machine="a2a3", snapshots: bool = False, options=None, **consts):
         """Compile `kernel` (a @pypto.jit kernel) with this pipeline: a CompiledKernel."""
-        return kernel.compile(*args, machine=machine, snapshots=snapshots, pipeline=self, **consts)
+        return kernel.compile(*args, machine=machine, snapshots=snapshots, pipeline=self, options=options,
+                              **consts)
 
     def __iter__(self):
         return iter(self._passes)

@@ -69,7 +69,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             materialize.add(n.id)
             source_group[n.id] = grp.id
         else:
-            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm)
+            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm,
+                          join=ctx is None or ctx.options.get("fusion", True))
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -85,12 +86,13 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     return g.replace(nodes)
 
 
-def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm):
+def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True):
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind == "cast" else n.dtype
     own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
     ins = [i for i in n.inputs if g.node(i).op != "const"]
-    cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True)
+    # with fusion off (options {"fusion": False}) every op is a group of its own
+    cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
     chosen = None
     for gid in cands:
         grp = groups[gid]

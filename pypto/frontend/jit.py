@@ -46,16 +46,17 @@ class JitKernel:
         return f"<pypto.jit kernel {self.name}({', '.join(self.tensor_params)})>"
 
     # --- compile ----------------------------------------------------------------------------
-    def compile(self, *args, machine="a2a3", snapshots: bool = False, pipeline=None, **consts):
+    def compile(self, *args, machine="a2a3", snapshots: bool = False, pipeline=None, options=None, **consts):
         """Compile for these argument shapes/dtypes and constants; cached.
 
-        `pipeline` (a CompilerPipeline or Pipeline) overrides the kernel's own for this compile."""
+        `pipeline` (a CompilerPipeline or Pipeline) overrides the kernel's own for this compile;
+        `options` are read by passes, e.g. {"fusion": False, "double_buffer": False}."""
         try:
-            return self._compile(args, machine, snapshots or self.debug, consts, pipeline)
+            return self._compile(args, machine, snapshots or self.debug, consts, pipeline, options)
         except PyptoError as e:
             raise e.with_traceback(None) from None
 
-    def _compile(self, args, machine, snapshots, consts, pipeline=None):
+    def _compile(self, args, machine, snapshots, consts, pipeline=None, options=None):
         from ..compiler import Pipeline, PassContext, default_passes
         from ..compiler.kernel import CompiledKernel
         m = get_machine(machine)
@@ -66,13 +67,13 @@ class JitKernel:
             pipeline = pipeline.pipeline()          # a CompilerPipeline: its current passes
         passes = tuple(pipeline.passes) if pipeline is not None else None
         key = (self._source_hash, tuple((s.shape, s.dtype.name) for s in specs),
-               tuple(sorted(values.items())), m, snapshots, passes)
+               tuple(sorted(values.items())), m, snapshots, passes, tuple(sorted((options or {}).items())))
         hit = self._cache.get(key)
         if hit is not None:
             return hit
         traced = self._trace(specs, values)
         pipeline = pipeline or Pipeline(default_passes())
-        levels, log, snaps = pipeline.run(traced, PassContext(m), verify="each" if self.debug else "levels",
+        levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {})), verify="each" if self.debug else "levels",
                                           snapshots=snapshots)
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                             levels["exec"], levels["pto"], log, snaps, kernel=self)
