@@ -165,10 +165,11 @@ def test_options_turn_fusion_and_double_buffering_off(xo):
         pypto.set_vec_tile_shapes(8, TN)
         out[:] = pypto.softmax(x)
 
-    x, out = xo
-    base = k.compile(x, out)
-    unfused = k.compile(x, out, options={"fusion": False})
-    single = k.compile(x, out, options={"double_buffer": False})
+    x = np.random.default_rng(0).random((512, 512), dtype=np.float32)    # many tiles per core
+    out = np.zeros_like(x)
+    base = k.compile(x, out, machine="teach")
+    unfused = k.compile(x, out, machine="teach", options={"fusion": False})
+    single = k.compile(x, out, machine="teach", options={"double_buffer": False})
     assert len(base.tile_graph.groups) == 1 and len(unfused.tile_graph.groups) == 5
     assert {n.attrs["nbuf"] for n in single.tile_graph.nodes if "nbuf" in n.attrs} == {1}
     assert 2 in {n.attrs["nbuf"] for n in base.tile_graph.nodes if "nbuf" in n.attrs}
