@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import VerificationError
+from .core import TextForm
 from .tile import TileGraph
 
 
@@ -24,7 +25,7 @@ class Task:
 
 
 @dataclass(frozen=True)
-class BlockGraph:
+class BlockGraph(TextForm):
     name: str
     tiles: TileGraph
     tasks: tuple[Task, ...]
@@ -46,11 +47,6 @@ class BlockGraph:
         lines.append("}")
         return "\n".join(lines)
 
-    def __str__(self):
-        return self.text()
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.text())
 
 
 def verify(g: BlockGraph) -> None:

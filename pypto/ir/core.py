@@ -65,6 +65,19 @@ class Attrs(Mapping[str, Any]):
         return f"Attrs({self.text()})"
 
 
+class TextForm:
+    """The one textual form of an IR level: `text()` is what `str()`, `print` and IPython show."""
+
+    def text(self) -> str:  # pragma: no cover - each level defines it
+        raise NotImplementedError
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
 def _fmt(v) -> str:
     if isinstance(v, tuple):
         return "[" + ",".join(_fmt(x) for x in v) + "]"

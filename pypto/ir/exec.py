@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, fmt_shape
+from .core import Attrs, TextForm, fmt_shape
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -104,7 +104,7 @@ class ExecTask:
 
 
 @dataclass(frozen=True)
-class ExecGraph:
+class ExecGraph(TextForm):
     name: str
     buffers: tuple[GMBuffer, ...]
     tasks: tuple[ExecTask, ...]
@@ -127,11 +127,6 @@ class ExecGraph:
         lines.append("}")
         return "\n".join(lines)
 
-    def __str__(self):
-        return self.text()
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.text())
 
 
 def verify(g: ExecGraph) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, broadcast_shapes, fmt_shape
+from .core import Attrs, TextForm, broadcast_shapes, fmt_shape
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def matmul_shape(a, b, a_trans=False, b_trans=False):
 
 
 @dataclass(frozen=True)
-class TensorGraph:
+class TensorGraph(TextForm):
     name: str
     params: tuple[Param, ...]
     nodes: tuple[TNode, ...]
@@ -176,11 +176,6 @@ class TensorGraph:
     def text(self) -> str:
         return print_graph(self)
 
-    def __str__(self):
-        return self.text()
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.text())
 
 
 def node_text(n: TNode) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, fmt_shape
+from .core import Attrs, TextForm, fmt_shape
 from .gm import GMBuffer
 
 ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C")
@@ -68,7 +68,7 @@ class TileNode:
 
 
 @dataclass(frozen=True)
-class TileGraph:
+class TileGraph(TextForm):
     name: str
     buffers: tuple[GMBuffer, ...]
     groups: tuple[GroupInfo, ...]
@@ -93,11 +93,6 @@ class TileGraph:
     def text(self, full: bool = False) -> str:
         return print_graph(self, full)
 
-    def __str__(self):
-        return self.text()
-
-    def _repr_pretty_(self, p, cycle):
-        p.text(self.text())
 
 
 def node_text(n: TileNode) -> str:
