@@ -11,7 +11,7 @@ import pypto
 from pypto.ir.tile import tile_bytes
 from common import byte_accesses
 
-PASS_ORDER = ["decompose", "legalize", "dce", "fusion", "tiling", "assign_spaces", "eliminate_redundant_loads",
+PASS_ORDER = ["decompose", "legalize", "simplify", "cse", "dce", "fusion", "tiling", "assign_spaces", "eliminate_redundant_loads",
               "allocate", "partition", "dependencies", "prune_dependencies", "wavefronts", "select", "scheduling",
               "insert_sync", "codegen"]
 

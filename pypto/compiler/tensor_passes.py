@@ -1,11 +1,16 @@
-"""Passes of the Tensor level: decomposition of composites, legalisation, DCE, fusion."""
+"""Passes of the Tensor level: decomposition of composites, legalisation, simplification,
+CSE, DCE (fusion is in fusion.py)."""
 from __future__ import annotations
+
+import math
+
+import numpy as np
 
 from ..dtypes import DT_FP32, DType
 from ..errors import SourceLoc
 from ..ir.core import Attrs, broadcast_shapes
 from ..ir.tensor import OPS, TensorGraph, TNode
-from ..ir.tensor_eval import GELU_C
+from ..ir.tensor_eval import BINARY as NP_BINARY, GELU_C
 from .pipeline import Pass, PassContext
 
 
@@ -170,19 +175,178 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if not n.attrs["keepdim"]:
                 r = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
             rw.map[n.id] = r
-        elif n.op == "store" and OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind in ("layout", "input"):
-            src = rw.map[n.inputs[0]]
-            c = rw.emit("copy", [src], rw.shape(src), rw.dtype(src))
-            rw.map[n.id] = rw.emit("store", [c], n.shape, n.dtype, n.attrs)
+        elif n.op == "store":
+            store_value(rw, n)
         else:
             rw.keep(n)
         rw.loc = None
     return rw.graph()
 
 
+def store_value(rw: Rewriter, n: TNode, tile=None) -> int:
+    """Emit store `n` of its (mapped) value; a GM view (a kernel input, or a reshape/transpose/
+    slice) is not a computed value, so it is first copied (with tile attr `tile`, if any)."""
+    src = rw.map[n.inputs[0]]
+    if OPS[rw.nodes[src].op].kind in ("layout", "input"):
+        src = rw.emit("copy", [src], rw.shape(src), rw.dtype(src), _tile(tile))
+    rw.map[n.id] = rw.emit("store", [src], n.shape, n.dtype, n.attrs, n.loc)
+    return rw.map[n.id]
+
+
 def _needs_fp32_sum(n) -> bool:
     """A sum of fp16/bf16 values loses precision when it accumulates in its own dtype."""
     return n.op == "sum" and n.dtype.name in ("fp16", "bf16")
+
+
+# ---------------------------------------------------------------------------------------
+# simplify: algebraic identities and constant folding
+
+# (narrow, wide): a cast narrow -> wide -> narrow gives back every value (wide -> narrow -> wide
+# does not, so fp32 -> fp16 -> fp32 is left alone)
+EXACT_WIDENING = {("fp16", "fp32"), ("bf16", "fp32"), ("int8", "int32")}
+
+
+def _cval(rw: Rewriter, i: int):
+    """The value of new node i if it is a const, else None."""
+    n = rw.nodes[i]
+    return n.attrs["value"] if n.op == "const" else None
+
+
+def fold(op: str, a, b, dtype: DType):
+    """`a op b` computed by numpy in `dtype` (as the reference does), as a Python number; None
+    when it should not be folded (an integer division, or a value that does not fit)."""
+    if op == "div" and not dtype.is_float:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            r = np.asarray(NP_BINARY[op](np.asarray(a, dtype.np_dtype), np.asarray(b, dtype.np_dtype)))
+            r = r.astype(dtype.np_dtype)
+    except (OverflowError, ValueError, TypeError):
+        return None
+    return float(r) if dtype.is_float else int(r)
+
+
+def _simplified(rw: Rewriter, n: TNode, users, origin) -> int | None:
+    """The new id that computes old node n more simply, or None to keep n as it is."""
+    ins = [rw.map[i] for i in n.inputs]
+
+    def same(i):  # may n be replaced by new value i? (broadcasting must not change the result)
+        return rw.shape(i) == n.shape and rw.dtype(i) == n.dtype
+
+    kind = OPS[n.op].kind
+    if kind == "binary":
+        a, b = ins
+        ca, cb = _cval(rw, a), _cval(rw, b)
+        if ca is not None and cb is not None:
+            v = fold(n.op, ca, cb, n.dtype)
+            if v is not None:
+                return rw.emit("const", [], n.shape, n.dtype, {"value": v}, n.loc)
+        if cb is not None and same(a) and ((n.op in ("mul", "div") and cb == 1)
+                                           or (n.op in ("add", "sub") and cb == 0)):
+            return a
+        if ca is not None and same(b) and ((n.op == "mul" and ca == 1) or (n.op == "add" and ca == 0)):
+            return b
+        if n.op == "mul":  # (x * c1) * c2 -> x * (c1 * c2), when nothing else reads x * c1
+            for k in (0, 1):
+                c2, inner_id = _cval(rw, ins[1 - k]), ins[k]
+                inner = rw.nodes[inner_id]
+                if (c2 is None or inner.op != "mul" or origin.get(inner_id) != n.inputs[k]
+                        or len(users[n.inputs[k]]) != 1):
+                    continue
+                for j in (0, 1):
+                    c1, x = _cval(rw, inner.inputs[1 - j]), inner.inputs[j]
+                    v = None if c1 is None or not same(x) else fold("mul", c1, c2, n.dtype)
+                    if v is not None:
+                        c = rw.emit("const", [], (), n.dtype, {"value": v}, n.loc)
+                        return rw.emit("mul", [x, c], n.shape, n.dtype, n.attrs, n.loc)
+        return None
+    if not ins:
+        return None
+    inner = rw.nodes[ins[0]]
+    if n.op == "neg" and inner.op == "neg":
+        return inner.inputs[0]
+    if n.op == "cast":
+        if inner.dtype == n.dtype:
+            return inner.id
+        if inner.op == "cast" and rw.dtype(inner.inputs[0]) == n.dtype \
+                and (n.dtype.name, inner.dtype.name) in EXACT_WIDENING:
+            return inner.inputs[0]
+    if n.op == "reshape":
+        base = inner.inputs[0] if inner.op == "reshape" else inner.id
+        if rw.shape(base) == n.shape:
+            return base
+        if base != inner.id:
+            return rw.emit("reshape", [base], n.shape, n.dtype, n.attrs, n.loc)
+    if n.op == "transpose" and inner.op == "transpose" and \
+            (inner.attrs["dim0"], inner.attrs["dim1"]) == (n.attrs["dim0"], n.attrs["dim1"]):
+        return inner.inputs[0]
+    return None
+
+
+def simplify(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+    """Algebraic simplification and constant folding.
+
+    x*1, x/1, x+0, x-0 -> x (only when x already has the result's shape and dtype; x*0 stays,
+    it is NaN for inf/NaN x); neg(neg(x)) -> x; a cast to x's own dtype, or a lossless round
+    trip (fp16 -> fp32 -> fp16) -> x; const op const -> one const (numpy, in the node's dtype);
+    (x*c1)*c2 -> x*(c1*c2) when nothing else reads x*c1; reshape(reshape(x)) -> one reshape
+    (none if the shape is x's); transpose(transpose(x)) of the same dims -> x.  A store whose
+    value becomes a kernel input or GM view stores a copy of it (as legalize does).  Replaced
+    nodes may leave dead values behind: dce removes them.
+    """
+    users = g.users()
+    rw = Rewriter(g)
+    origin: dict[int, int] = {}   # new id -> the old node it computes (when it computes exactly one)
+    for n in g.nodes:
+        rw.loc = n.loc
+        if n.op == "store":
+            store_value(rw, n, g.node(n.inputs[0]).attrs.get("tile"))
+        else:
+            start = len(rw.nodes)
+            r = _simplified(rw, n, users, origin)
+            if r is None:
+                r = rw.keep(n)
+            if r >= start:          # a node made for n alone (not an existing value n reduces to)
+                origin[r] = n.id
+            rw.map[n.id] = r
+        rw.loc = None
+    return rw.graph()
+
+
+# ---------------------------------------------------------------------------------------
+# cse: one node per distinct computation
+
+COMMUTATIVE = ("add", "mul", "maximum", "minimum")
+
+
+def cse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+    """Common subexpression elimination: nodes with the same op, the same (already merged)
+    inputs, equal attrs (a `tile` TileSpec compares without its location), shape and dtype are
+    one node, the first; add/mul/maximum/minimum ignore their operand order.  Consts of equal
+    value and dtype merge (0.0 and -0.0 do not); inputs and stores never do."""
+    rw = Rewriter(g)
+    seen: dict = {}
+    for n in g.nodes:
+        if n.op in ("input", "store"):
+            rw.keep(n)
+            continue
+        ins = tuple(rw.map[i] for i in n.inputs)
+        if n.op in COMMUTATIVE:
+            ins = tuple(sorted(ins))
+        v = n.attrs.get("value")
+        sign = math.copysign(1.0, v) if n.op == "const" and isinstance(v, float) else None
+        key = (n.op, ins, n.attrs, n.shape, n.dtype, sign)
+        try:
+            hit = seen.get(key)
+        except TypeError:   # an attr value that cannot be hashed: never merged
+            hit = key = None
+        if hit is not None:
+            rw.map[n.id] = hit
+        else:
+            nid = rw.keep(n)
+            if key is not None:
+                seen[key] = nid
+    return rw.graph()
 
 
 # ---------------------------------------------------------------------------------------
@@ -205,5 +369,8 @@ TENSOR_PASSES = [
     Pass("decompose", "tensor", decompose, "composite ops (softmax, layernorm, rms_norm, gelu, ...) -> primitives"),
     Pass("legalize", "tensor", legalize,
          "reductions keep their dim, fp16/bf16 sums accumulate in fp32, stores of GM views become copies"),
+    Pass("simplify", "tensor", simplify,
+         "algebraic identities (x*1, x+0, neg(neg(x)), reshape of reshape, ...) and constant folding"),
+    Pass("cse", "tensor", cse, "merge nodes that compute the same value (common subexpressions)"),
     Pass("dce", "tensor", dce, "remove values no output depends on"),
 ]
