@@ -138,7 +138,7 @@ class CompilerPipeline:
         return len(self._passes)
 
     def text(self) -> str:
-        return "\n".join(f"{p.level:>12}  {p.name:<22} {p.doc}" for p in self._passes)
+        return "\n".join(f"{p.level:>12}  {p.name:<27} {p.doc}" for p in self._passes)
 
     def __repr__(self):
         return f"CompilerPipeline({', '.join(self.names)})"
