@@ -17,7 +17,7 @@ endif
 # (sys.executable), whatever kernelspec name the notebooks' metadata carries.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tutorials/nbval_sanitize.cfg
 
-.PHONY: install lab test bench clean distclean
+.PHONY: install lab test bench tutorials clean distclean
 
 install:
 	bash scripts/bootstrap.sh
@@ -27,6 +27,9 @@ lab: install
 
 test: install
 	$(PYTHON) -m pytest tests tutorials $(NBVAL_FLAGS) -q
+
+tutorials: install
+	$(PYTHON) scripts/run_tutorials.py
 
 bench: install
 	$(PYTHON) benchmarks/run.py

@@ -1,0 +1,34 @@
+"""Re-execute the tutorials so their stored outputs are the new truth (`make tutorials`).
+
+After a change to the compiler or simulator output, run this, then read `git diff tutorials/`:
+every changed number should be one you expect.  Volatile metadata (execution timestamps) is
+dropped so that the diff shows only what the notebooks print.
+"""
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent / "tutorials"
+
+
+def run(path: pathlib.Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    nbformat.write(nb, path)
+    print(f"executed {path.name}")
+
+
+def main(names: list[str]) -> None:
+    paths = [ROOT / n for n in names] if names else sorted(ROOT.glob("[0-9][0-9]_*.ipynb"))
+    for p in paths:
+        run(p)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
