@@ -88,3 +88,6 @@ if __name__ == "__main__":
     print()
     import explorer              # the notebook's slider latency (benchmarks/explorer.py)
     explorer.main()
+    print()
+    import passes                # what each pass buys, automatic tiling (benchmarks/passes.py)
+    passes.main()
