@@ -107,8 +107,63 @@ def fit_margins(fig, top_in: float = TOP_IN, bottom_in: float = BOTTOM_IN, hspac
                         bottom=bottom_in / h, hspace=hspace_in / h * max(len(fig.axes), 1))
 
 
-def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None):
-    """A matplotlib Figure of `res.trace`: rows (core, pipe), x in cycles, bars by instruction class."""
+def occupancy(trace, n_cores: dict[str, int]):
+    """Per (core type, pipe): step times and the fraction of that type's cores busy on the pipe."""
+    import numpy as np
+    steps: dict[tuple[str, str], list] = {}
+    for e in trace:
+        key = (e.core[:3], e.pipe)
+        steps.setdefault(key, []).extend(((e.start, 1), (max(e.end, e.start + 1), -1)))
+    out = {}
+    for key, st in steps.items():
+        st.sort()
+        t = np.array([x for x, _ in st], dtype=float)
+        busy = np.cumsum([d for _, d in st]) / max(n_cores[key[0]], 1)
+        out[key] = (t, busy)
+    return out
+
+
+def plot_occupancy(res, ax=None, title=None):
+    """All cores at once: per core type and pipe, the share of cores busy over time (0-100%)."""
+    from matplotlib.patches import Patch
+    n_cores = {"AIC": res.machine.n_aic, "AIV": res.machine.n_aiv}
+    occ = occupancy(res.trace, n_cores)
+    order = {p: k for k, p in enumerate(("MTE2", "MTE1", "M", "FIX", "V", "MTE3", "S"))}
+    rows = sorted(occ, key=lambda k: (k[0] != "AIC", order.get(k[1], 99)))
+    if ax is None:
+        fig = _figure_class()(figsize=(11, timeline_height(len(rows))))
+        ax = fig.add_subplot()
+        fit_margins(fig)
+    else:
+        fig = ax.figure
+    used = set()
+    for k, key in enumerate(rows):
+        t, busy = occ[key]
+        cls = instr_class("TLOAD" if key[1] == "MTE2" else "TSTORE" if key[1] in ("MTE3", "FIX")
+                          else "TEXTRACT" if key[1] == "MTE1" else "TMATMUL" if key[1] == "M" else "TADD", key[1])
+        used.add(cls)
+        ax.fill_between(t, k + 0.4, k + 0.4 - 0.8 * busy, step="post", color=CLASSES[cls][1], linewidth=0)
+    ax.set_yticks(range(len(rows)), [f"{ct} {p}" for ct, p in rows], fontsize=8)
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
+    end = res.cycles if res.cycles else max((e.end for e in res.trace), default=1)
+    ax.set_xlim(0, max(end, 1))
+    ax.set_xlabel("cycles (bar height: share of the cores of that type busy on the pipe)")
+    ax.grid(axis="x", linestyle=":", linewidth=0.5)
+    ax.legend(handles=[Patch(color=CLASSES[c][1], label=CLASSES[c][0]) for c in sorted(used)],
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    types = sorted({ct for ct, _ in rows})
+    cores = " + ".join(f"{n_cores[ct]} {ct}" for ct in types)
+    ax.set_title(title or f"{res.kernel} on {res.machine.name}: {res.cycles} cycles, all {cores} cores", fontsize=10)
+    return fig
+
+
+def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggregate: bool = False):
+    """A matplotlib Figure of `res.trace`: rows (core, pipe), x in cycles, bars by instruction class.
+
+    `aggregate=True` draws one row per core type and pipe with the share of cores busy, which
+    stays readable for 48-core runs (otherwise the first `max_cores` cores are drawn)."""
+    if aggregate:
+        return plot_occupancy(res, ax=ax, title=title)
     import numpy as np
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
