@@ -19,9 +19,6 @@ class Program:
     def __len__(self):
         return sum(len(t.instrs) for t in self.tasks)
 
-    @property
-    def n_instructions(self) -> int:
-        return len(self)
 
     def buffer(self, name: str) -> GMBuffer:
         return next(b for b in self.buffers if b.name == name)

@@ -15,10 +15,6 @@ from .tensor import TensorGraph, TNode
 GELU_C = 0.7978845608028654  # sqrt(2 / pi)
 
 
-def _f32(x):
-    return np.asarray(x, dtype=np.float32) if x.dtype != np.float64 else x
-
-
 def _as(x, like_dtype):
     return np.asarray(x).astype(like_dtype, copy=False)
 

@@ -187,16 +187,3 @@ def side_by_side_html(a: str, b: str, name_a: str, name_b: str, max_lines: int =
                 f"<pre style='font-size:11px; max-height:520px; overflow:auto; margin:0'>"
                 f"{html.escape(body)}</pre></div>")
     return f"<div style='display:flex; gap:12px'>{pane(name_a, a)}{pane(name_b, b)}</div>"
-
-
-# --- tables -----------------------------------------------------------------------------------
-def table_html(rows, header=None) -> str:
-    """A plain left-aligned table from (label, value, ...) rows; values are escaped."""
-    def cells(row, tag):
-        first, *rest = row
-        out = f"<th style='text-align:left; padding-right:1em'>{html.escape(str(first))}</th>" if tag == "td" \
-            else f"<th style='text-align:left; padding-right:1em'>{html.escape(str(first))}</th>"
-        return out + "".join(f"<{tag} style='text-align:left; padding-right:1em'>{html.escape(str(v))}</{tag}>"
-                             for v in rest)
-    head = f"<tr>{cells(header, 'th')}</tr>" if header else ""
-    return "<table>" + head + "".join(f"<tr>{cells(r, 'td')}</tr>" for r in rows) + "</table>"
