@@ -4,7 +4,11 @@ Each core runs one task at a time; each of its pipes executes its instructions i
 WAIT_FLAG blocks its pipe until the matching SET_FLAG (counted per pipe pair and event id) has
 executed.  A GM load is served by the shared L2 when the same window is resident there (it was
 loaded or stored before and not evicted), else by the HBM; both are shared by all cores, first
-come first served, and every transfer is also limited by its path's bandwidth.  Tasks start when
+come first served, and every transfer is also limited by its path's bandwidth.  DMA engines keep
+several requests in flight: a load occupies its pipe only while its bytes stream, and its data is
+ready an L2 hit (or miss) latency later; a SET_FLAG waits until every earlier instruction of its
+pipe has its data ready, so the consumer behind the flag sees the latency once per batch of loads,
+not once per load.  Tasks start when
 their dependencies are done, on the free core of their type with the lowest id, after a dispatch
 overhead.  Events are ordered by (cycle, sequence number), so the same program always gives the
 same cycles and trace.
@@ -39,6 +43,11 @@ class TraceEvent:
     task: int
     index: int       # instruction index within the task
     line: str        # kernel source location, "" when none
+    ready: int = -1  # when the result is usable (a load's latency after `end`); -1: at `end`
+
+    @property
+    def done(self) -> int:
+        return self.end if self.ready < 0 else self.ready
 
 
 def _decode(program: Program, machine: Machine):
@@ -109,8 +118,8 @@ class L2Cache:
 
 
 class _Running:
-    __slots__ = ("task", "rows", "core", "queues", "ptr", "free", "last_vector_end", "flags", "waiting",
-                 "open", "start", "end")
+    __slots__ = ("task", "rows", "core", "queues", "ptr", "free", "ready", "last_vector_end", "flags",
+                 "waiting", "open", "start", "end")
 
     def __init__(self, task, rows, core: str, start: int, pipes):
         self.task, self.rows, self.core = task, rows, core
@@ -119,6 +128,7 @@ class _Running:
             self.queues[row[1]].append(k)
         self.ptr = {p: 0 for p in pipes}
         self.free = {p: start for p in pipes}
+        self.ready = {p: start for p in pipes}      # when the pipe's last in-flight data is ready
         self.last_vector_end = -1
         self.flags: dict[tuple, list[int]] = {}
         self.waiting: dict[tuple, str] = {}
@@ -240,6 +250,8 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
             s = avail.pop(0)
             t0 = t0 if t0 > s else s
         elif ikind == SET:
+            if r.ready[pipe] > t0:
+                t0 = r.ready[pipe]
             pending = r.flags.setdefault(key, [])
             if checked and pending:
                 raise SimulationError(_event_reuse(r, k, key))
@@ -268,7 +280,10 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
                 else:
                     latency = 0      # stores are posted: the pipe moves on once the data left
             path_end = t0 + nbytes / bpc
-            dur = max(1, math.ceil(max(path_end, served)) - t0) + latency
+            dur = max(1, math.ceil(max(path_end, served)) - t0)
+            data_ready = t0 + dur + latency
+            if data_ready > r.ready[pipe]:
+                r.ready[pipe] = data_ready
             bytes_by_path[path] = bytes_by_path.get(path, 0) + nbytes
         else:
             if ikind == VECTOR:
@@ -279,17 +294,18 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
                 bytes_by_path[path] = bytes_by_path.get(path, 0) + nbytes
         end = t0 + dur
         r.free[pipe] = end
-        if end > r.end:
-            r.end = end
+        done_at = data_ready if ikind == GM_LOAD else end
+        if done_at > r.end:
+            r.end = done_at
         bk = (name, pipe)
         busy[bk] = busy.get(bk, 0) + dur
         executed += 1
         if trace:
             ins = r.task.instrs[k]
             events.append(TraceEvent(name, pipe, ins.op, t0, end, r.task.id, k,
-                                     ins.loc.short() if ins.loc else ""))
+                                     ins.loc.short() if ins.loc else "", done_at if ikind == GM_LOAD else -1))
         if times is not None:
-            times[r.task.id][k] = (t0, end)
+            times[r.task.id][k] = (t0, done_at)
         if bar is not None and executed % 20000 == 0:
             bar.update(executed)
         r.ptr[pipe] += 1

@@ -44,7 +44,8 @@ def chrome_trace(events, machine, name: str = "pypto", task_times=None, program=
         out.append({"ph": "X", "name": e.op, "cat": e.pipe, "pid": pid[e.core], "tid": tid,
                     "ts": round(e.start * us, 6), "dur": round((e.end - e.start) * us, 6),
                     "args": {"cycles": e.end - e.start, "start_cycle": e.start, "task": e.task,
-                             "instr": e.index, "line": e.line}})
+                             "instr": e.index, "line": e.line,
+                             **({"data_ready_cycle": e.ready} if e.ready >= 0 else {})}})
     if task_times and program is not None:
         out.extend(_task_events(task_times, program, pid, us))
     return {"traceEvents": out, "displayTimeUnit": "ns",

@@ -283,7 +283,8 @@ def timeline_svg(res, cores=None, max_cores: int = 8, width: int = 1000, title=N
         y = SVG_TOP + k * SVG_ROW + 2
         if tooltips:
             tip = (f"{e.op} on {e.core} {e.pipe}: cycles {e.start}-{e.end} ({e.end - e.start}), "
-                   f"task {e.task}" + (f", line {e.line}" if getattr(e, "line", "") else ""))
+                   f"task {e.task}" + (f", data ready at {e.ready}" if e.ready >= 0 else "")
+                   + (f", line {e.line}" if getattr(e, "line", "") else ""))
             bar = (f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{SVG_ROW - 4}">'
                    f'<title>{escape(tip)}</title></rect>')
         else:
