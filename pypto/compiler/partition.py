@@ -1,5 +1,14 @@
 """Tile -> Block lowering and Block-level passes: partitioning, dependencies, dependency pruning,
-wavefronts."""
+wavefronts.
+
+Mixed kernels (a matmul whose result a vector group finishes: bias, activation, ...) follow the
+machine's 1 AIC : 2 AIV pairing: the vector iterations that read the tiles one cube task stores
+become two tasks, one per AIV of the pair (halves of the rows), marked `pair=(cube task, slot)`;
+the dispatcher runs them on the two AIVs coupled with the AIC that ran the cube task, once its
+tiles are in GM (an L2-resident workspace).  (One cube task per output tile would let the
+epilogue start per tile, but costs the AIC its pipelining across tiles: on matmul+bias+gelu
+1024^3 that lost more than it gained.)
+"""
 from __future__ import annotations
 
 import bisect
@@ -11,21 +20,107 @@ from .pipeline import Pass, PassContext
 
 
 def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
-    """Split each group's outer iterations into contiguous chunks, one task per core of its type."""
+    """Split each group's outer iterations into contiguous chunks, one task per core of its type;
+    epilogues of mixed kernels pair with their cube tiles (see the module docstring)."""
     m = ctx.machine
     by_outer: dict[tuple[int, int], list[int]] = {}
     for n in g.nodes:
         by_outer.setdefault((n.group, n.outer), []).append(n.id)
+    pairs = epilogue_pairs(g) if ctx.options.get("pairing", True) and m.n_aiv >= 2 * m.n_aic else {}
     tasks = []
+    task_of: dict[tuple[int, int], int] = {}       # (group, outer) -> its task, for the pairs
+
+    def add(info, outer, pair=None):
+        task_of.update(((info.id, o), len(tasks)) for o in outer)
+        nodes = tuple(i for o in outer for i in by_outer.get((info.id, o), ()))
+        tasks.append(Task(len(tasks), info.id, info.core_type, tuple(outer), nodes, pair=pair))
+
     for info in g.groups:
-        cores = m.n_aic if info.core_type == "AIC" else m.n_aiv
-        n_tasks = max(1, min(info.n_outer, cores))
-        for t in range(n_tasks):
-            lo, hi = t * info.n_outer // n_tasks, (t + 1) * info.n_outer // n_tasks
-            outer = tuple(range(lo, hi))
-            nodes = tuple(i for o in outer for i in by_outer.get((info.id, o), ()))
-            tasks.append(Task(len(tasks), info.id, info.core_type, outer, nodes))
+        if info.id in pairs:
+            cube, tile_of = pairs[info.id]
+            halves: dict[int, list[int]] = {}
+            for o in range(info.n_outer):
+                halves.setdefault(task_of[(cube, tile_of[o])], []).append(o)
+            for ct, outer in halves.items():
+                cut = (len(outer) + 1) // 2
+                for slot, part in enumerate((outer[:cut], outer[cut:])):
+                    if part:
+                        add(info, part, (ct, slot))
+        else:
+            cores = m.n_aic if info.core_type == "AIC" else m.n_aiv
+            n_tasks = max(1, min(info.n_outer, cores))
+            for t in range(n_tasks):
+                add(info, range(t * info.n_outer // n_tasks, (t + 1) * info.n_outer // n_tasks))
     return BlockGraph(g.name, g, tuple(tasks))
+
+
+def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
+    """Vector groups that only finish the tiles of one cube group: vector group -> (cube group,
+    {vector iteration: the cube iteration whose stored tile it reads}).  A vector iteration must
+    read GM written by exactly one cube tile (its loads inside that tile's window) and every
+    iteration must read one, else the group is not an epilogue and is left unpaired."""
+    kind = {i.id: i.kind for i in g.groups}
+    grids: dict[str, _TileGrid] = {}
+    for n in g.nodes:
+        if n.op == "TSTORE" and kind[n.group] == "cube":
+            grids.setdefault(n.attrs["gm"].buf.name, _TileGrid()).add(n.attrs["gm"], n.group, n.outer)
+    if not grids:
+        return {}
+    found: dict[int, dict[int, set]] = {}
+    for n in g.nodes:
+        if n.op == "TLOAD" and kind[n.group] == "vector":
+            grid = grids.get(n.attrs["gm"].buf.name)
+            if grid is not None:
+                found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
+    out = {}
+    for info in g.groups:
+        its = found.get(info.id)
+        if not its or len(its) != info.n_outer or any(len(s) != 1 or None in s for s in its.values()):
+            continue
+        tiles = {o: next(iter(s)) for o, s in its.items()}
+        cubes = {c for c, _ in tiles.values()}
+        if len(cubes) == 1:
+            out[info.id] = (cubes.pop(), {o: co for o, (_, co) in tiles.items()})
+    return out
+
+
+class _TileGrid:
+    """The windows cube tiles store to one GM buffer, found by position: per buffer dim the sorted
+    starts of the windows, so the tile holding a window is one bisection per dim away."""
+
+    def __init__(self):
+        self.at: dict[tuple, tuple] = {}           # window starts -> (box, group, outer)
+        self.starts: list[set] | None = None
+        self._sorted: list[list[int]] | None = None
+
+    def add(self, ref: GMRef, group: int, outer: int):
+        box = ref.box()
+        if box is None:
+            return
+        lo = tuple(r[0] for r in box)
+        self.at[lo] = (box, group, outer)
+        self.starts = self.starts or [set() for _ in box]
+        for s, x in zip(self.starts, lo):
+            s.add(x)
+        self._sorted = None
+
+    def find(self, ref: GMRef):
+        """(group, outer) of the tile whose window contains `ref`'s, or None."""
+        box = ref.box()
+        if box is None or not self.at:
+            return None
+        if self._sorted is None:
+            self._sorted = [sorted(s) for s in self.starts]
+        lo = []
+        for starts, (x, _) in zip(self._sorted, box):
+            i = bisect.bisect_right(starts, x)
+            if i == 0:
+                return None
+            lo.append(starts[i - 1])
+        hit = self.at.get(tuple(lo))
+        if hit is None or not all(a0 <= b0 and b1 <= a1 for (a0, a1), (b0, b1) in zip(hit[0], box)):
+            return None
+        return hit[1], hit[2]
 
 
 class _Footprint:
@@ -122,7 +217,7 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
         deps = tuple(a for a in sorted(cands) if a < b.id and g.tasks[a].group != b.group and (
             writes[a].overlaps(reads[b.id]) or writes[a].overlaps(writes[b.id])
             or reads[a].overlaps(writes[b.id])))
-        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, deps))
+        tasks.append(Task(b.id, b.group, b.core_type, b.outer, b.nodes, deps, pair=b.pair))
     return g.replace(tasks)
 
 
@@ -148,7 +243,8 @@ def prune_dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGr
         for d in t.deps:
             reach |= below[d] | (1 << d)
         ancestors[t.id] = reach
-        tasks.append(t if keep == t.deps else Task(t.id, t.group, t.core_type, t.outer, t.nodes, keep, t.level))
+        tasks.append(t if keep == t.deps else Task(t.id, t.group, t.core_type, t.outer, t.nodes, keep, t.level,
+                                                          t.pair))
     return g.replace(tasks)
 
 
@@ -157,11 +253,12 @@ def wavefronts(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     tasks = []
     for t in g.tasks:
         level[t.id] = 1 + max((level[d] for d in t.deps), default=-1)
-        tasks.append(Task(t.id, t.group, t.core_type, t.outer, t.nodes, t.deps, level[t.id]))
+        tasks.append(Task(t.id, t.group, t.core_type, t.outer, t.nodes, t.deps, level[t.id], t.pair))
     return g.replace(tasks)
 
 
-PARTITION = Pass("partition", "tile->block", partition, "split each group's iterations into one task per core")
+PARTITION = Pass("partition", "tile->block", partition,
+                 "split each group's iterations into one task per core; pair epilogues 1 AIC : 2 AIV")
 BLOCK_PASSES = [
     Pass("dependencies", "block", dependencies, "task dependencies from the GM regions tasks read and write"),
     Pass("prune_dependencies", "block", prune_dependencies,

@@ -44,7 +44,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             else:
                 ins = Instr(n.op, pipe_of(n.op), refs[n.id], srcs, Attrs(a), n.loc)
             instrs.append(ins)
-        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs)))
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs), t.pair))
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
 
 
@@ -88,7 +88,7 @@ def _accesses(ins: Instr, written_gm: set[str]):
 def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     tasks = []
     for t in g.tasks:
-        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, _sync_task(t.instrs)))
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, _sync_task(t.instrs), t.pair))
     return g.replace(tasks)
 
 

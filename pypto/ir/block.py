@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import VerificationError
-from .core import TextForm
+from .core import TextForm, pair_problem
 from .tile import TileGraph
 
 
@@ -22,6 +22,9 @@ class Task:
     nodes: tuple[int, ...]         # tile node ids, in program order
     deps: tuple[int, ...] = ()
     level: int = 0
+    # (cube task, AIV slot 0|1) for a vector epilogue of a mixed kernel: the task runs on the
+    # AIV `slot` of the AIC that ran the cube task (1 AIC : 2 AIV), None for any free core
+    pair: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,8 @@ class BlockGraph(TextForm):
         for t in self.tasks:
             outer = f"{t.outer[0]}..{t.outer[-1]}" if len(t.outer) > 1 else str(t.outer[0])
             lines.append(f"  task {t.id}: group {t.group} on {t.core_type}, iterations {outer}, "
-                         f"{len(t.nodes)} tile ops, deps {list(t.deps)}, wave {t.level}")
+                         f"{len(t.nodes)} tile ops, deps {list(t.deps)}, wave {t.level}"
+                         + (f", paired with task {t.pair[0]} (AIV slot {t.pair[1]})" if t.pair else ""))
         lines.append("}")
         return "\n".join(lines)
 
@@ -52,6 +56,7 @@ class BlockGraph(TextForm):
 def verify(g: BlockGraph) -> None:
     seen: set[int] = set()
     covered: set[int] = set()
+    core_of: dict[int, str] = {}
     kinds = {i.id: i.core_type for i in g.tiles.groups}
     for t in g.tasks:
         if any(d not in seen for d in t.deps):
@@ -60,6 +65,10 @@ def verify(g: BlockGraph) -> None:
         if kinds.get(t.group) != t.core_type:
             raise VerificationError(f"block graph task {t.id}: group {t.group} needs a {kinds.get(t.group)} core",
                                     got=t.core_type)
+        problem = pair_problem(t.core_type, t.pair, core_of)
+        if problem:
+            raise VerificationError(f"block graph task {t.id}: {problem}", got=t.pair)
+        core_of[t.id] = t.core_type
         if covered.intersection(t.nodes):
             raise VerificationError(f"block graph task {t.id}: tile ops assigned to two tasks")
         covered.update(t.nodes)

@@ -104,6 +104,22 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] 
     return tuple(out)
 
 
+def pair_problem(core_type: str, pair, core_of: dict[int, str]) -> str | None:
+    """Why a task's 1 AIC : 2 AIV pairing is invalid (None when it is fine): only a vector task
+    pairs, with an earlier cube task, on AIV slot 0 or 1.  `core_of` maps earlier task ids to
+    their core type."""
+    if pair is None:
+        return None
+    cube, slot = pair
+    if core_type != "AIV":
+        return "only a vector (AIV) task can be paired with a cube task"
+    if core_of.get(cube) != "AIC":
+        return f"paired with task {cube}, which is not an earlier cube (AIC) task"
+    if slot not in (0, 1):
+        return f"AIV slot {slot} of the pair does not exist (an AIC has two AIVs: slots 0 and 1)"
+    return None
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, TextForm, fmt_shape
+from .core import Attrs, TextForm, fmt_shape, pair_problem
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -95,6 +95,7 @@ class ExecTask:
     deps: tuple[int, ...]
     level: int
     instrs: tuple[Instr, ...]
+    pair: tuple[int, int] | None = None     # see ir.block.Task.pair
 
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -123,19 +124,23 @@ class ExecGraph(TextForm):
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
             syncs = sum(i.op in SYNC_OPS for i in t.instrs)
             lines.append(f"  launch task {t.id} on {t.core_type} after {list(t.deps)}: "
-                         f"{len(t.instrs)} instrs ({pc}; {syncs} sync)")
+                         f"{len(t.instrs)} instrs ({pc}; {syncs} sync)"
+                         + (f", paired with task {t.pair[0]} (AIV slot {t.pair[1]})" if t.pair else ""))
         lines.append("}")
         return "\n".join(lines)
 
 
 
 def verify(g: ExecGraph) -> None:
-    seen: set[int] = set()
+    core_of: dict[int, str] = {}
     for t in g.tasks:
         pipes = AIC_PIPES if t.core_type == "AIC" else AIV_PIPES
-        if any(d not in seen for d in t.deps):
+        if any(d not in core_of for d in t.deps):
             raise VerificationError(f"exec graph task {t.id}: depends on a later or unknown task",
                                     got=list(t.deps))
+        problem = pair_problem(t.core_type, t.pair, core_of)
+        if problem:
+            raise VerificationError(f"exec graph task {t.id}: {problem}", got=t.pair)
         for k, ins in enumerate(t.instrs):
             if ins.pipe not in pipes:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
@@ -144,4 +149,4 @@ def verify(g: ExecGraph) -> None:
             if ins.op in ("SET_FLAG", "WAIT_FLAG") and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
                                         expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
-        seen.add(t.id)
+        core_of[t.id] = t.core_type

@@ -29,7 +29,8 @@ class Program:
             lines.append(f".gm {b.name} {b.dtype}{fmt_shape(b.shape)} {b.role}")
         shown = self.tasks if max_tasks is None else self.tasks[:max_tasks]
         for t in shown:
-            lines.append(f".task {t.id} {t.core_type} group={t.group} deps={list(t.deps)}")
+            lines.append(f".task {t.id} {t.core_type} group={t.group} deps={list(t.deps)}"
+                         + (f" pair={t.pair[0]}:{t.pair[1]}" if t.pair else ""))
             lines.extend("  " + i.text() for i in t.instrs)
         if len(shown) < len(self.tasks):
             lines.append(f"// ... {len(self.tasks) - len(shown)} more tasks (program.text() shows all)")

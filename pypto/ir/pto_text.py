@@ -3,7 +3,7 @@
     // PTO program softmax: 2 tasks, 14 instructions
     .gm x fp32[64,256] input
     .gm out fp32[64,256] output
-    .task 0 AIV group=0 deps=[]
+    .task 0 AIV group=0 deps=[]              (a vector epilogue adds `pair=CUBE_TASK:SLOT`)
       TLOAD              UB[0x0]:fp32[32,256], GM:x[0:32,0:256]  ; kernel.py:5
       SET_FLAG           MTE2 -> V, EVENT_ID0
       WAIT_FLAG          MTE2 -> V, EVENT_ID0
@@ -26,7 +26,7 @@ import re
 
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
-from .core import Attrs, prod
+from .core import Attrs, pair_problem, prod
 from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
 from .gm import GMBuffer, GMRef, natural_strides
 from .tile import tile_bytes
@@ -119,7 +119,8 @@ _GM_LONG = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\{\s*off\s*=\s*(?P<off>-?\d+)\s
                       r"\s*,\s*strides\s*=\s*\[(?P<strides>[^\]]*)\]\s*\}$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)$")
 _FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
-_TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]$")
+_TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]"
+                   r"(\s+pair=(?P<cube>\d+):(?P<slot>\d+))?$")
 _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
 _HEADER = re.compile(r"^//\s*PTO program\s+(?P<name>\S+?):")
 _LOC = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
@@ -473,7 +474,7 @@ def parse_program(text: str, machine=None):
     def close():
         if cur is not None:
             tasks.append(ExecTask(cur["id"], cur["group"], cur["core"], cur["deps"], cur["level"],
-                                  tuple(cur["instrs"])))
+                                  tuple(cur["instrs"]), cur["pair"]))
 
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -510,7 +511,7 @@ def parse_program(text: str, machine=None):
             m = _TASK.match(line)
             if not m:
                 raise PTOSyntaxError("bad .task line", line=lineno, text=raw,
-                                     expected=".task ID AIC|AIV group=G deps=[..]", got=line)
+                                     expected=".task ID AIC|AIV group=G deps=[..] [pair=T:S]", got=line)
             close()
             tid, core = int(m["id"]), m["core"]
             if core not in CORE_PIPES:
@@ -528,9 +529,15 @@ def parse_program(text: str, machine=None):
             if bad:
                 raise PTOSyntaxError(f"task {tid} depends on a later or unknown task", line=lineno, task=tid,
                                      text=raw, expected=f"ids < {tid}", got=list(deps))
+            pair = (int(m["cube"]), int(m["slot"])) if m["cube"] is not None else None
+            problem = pair_problem(core, pair, {t.id: t.core_type for t in tasks})
+            if problem:
+                raise PTOSyntaxError(problem, line=lineno, task=tid, text=raw,
+                                     expected="pair=CUBE_TASK:0|1 on an AIV task", got=f"pair={m['cube']}:{m['slot']}")
             level = 1 + max((levels[d] for d in deps), default=-1)
             levels[tid] = level
-            cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level, "instrs": []}
+            cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level, "instrs": [],
+                   "pair": pair}
             continue
         if line.startswith("."):
             raise PTOSyntaxError(f"unknown directive '{line.split()[0]}'", line=lineno, text=raw,
