@@ -42,21 +42,49 @@ def k0_of(dtype: DType) -> int:
     return 32 // dtype.itemsize
 
 
-def default_cube_tile(m: int, k: int, n: int, dtype: DType):
+def default_cube_tile(m: int, k: int, n: int, dtype: DType, machine=None, batch: int = 1):
+    """128 x 128 output tiles, or, given the machine, the output tile (128x128, 128x256 or
+    256x128) with the least estimated time (below); K streams in kL0 = 128 bytes of A per row."""
     k0 = k0_of(dtype)
     kl0 = min(round_up(k, k0), 128 // dtype.itemsize)      # 64 fp16, 32 fp32, 128 int8
     kl1 = min(round_up(k, kl0), kl0 * 4)
-    ml0 = min(round_up(m, 16), 128)
-    nl0 = min(round_up(n, 16), 128)
+    shapes = [(128, 128)] if machine is None else [(128, 128), (128, 256), (256, 128)]
+    fits = [s for s in shapes if s == (128, 128) or _acc_bytes(s) <= machine.l0c_kib * 1024]
+    ml0, nl0 = min(fits, key=lambda s: (_estimate(s, m, k, n, kl1, dtype, machine, batch), s))
+    ml0, nl0 = min(round_up(m, 16), ml0), min(round_up(n, 16), nl0)
     return ((ml0, ml0), (kl0, kl1), (nl0, nl0))
 
 
-def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc):
-    """((mL0, mL1), (kL0, kL1), (nL0, nL1)) checked against the cube's alignment, clipped to the matmul."""
+def _acc_bytes(mn) -> int:
+    return mn[0] * mn[1] * 4        # L0C accumulates in fp32 / int32
+
+
+def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
+    """Cycles of a matmul with output tiles mn: waves of tiles over the cube cores, each tile
+    streaming K in kL1 chunks at the slower of the cube and the GM->L1 load of its operands
+    (MTE2 overlaps the cube with double buffering), plus the L0C drain when L0C has no room
+    for a second accumulator (the next tile waits for the store)."""
+    if machine is None:
+        return 0.0
+    from ..sim.cost import cube_cycles
+    ml0, nl0 = mn
+    tiles = batch * -(-m // ml0) * -(-n // nl0)
+    waves = -(-tiles // machine.n_aic)
+    chunk = max(cube_cycles(ml0, kl1, nl0, dtype.itemsize, machine),
+                (ml0 + nl0) * kl1 * dtype.itemsize / machine.dma_bytes_per_cycle("GM", "L1"))
+    drain = 0.0
+    if 2 * _acc_bytes(mn) > machine.l0c_kib * 1024:
+        drain = ml0 * nl0 * dtype.itemsize / machine.dma_bytes_per_cycle("L0C", "GM")
+    return waves * (-(-k // kl1) * chunk + drain)
+
+
+def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc, machine=None, batch: int = 1):
+    """((mL0, mL1), (kL0, kL1), (nL0, nL1)) checked against the cube's alignment, clipped to the
+    matmul; without a spec, the default for the machine."""
     if isinstance(spec, TileSpec):
         spec, loc = spec.dims, spec.loc or loc
     if not spec:
-        spec = default_cube_tile(m, k, n, dtype)
+        spec = default_cube_tile(m, k, n, dtype, machine, batch)
     (ml0, ml1), (kl0, kl1), (nl0, nl1) = spec
     k0 = k0_of(dtype)
     for name, v, a in (("mL0", ml0, 16), ("nL0", nl0, 16), ("kL0", kl0, k0)):

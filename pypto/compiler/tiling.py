@@ -60,7 +60,7 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     for gid in sorted(members):
         ms = members[gid]
         if ms[0].op == "matmul":
-            infos.append(_lower_matmul(g, ms[0], homes, extra_stores, _Emitter(nodes, gid)))
+            infos.append(_lower_matmul(g, ms[0], homes, extra_stores, _Emitter(nodes, gid), ctx.machine))
         else:
             infos.append(_lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid)))
     return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
@@ -283,7 +283,7 @@ def _sub2d(ref: GMRef, lead: tuple[int, ...], r0, c0, rows, cols) -> GMRef:
     return GMRef(ref.buf, off, (rows, cols), ref.strides[-2:])
 
 
-def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
+def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo:
     a, b = (g.node(i) for i in m.inputs)
     A, B = homes[a.id], homes[b.id]
     if m.attrs["a_trans"]:
@@ -293,9 +293,9 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter) -> GroupInfo:
     M, K = A.shape[-2:]
     N = B.shape[-1]
     dtype = a.dtype
-    ml0, kl0, nl0, kl1 = normalize_cube_tile(m.attrs.get("tile"), M, K, N, dtype, m.loc)
-    acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
     batch = m.shape[:-2]
+    ml0, kl0, nl0, kl1 = normalize_cube_tile(m.attrs.get("tile"), M, K, N, dtype, m.loc, machine, prod(batch))
+    acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
     outs = [homes[m.id]] + extra_stores.get(m.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
     o = lin = steps = 0
