@@ -1,7 +1,9 @@
 """The compiler: passes per level, lowerings between levels, and the pipeline that runs them."""
 from .api import CompilerPipeline, OptimizationPass, default_pipeline
+from .autocast import AUTOCAST_PASSES
 from .autotile import AutoTilingPass
 from .fusion import FUSION_PASSES
+from .layout import LAYOUT_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
 from .pipeline import BUILTIN_PASSES, LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
@@ -12,9 +14,11 @@ TILING = AutoTilingPass(search=False).as_pass("tiling")   # heuristic default ti
 
 
 def default_passes() -> list[Pass]:
-    """Every pass and lowering of the default pipeline, in order."""
-    return [*TENSOR_PASSES, *FUSION_PASSES, TILING, *TILE_PASSES, PARTITION, *BLOCK_PASSES,
-            SELECT, *EXEC_PASSES, CODEGEN]
+    """Every pass and lowering of the default pipeline, in order.  autocast and layout see the
+    primitives decompose and legalize leave; simplify, cse and dce clean up after them."""
+    decompose, legalize, *cleanup = TENSOR_PASSES
+    return [decompose, legalize, *AUTOCAST_PASSES, *LAYOUT_PASSES, *cleanup, *FUSION_PASSES, TILING,
+            *TILE_PASSES, PARTITION, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CODEGEN]
 
 
 PASSES = {p.name: p for p in default_passes()}

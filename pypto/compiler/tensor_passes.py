@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..dtypes import DT_FP32, DType
+from ..dtypes import DType
 from ..errors import SourceLoc
 from ..ir.core import Attrs, broadcast_shapes
 from ..ir.tensor import OPS, TensorGraph, TNode
@@ -73,7 +73,8 @@ def _tile(tile):
 
 
 # ---------------------------------------------------------------------------------------
-# decompose: composite ops -> primitives (fp16/bf16 composites compute in fp32)
+# decompose: composite ops -> primitives, in the composite's dtype (the autocast pass decides
+# which fp16/bf16 values compute in fp32)
 
 def _sigmoid(rw, x, t):
     e = rw.un("exp", rw.un("neg", x, t), t)
@@ -110,10 +111,6 @@ def _rms_norm(rw, x, w, eps, t):
     return rw.bin("mul", rw.bin("mul", x, r, t), w, t)
 
 
-# composites whose fp16/bf16 forms compute in fp32 (they accumulate, or subtract close values)
-FP32_COMPOSITES = ("softmax", "rms_norm", "layernorm", "mean")
-
-
 def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     for n in g.nodes:
@@ -123,8 +120,7 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         rw.loc = n.loc
         t = n.attrs.get("tile")
         ins = [rw.map[i] for i in n.inputs]
-        work = DT_FP32 if n.dtype.name in ("fp16", "bf16") and n.op in FP32_COMPOSITES else n.dtype
-        ins = [rw.cast(i, work, t) for i in ins]
+        ins = [rw.cast(i, n.dtype, t) for i in ins]
         x = ins[0]
         if n.op == "mean":
             out = _mean(rw, x, n.attrs["dim"], t)
@@ -159,22 +155,18 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 
 
 # ---------------------------------------------------------------------------------------
-# legalize: reductions keep their dim (a reshape drops it), fp16/bf16 sums accumulate in fp32,
-# and a store of a GM view (a kernel input, or a reshape/transpose/slice) becomes a copy
+# legalize: reductions keep their dim (a reshape drops it), and a store of a GM view (a kernel
+# input, or a reshape/transpose/slice) becomes a copy (fp16/bf16 sums accumulate in fp32: the
+# autocast pass sees to that)
 
 def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     for n in g.nodes:
         rw.loc = n.loc
-        if OPS[n.op].kind == "reduce" and (not n.attrs["keepdim"] or _needs_fp32_sum(n)):
+        if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
             x, t = rw.map[n.inputs[0]], n.attrs.get("tile")
-            if _needs_fp32_sum(n):
-                r = rw.cast(rw.red("sum", rw.cast(x, DT_FP32, t), n.attrs["dim"], t), n.dtype, t)
-            else:
-                r = rw.red(n.op, x, n.attrs["dim"], t)
-            if not n.attrs["keepdim"]:
-                r = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
-            rw.map[n.id] = r
+            r = rw.red(n.op, x, n.attrs["dim"], t)
+            rw.map[n.id] = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
         elif n.op == "store":
             store_value(rw, n)
         else:
@@ -191,11 +183,6 @@ def store_value(rw: Rewriter, n: TNode, tile=None) -> int:
         src = rw.emit("copy", [src], rw.shape(src), rw.dtype(src), _tile(tile))
     rw.map[n.id] = rw.emit("store", [src], n.shape, n.dtype, n.attrs, n.loc)
     return rw.map[n.id]
-
-
-def _needs_fp32_sum(n) -> bool:
-    """A sum of fp16/bf16 values loses precision when it accumulates in its own dtype."""
-    return n.op == "sum" and n.dtype.name in ("fp16", "bf16")
 
 
 # ---------------------------------------------------------------------------------------
@@ -368,7 +355,7 @@ def dce(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 TENSOR_PASSES = [
     Pass("decompose", "tensor", decompose, "composite ops (softmax, layernorm, rms_norm, gelu, ...) -> primitives"),
     Pass("legalize", "tensor", legalize,
-         "reductions keep their dim, fp16/bf16 sums accumulate in fp32, stores of GM views become copies"),
+         "reductions keep their dim, stores of GM views become copies"),
     Pass("simplify", "tensor", simplify,
          "algebraic identities (x*1, x+0, neg(neg(x)), reshape of reshape, ...) and constant folding"),
     Pass("cse", "tensor", cse, "merge nodes that compute the same value (common subexpressions)"),
