@@ -9,7 +9,7 @@ from .checks import check_races
 from .functional import run_functional
 from .machine import get_machine
 from .result import SimResult, build_stats
-from .timing import run_timing
+from .timing import ENGINES, run_timing
 
 MODES = ("full", "functional", "timing")
 
@@ -26,16 +26,26 @@ def bind_buffers(program: Program, args) -> dict[str, np.ndarray]:
 
 
 def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check: bool = False,
-             trace: bool = True, progress: bool = True) -> SimResult:
+             trace: bool = True, progress: bool = True, engine: str = "auto") -> SimResult:
     """Run a PTO program.
 
     `args` are numpy arrays for the program's GM buffers (inputs and outputs, in the order of its
     `.gm` lines; workspaces excluded) or one dict name -> array; `mode="timing"` needs none.
     `check=True` is the checked mode: uninitialised on-chip reads, event ids reused before their
     wait, and races between pipes or tasks raise `pypto.SimulationError`.
+    `trace=False` keeps no per-instruction trace (less memory on large programs); `progress`
+    shows a progress bar on stderr when the timing simulation takes longer than a second.
+
+    `engine` chooses how the timing simulation runs; every engine gives the same results:
+    "python", "compiled" (numba, some 20-30x faster; its first use in a process costs about half a
+    second, its very first use on a computer some seconds to compile; an error when numba is not
+    installed) or "auto" (default): compiled for programs of at least 100,000 instructions
+    when numba is installed, else Python.
     """
     if mode not in MODES:
         raise PyptoError("unknown simulation mode", expected=" or ".join(MODES), got=repr(mode))
+    if engine not in ENGINES:
+        raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
     m = get_machine(machine)
     verified = program.__dict__.setdefault("_verified_for", set())
     if m not in verified:       # hand-written or edited programs: clear errors before running
@@ -45,7 +55,8 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
     if mode in ("full", "functional"):
         res.outputs = run_functional(program, m, bind_buffers(program, args), checked=check)
     if mode in ("full", "timing"):
-        t = run_timing(program, m, trace=trace, record_times=check, checked=check, progress=progress)
+        t = run_timing(program, m, trace=trace, record_times=check, checked=check, progress=progress,
+                       engine=engine)
         if check:
             check_races(program, t)
             if t["unwaited"]:

@@ -12,9 +12,16 @@ not once per load.  Tasks start when
 their dependencies are done, on the free core of their type with the lowest id, after a dispatch
 overhead.  Events are ordered by (cycle, sequence number), so the same program always gives the
 same cycles and trace.
+
+Two engines run this model with identical results: the event loop below (the reference), and
+`timing_fast`, the same loop compiled with numba over an array encoding of the program, some
+20-30x faster; `run_timing(engine=...)` chooses (by default the compiled one for large programs).
+Both run the instructions as `Decoder` decodes them.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import heapq
 import math
 import sys
@@ -22,8 +29,8 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ..errors import SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES, TileRef
+from ..errors import PyptoError, SimulationError
+from ..ir.exec import AIC_PIPES, AIV_PIPES
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from .cost import base_cycles, dma_bytes, dma_path, is_vector
@@ -53,39 +60,60 @@ class TraceEvent:
 def _decode(program: Program, machine: Machine):
     """Per task: a tuple per instruction (kind, pipe, cycles, flag key, bytes, path, bytes/cycle, window)."""
     cache = program.__dict__.setdefault("_timing_decode", {})
-    if machine in cache:
-        return cache[machine]
-    out = []
-    cycles_of: dict[tuple, int] = {}      # interned operands: equal instructions cost the same
-    for t in program.tasks:
+    if machine not in cache:
+        decoder = Decoder(machine)
+        cache[machine] = [decoder.task(t) for t in program.tasks]
+    return cache[machine]
+
+
+class Decoder:
+    """Decodes instructions for the timing engines (both run these rows; see `_decode`).
+
+    Everything but a GM transfer's window and bytes depends only on the op and its operand
+    objects, so it is worked out once per distinct (op, operands) of a program, keyed by object
+    ids: they stay valid because the program keeps its instructions alive.
+    """
+
+    def __init__(self, machine: Machine):
+        self.machine = machine
+        self.sync_cycles: dict[str, int] = {}
+        self.gm_paths: dict[tuple, tuple] = {}          # (src, dst) -> (path, bytes/cycle)
+        self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (kind, cycles, bytes, path)
+
+    def task(self, task) -> list[tuple]:
         rows = []
-        for ins in t.instrs:
-            key = nbytes = path = bpc = window = None
-            if ins.op == "SET_FLAG" or ins.op == "WAIT_FLAG":
-                kind = SET if ins.op == "SET_FLAG" else WAIT
-                key = (ins.attrs["src"], ins.attrs["dst"], ins.attrs["event"])
-            elif ins.op in ("TLOAD", "TSTORE") and (isinstance(ins.dst, GMRef) or isinstance(ins.srcs[0], GMRef)):
-                kind = GM_LOAD if ins.op == "TLOAD" else GM_STORE
-                nbytes = dma_bytes(ins)
-                src, dst = dma_path(ins)
-                path, bpc = f"{src}->{dst}", machine.dma_bytes_per_cycle(src, dst)
-                window = ins.srcs[0] if kind == GM_LOAD else ins.dst
-            else:
-                kind = VECTOR if is_vector(ins.op) else COMPUTE
-                if ins.op in ("TEXTRACT", "TMOV"):
-                    src, dst = dma_path(ins)
-                    path, nbytes = f"{src}->{dst}", dma_bytes(ins)
-            if window is not None:
-                cyc = 0             # GM transfers are timed when they run (L2, HBM)
-            else:
-                ck = (ins.op, id(ins.dst), tuple(id(s) if isinstance(s, TileRef) else s for s in ins.srcs))
-                cyc = cycles_of.get(ck)
+        append = rows.append
+        for ins in task.instrs:
+            op, dst, srcs = ins.op, ins.dst, ins.srcs
+            if op == "SET_FLAG" or op == "WAIT_FLAG":
+                cyc = self.sync_cycles.get(op)
                 if cyc is None:
-                    cyc = cycles_of[ck] = base_cycles(ins, machine)
-            rows.append((kind, ins.pipe, cyc, key, nbytes, path, bpc, window))
-        out.append(rows)
-    cache[machine] = out
-    return out
+                    cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
+                a = ins.attrs
+                append((SET if op == "SET_FLAG" else WAIT, ins.pipe, cyc, (a["src"], a["dst"], a["event"]),
+                        0, None, None, None))
+            elif (op == "TLOAD" or op == "TSTORE") and (isinstance(dst, GMRef) or isinstance(srcs[0], GMRef)):
+                sd = dma_path(ins)
+                path = self.gm_paths.get(sd)
+                if path is None:
+                    path = self.gm_paths[sd] = (f"{sd[0]}->{sd[1]}", self.machine.dma_bytes_per_cycle(*sd))
+                # no base cycles: GM transfers are timed when they run (L2, HBM)
+                if op == "TLOAD":
+                    append((GM_LOAD, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], srcs[0]))
+                else:
+                    append((GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], dst))
+            else:
+                ck = (op, id(dst), *map(id, srcs))
+                c = self.computes.get(ck)
+                if c is None:
+                    nbytes, path = 0, None
+                    if op in ("TEXTRACT", "TMOV"):
+                        src, dst_space = dma_path(ins)
+                        path, nbytes = f"{src}->{dst_space}", dma_bytes(ins)
+                    c = self.computes[ck] = (VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine),
+                                             nbytes, path)
+                append((c[0], ins.pipe, c[1], None, c[2], c[3], None, None))
+        return rows
 
 
 class L2Cache:
@@ -161,8 +189,60 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+ENGINES = ("auto", "python", "compiled")
+# Below this many instructions "auto" keeps the Python engine: the compiled engine's first use in a
+# process costs ~0.5 s (importing numba, loading the compiled loop from numba's on-disk cache; ~8 s
+# on the very first use, when numba compiles it), which is what the Python engine (0.25-0.5 M
+# instructions/s) needs for 100-150 k instructions.
+COMPILED_MIN_INSTRUCTIONS = 100_000
+
+
 def run_timing(program: Program, machine: Machine, trace: bool = True, record_times: bool = False,
-               checked: bool = False, progress: bool = True):
+               checked: bool = False, progress: bool = True, engine: str = "auto"):
+    """Simulate the program's timing: cycles, per-task and per-pipe times, bytes, L2 statistics.
+
+    `engine` picks the implementation of the same event loop, with identical results: "python"
+    (this module), "compiled" (`timing_fast`, numba; an error when numba is not installed) or
+    "auto": the compiled one for programs of at least COMPILED_MIN_INSTRUCTIONS instructions
+    when numba is importable, else Python.
+    """
+    if engine not in ENGINES:
+        raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
+    with _gc_paused():
+        return _run_timing(program, machine, trace, record_times, checked, progress, engine)
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Pause the cyclic garbage collector: decoding and the Python event loop allocate millions of
+    small objects that never form cycles (rows, heap entries, trace events), and every collection
+    they trigger traverses the whole program, which costs up to half of the time on large ones."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_timing(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,
+                progress: bool, engine: str):
+    if engine == "compiled" or (engine == "auto" and len(program) >= COMPILED_MIN_INSTRUCTIONS):
+        from . import timing_fast
+        if not timing_fast.AVAILABLE and engine == "compiled":
+            raise PyptoError("the compiled timing engine needs numba, which is not installed",
+                             expected='engine="python" or "auto", or pip install numba', got=repr(engine))
+        if timing_fast.AVAILABLE:
+            out = timing_fast.run_compiled(program, machine, trace=trace, record_times=record_times,
+                                           checked=checked, progress=progress)
+            if out is not None:         # None: a program the encoding does not cover (malformed)
+                return out
+    return _run_python(program, machine, trace, record_times, checked, progress)
+
+
+def _run_python(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,
+                progress: bool):
     decoded = _decode(program, machine)
     tasks = program.tasks
     dependents: dict[int, list[int]] = {t.id: [] for t in tasks}
@@ -221,9 +301,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
             r = running.pop(data)
             tid = r.task.id
             if checked and any(r.flags.values()):
-                key = next(k for k, v in r.flags.items() if v)
-                unwaited.append(f"task {tid} on {data} ends with flag {key[0]} -> {key[1]}, "
-                                f"EVENT_ID{key[2]} set but never waited for (a WAIT_FLAG is missing)")
+                unwaited.append(unwaited_message(tid, data, next(k for k, v in r.flags.items() if v)))
             task_times[tid] = (data, r.start, r.end)
             done += 1
             end_time = max(end_time, r.end)
@@ -254,7 +332,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
                 t0 = r.ready[pipe]
             pending = r.flags.setdefault(key, [])
             if checked and pending:
-                raise SimulationError(_event_reuse(r, k, key))
+                raise SimulationError(event_reuse_message(r.task, k, key, r.core))
             pending.append(t0 + dur)
             waiter = r.waiting.pop(key, None)
             if waiter is not None:
@@ -320,28 +398,40 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     if bar is not None:
         bar.close(executed)
     if done < len(tasks):
-        raise SimulationError(_deadlock_report(running, tasks, done))
-    return {"cycles": end_time, "events": events, "busy": busy, "bytes_by_path": bytes_by_path,
-            "hbm_bytes": hbm_bytes, "instructions": total, "tasks": task_times, "times": times,
+        raise SimulationError(deadlock_report([(name, r.task.id, pipe, key) for name, r in running.items()
+                                               for key, pipe in r.waiting.items()], len(tasks), done))
+    return timing_result(end_time, events, busy, bytes_by_path, hbm_bytes, total, task_times, times, unwaited,
+                         l2.hits, l2.misses, l2.hit_bytes, l2.miss_bytes)
+
+
+def timing_result(cycles, events, busy, bytes_by_path, hbm_bytes, instructions, task_times, times, unwaited,
+                  hits, misses, hit_bytes, miss_bytes) -> dict:
+    """What `run_timing` returns, whichever engine ran."""
+    return {"cycles": cycles, "events": events, "busy": busy, "bytes_by_path": bytes_by_path,
+            "hbm_bytes": hbm_bytes, "instructions": instructions, "tasks": task_times, "times": times,
             "unwaited": unwaited,
-            "l2": {"hits": l2.hits, "misses": l2.misses, "hit_bytes": l2.hit_bytes,
-                   "miss_bytes": l2.miss_bytes}}
+            "l2": {"hits": hits, "misses": misses, "hit_bytes": hit_bytes, "miss_bytes": miss_bytes}}
 
 
-def _event_reuse(r: _Running, k: int, key) -> str:
-    ins = r.task.instrs[k]
-    return (f"event id reused before its wait: task {r.task.id} instruction {k} "
+def unwaited_message(task_id: int, core: str, key) -> str:
+    return (f"task {task_id} on {core} ends with flag {key[0]} -> {key[1]}, "
+            f"EVENT_ID{key[2]} set but never waited for (a WAIT_FLAG is missing)")
+
+
+def event_reuse_message(task, k: int, key, core: str) -> str:
+    ins = task.instrs[k]
+    return (f"event id reused before its wait: task {task.id} instruction {k} "
             f"SET_FLAG {key[0]} -> {key[1]}, EVENT_ID{key[2]} while the previous set of that event "
-            f"has not been waited for (on {r.core}); at most one set per event id may be pending"
+            f"has not been waited for (on {core}); at most one set per event id may be pending"
             + (f" ({ins.loc.short()})" if ins.loc else ""))
 
 
-def _deadlock_report(running, tasks, done) -> str:
-    lines = [f"deadlock: {len(tasks) - done} of {len(tasks)} tasks cannot finish"]
-    for name, r in running.items():
-        for key, pipe in r.waiting.items():
-            lines.append(f"  {name} task {r.task.id}: pipe {pipe} waits for flag {key[0]}->{key[1]} "
-                         f"event {key[2]}, which no instruction will set")
+def deadlock_report(waiting, n_tasks: int, done: int) -> str:
+    """`waiting`: (core, task id, pipe, flag key) of every blocked WAIT_FLAG, in dispatch order."""
+    lines = [f"deadlock: {n_tasks - done} of {n_tasks} tasks cannot finish"]
+    for name, tid, pipe, key in waiting:
+        lines.append(f"  {name} task {tid}: pipe {pipe} waits for flag {key[0]}->{key[1]} "
+                     f"event {key[2]}, which no instruction will set")
     if len(lines) == 1:
         lines.append("  no task is running: a dependency cycle between tasks")
     return "\n".join(lines)

@@ -1,0 +1,622 @@
+"""The compiled timing engine: the event loop of `timing.py`, in numba, on arrays.
+
+`timing.run_timing` picks it for large programs (see `timing.COMPILED_MIN_INSTRUCTIONS`); its
+results are identical to the Python engine's, which stays the reference: same cycles, task
+times, busy cycles, bytes, L2 statistics, trace and errors.
+
+Design:
+
+- Encoding.  The program is decoded by the Python engine's `Decoder` (one home for what an
+  instruction costs and does), task by task, and the rows are turned into flat arrays (per
+  instruction: kind, local pipe, cycles, flag key id, bytes, path id, GM window id) without
+  keeping the rows.  Flag keys, paths and GM windows become dense integer ids (equal windows,
+  equal id).  Each task's instructions are grouped per pipe (`qorder`, `qstart`): a pipe runs
+  its queue in order.  The encoding is cached on the program per machine, like `_decode`.
+- State.  Everything the loop changes lives in arrays of a `_State` (slots = cores, AIC then
+  AIV): the event heap, per core the running task and per pipe its queue position, free and
+  data-ready times, the pending SET_FLAG times per (core, flag) as FIFO linked lists in a pool
+  of nodes (one per core and flag at first, doubled when a program sets more before waiting),
+  the L2's LRU as a doubly linked list over window ids, and the outputs.  Its size grows with
+  the cores, tasks, GM windows and flag keys, not with the instructions; with trace=False
+  nothing is kept per executed instruction.
+- Same order.  Events are (cycle, sequence number, payload) in a binary heap; sequence numbers
+  increase with every push, as in Python, so ties break the same way.  The orders of the
+  Python engine's dicts (busy, bytes per path, task times) and of its unwaited-flag and
+  deadlock reports are rebuilt from "first seen" stamps.
+- Chunks.  `_run` stops after a budget of executed instructions and resumes where it stopped
+  (all state is in the arrays), so the progress bar is updated between chunks.
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+
+from ..errors import SimulationError
+from ..ir.exec import AIC_PIPES, AIV_PIPES
+from ..ir.program import Program
+from .machine import Machine
+from .timing import (GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, TraceEvent, _Progress,
+                     deadlock_report, event_reuse_message, timing_result, unwaited_message)
+
+try:
+    from numba import njit
+    AVAILABLE = True
+except ImportError:     # the Python engine runs everything
+    AVAILABLE = False
+
+    def njit(*args, **kwargs):
+        return (lambda f: f) if not args or not callable(args[0]) else args[0]
+
+CORE_TYPES = ("AIC", "AIV")
+PIPES = (AIC_PIPES, AIV_PIPES)          # local pipe index -> name, per core type
+MAXP = max(len(AIC_PIPES), len(AIV_PIPES))
+CHUNK = 1 << 21                         # instructions per call of the compiled loop (~0.1 s)
+
+# event payloads: kind + 4 * data (dispatch: no data; finish: slot; step: slot * MAXP + pipe)
+EV_DISPATCH, EV_FINISH, EV_STEP = 0, 1, 2
+# what _run returns
+ST_BUDGET, ST_DONE, ST_EVENT_REUSE, ST_POOL_FULL = 0, 1, 2, 3
+# pending SET_FLAGs the pool holds at first: a correct program has at most one per core and flag
+# (the checked mode enforces it); the pool doubles when an unchecked one sets more
+POOL_PER_CORE_AND_FLAG = 1
+# integer scalars of the state (_State.g)
+(G_SEQ, G_DONE, G_EXEC, G_END, G_HBM_BYTES, G_HITS, G_MISSES, G_HIT_BYTES, G_MISS_BYTES, G_L2_USED,
+ G_LRU_HEAD, G_LRU_TAIL, G_HEAP_N, G_POOL_FREE, G_STAMP, G_FINISHED, G_ERR_G, G_ERR_SLOT, G_N_UNWAITED,
+ G_RQ_HEAD0, G_RQ_HEAD1, G_RQ_TAIL0, G_RQ_TAIL1, N_G) = range(24)
+F_HBM_FREE, F_L2_FREE = range(2)
+# machine parameters (_Enc.mi, _Enc.mf)
+M_NAIC, M_NAIV, M_DISPATCH, M_VEC_HEAD, M_L2_CAP, M_HIT_LAT, M_MISS_LAT = range(7)
+MF_HBM_BPC, MF_L2_BPC = range(2)
+
+# the encoded program (arrays only: what the compiled loop reads)
+_Enc = namedtuple("_Enc", [
+    "kind", "lp", "cyc", "key", "nbytes", "path", "window",   # per instruction
+    "ioff", "task_ct", "n_deps", "dep_off", "dependents",       # per task (dependents: CSR)
+    "qorder", "qstart",          # per (task, local pipe): instruction indices in pipe order
+    "path_bpc", "mi", "mf"])
+# what the compiled loop changes
+_State = namedtuple("_State", [
+    "g", "f",
+    "htime", "hseq", "hval",                                    # event heap
+    "rq", "left", "core_free",                                  # dispatch
+    "slot_task", "slot_stamp", "qptr", "qend", "pfree", "pready", "lve", "n_open", "sstart", "send",
+    "fhead", "ftail", "ffirst", "waiter", "wstamp", "pool_time", "pool_next",   # flags
+    "wprev", "wnext", "wres", "wbytes",                         # L2 LRU over window ids
+    "busy", "busy_first", "path_bytes", "path_first",
+    "task_slot", "task_start", "task_end", "task_order",
+    "ex_g", "ex_t0", "ex_end", "ex_ready",                      # per executed instruction (trace)
+    "uw_task", "uw_slot", "uw_key"])                            # checked: flags never waited for
+
+
+class Encoding:
+    """A program encoded for the compiled engine on one machine (see the module docstring)."""
+
+    def __init__(self, arrays: _Enc, keys: list, paths: list, n_windows: int):
+        self.arrays, self.keys, self.paths, self.n_windows = arrays, keys, paths, n_windows
+
+    @property
+    def total(self) -> int:
+        return int(self.arrays.ioff[-1])
+
+
+def encode(program: Program, machine: Machine) -> Encoding | None:
+    """The program's encoding (cached on it per machine), or None for a program the Python engine
+    must run: task ids out of order, an unknown dependency or an instruction on a foreign pipe."""
+    cache = program.__dict__.setdefault("_timing_encoding", {})
+    if machine not in cache:
+        cache[machine] = _encode(program, machine)
+    return cache[machine]
+
+
+class _Ids(dict):
+    """Dense ids of the distinct values looked up, None -> -1 (`map(ids.__getitem__, column)`)."""
+
+    def __init__(self):
+        super().__init__({None: -1})
+
+    def __missing__(self, value):
+        i = self[value] = len(self) - 1
+        return i
+
+    def values_by_id(self) -> list:
+        return [v for v in self if v is not None]
+
+
+def _encode(program: Program, machine: Machine) -> Encoding | None:
+    from array import array
+    tasks = program.tasks
+    n = len(tasks)
+    lp_of = {ct: {p: j for j, p in enumerate(pipes)} for ct, pipes in zip(CORE_TYPES, PIPES)}
+    kind, lp, cyc, key, nbytes, path, window = (array("b"), array("b"), array("q"), array("i"), array("q"),
+                                                array("i"), array("i"))
+    key_ids, path_ids, win_ids = _Ids(), _Ids(), _Ids()
+    ioff = np.zeros(n + 1, np.int64)
+    decoder = Decoder(machine)
+    for i, t in enumerate(tasks):
+        if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
+            return None
+        rows = decoder.task(t)
+        ioff[i + 1] = ioff[i] + len(rows)
+        if not rows:
+            continue
+        c_kind, c_pipe, c_cyc, c_key, c_bytes, c_path, _, c_win = zip(*rows)
+        try:
+            lp.extend(map(lp_of[t.core_type].__getitem__, c_pipe))
+        except KeyError:
+            return None
+        kind.extend(c_kind)
+        cyc.extend(c_cyc)
+        key.extend(map(key_ids.__getitem__, c_key))
+        nbytes.extend(c_bytes)
+        path.extend(map(path_ids.__getitem__, c_path))
+        window.extend(map(win_ids.__getitem__, c_win))
+    kind, lp = np.frombuffer(kind, np.int8), np.frombuffer(lp, np.int8)
+    task_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(ioff))
+    # queues: instructions grouped by (task, local pipe), in program order within a group
+    qkey = task_of * MAXP + lp
+    qorder = np.argsort(qkey, kind="stable").astype(np.int32)
+    qstart = np.zeros(n * MAXP + 1, np.int64)
+    np.cumsum(np.bincount(qkey, minlength=n * MAXP), out=qstart[1:])
+    task_ct = np.array([CORE_TYPES.index(t.core_type) for t in tasks], np.int8)
+    n_deps = np.array([len(t.deps) for t in tasks], np.int64)
+    dependents: list[list[int]] = [[] for _ in tasks]
+    for t in tasks:
+        for d in t.deps:
+            dependents[d].append(t.id)
+    dep_off = np.zeros(n + 1, np.int64)
+    np.cumsum([len(d) for d in dependents], out=dep_off[1:])
+    flat = np.array([x for d in dependents for x in d], np.int64)
+    paths = path_ids.values_by_id()
+    gm_bpc = dict(decoder.gm_paths.values())       # GM paths' bandwidth (on-chip moves have their cycles)
+    mi = np.array([machine.n_aic, machine.n_aiv, machine.dispatch_cycles, machine.vec_head, machine.l2_bytes,
+                   machine.l2_hit_cycles, machine.l2_hit_cycles + machine.l2_miss_extra_cycles], np.int64)
+    mf = np.array([machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle], np.float64)
+    arrays = _Enc(kind, lp, np.frombuffer(cyc, np.int64), np.frombuffer(key, np.int32),
+                  np.frombuffer(nbytes, np.int64), np.frombuffer(path, np.int32), np.frombuffer(window, np.int32),
+                  ioff, task_ct, n_deps, dep_off, flat, qorder, qstart,
+                  np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
+    return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1)
+
+
+def _new_state(enc: Encoding, record: bool) -> _State:
+    a = enc.arrays
+    n = len(a.task_ct)
+    slots = int(a.mi[M_NAIC] + a.mi[M_NAIV])
+    nk, heap = max(len(enc.keys), 1), slots * (MAXP + 1) + n + 2
+    ne = enc.total if record else 0
+    g = np.zeros(N_G, np.int64)
+    g[[G_LRU_HEAD, G_LRU_TAIL, G_ERR_G, G_ERR_SLOT]] = -1
+    rq = np.zeros((2, n), np.int32)
+    for c in range(2):          # tasks without dependencies are ready at the start, in task order
+        first = np.flatnonzero((a.n_deps == 0) & (a.task_ct == c))
+        rq[c, :len(first)] = first
+        g[G_RQ_TAIL0 + c] = len(first)
+    pool = max(POOL_PER_CORE_AND_FLAG * slots * len(enc.keys), 1)
+    pool_next = np.arange(1, pool + 1, dtype=np.int32)
+    pool_next[-1] = -1
+    g[G_HEAP_N], g[G_SEQ] = 1, 1        # the first event: a dispatch at cycle 0 (all heap arrays are 0)
+
+    def z(shape, dtype=np.int64, fill=0):
+        return np.full(shape, fill, dtype)
+
+    per_slot, per_pipe, per_flag, w = slots, (slots, MAXP), (slots, nk), enc.n_windows
+    return _State(
+        g=g, f=z(2, np.float64),
+        htime=z(heap), hseq=z(heap), hval=z(heap),
+        rq=rq, left=a.n_deps.copy(), core_free=z(slots, np.bool_, True),
+        slot_task=z(per_slot, fill=-1), slot_stamp=z(per_slot), qptr=z(per_pipe), qend=z(per_pipe),
+        pfree=z(per_pipe), pready=z(per_pipe), lve=z(per_slot), n_open=z(per_slot), sstart=z(per_slot),
+        send=z(per_slot),
+        fhead=z(per_flag, np.int32, -1), ftail=z(per_flag, np.int32, -1), ffirst=z(per_flag, fill=-1),
+        waiter=z(per_flag, np.int32, -1), wstamp=z(per_flag), pool_time=z(pool), pool_next=pool_next,
+        wprev=z(w, np.int32), wnext=z(w, np.int32), wres=z(w, np.bool_), wbytes=z(w),
+        busy=z(per_pipe), busy_first=z(per_pipe, fill=-1),
+        path_bytes=z(len(enc.paths)), path_first=z(len(enc.paths), fill=-1),
+        task_slot=z(n, np.int32, -1), task_start=z(n), task_end=z(n), task_order=z(n, fill=-1),
+        ex_g=z(ne, np.int32), ex_t0=z(ne), ex_end=z(ne), ex_ready=z(ne),
+        uw_task=z(n), uw_slot=z(n), uw_key=z(n))
+
+
+# --- the compiled loop -----------------------------------------------------------------------
+
+@njit(cache=True)
+def _push(s, t, val):
+    """Push an event at cycle t; ties are broken by the sequence number (order of pushing)."""
+    g, htime, hseq, hval = s.g, s.htime, s.hseq, s.hval
+    seq = g[G_SEQ]
+    g[G_SEQ] = seq + 1
+    i = g[G_HEAP_N]
+    g[G_HEAP_N] = i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        pt = htime[parent]
+        if pt < t or (pt == t and hseq[parent] < seq):
+            break
+        htime[i], hseq[i], hval[i] = pt, hseq[parent], hval[parent]
+        i = parent
+    htime[i], hseq[i], hval[i] = t, seq, val
+
+
+@njit(cache=True)
+def _pop(s):
+    """Remove the earliest event; returns (cycle, payload)."""
+    g, htime, hseq, hval = s.g, s.htime, s.hseq, s.hval
+    t0, v0 = htime[0], hval[0]
+    n = g[G_HEAP_N] - 1
+    g[G_HEAP_N] = n
+    if n > 0:
+        t, q, v = htime[n], hseq[n], hval[n]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
+                c += 1
+            if t < htime[c] or (t == htime[c] and q < hseq[c]):
+                break
+            htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
+            i = c
+        htime[i], hseq[i], hval[i] = t, q, v
+    return t0, v0
+
+
+@njit(cache=True)
+def _l2_touch(s, w, nbytes, capacity):
+    """Make window w resident in the L2 (most recently used); return whether it already was."""
+    g, prev, nxt = s.g, s.wprev, s.wnext
+    if s.wres[w]:
+        if g[G_LRU_TAIL] != w:          # unlink, append at the tail
+            p, q = prev[w], nxt[w]
+            if p >= 0:
+                nxt[p] = q
+            else:
+                g[G_LRU_HEAD] = q
+            prev[q] = p
+            prev[w], nxt[w] = g[G_LRU_TAIL], -1
+            nxt[g[G_LRU_TAIL]] = w
+            g[G_LRU_TAIL] = w
+        return True
+    s.wres[w] = True
+    s.wbytes[w] = nbytes
+    prev[w], nxt[w] = g[G_LRU_TAIL], -1
+    if g[G_LRU_TAIL] >= 0:
+        nxt[g[G_LRU_TAIL]] = w
+    else:
+        g[G_LRU_HEAD] = w
+    g[G_LRU_TAIL] = w
+    g[G_L2_USED] += nbytes
+    while g[G_L2_USED] > capacity and g[G_LRU_HEAD] >= 0:   # evict the least recently used
+        v = g[G_LRU_HEAD]
+        s.wres[v] = False
+        g[G_L2_USED] -= s.wbytes[v]
+        q = nxt[v]
+        g[G_LRU_HEAD] = q
+        if q >= 0:
+            prev[q] = -1
+        else:
+            g[G_LRU_TAIL] = -1
+    return False
+
+
+@njit(cache=True)
+def _run(e, s, budget, checked):
+    """Run events until `budget` instructions have executed in total or no event is left."""
+    g, f = s.g, s.f
+    qorder, qstart = e.qorder, e.qstart
+    n_slot = (e.mi[M_NAIC], e.mi[M_NAIV])
+    slot_base = (0, e.mi[M_NAIC])
+    dispatch, vec_head, capacity = e.mi[M_DISPATCH], e.mi[M_VEC_HEAD], e.mi[M_L2_CAP]
+    hit_lat, miss_lat = e.mi[M_HIT_LAT], e.mi[M_MISS_LAT]
+    hbm_bpc, l2_bpc = e.mf[MF_HBM_BPC], e.mf[MF_L2_BPC]
+    n_keys = s.fhead.shape[1]
+    record = s.ex_g.shape[0] > 0
+    while g[G_HEAP_N] > 0:
+        if g[G_EXEC] >= budget:
+            return ST_BUDGET
+        if g[G_POOL_FREE] < 0:          # a step takes at most one node: grow before it, not in it
+            return ST_POOL_FULL
+        now, val = _pop(s)
+        ev, data = val & 3, val >> 2
+        if ev == EV_DISPATCH:
+            for c in range(2):
+                while g[G_RQ_HEAD0 + c] < g[G_RQ_TAIL0 + c]:
+                    slot = -1
+                    for core in range(n_slot[c]):       # the free core with the lowest id
+                        if s.core_free[slot_base[c] + core]:
+                            slot = slot_base[c] + core
+                            break
+                    if slot < 0:
+                        break
+                    tid = s.rq[c, g[G_RQ_HEAD0 + c]]
+                    g[G_RQ_HEAD0 + c] += 1
+                    s.core_free[slot] = False
+                    start = now + dispatch
+                    s.slot_task[slot] = tid
+                    s.slot_stamp[slot] = g[G_STAMP]
+                    g[G_STAMP] += 1
+                    s.lve[slot] = -1
+                    s.sstart[slot] = start
+                    s.send[slot] = start
+                    n_open = 0
+                    for p in range(MAXP):
+                        s.qptr[slot, p] = qstart[tid * MAXP + p]
+                        s.qend[slot, p] = qstart[tid * MAXP + p + 1]
+                        s.pfree[slot, p] = start
+                        s.pready[slot, p] = start
+                        if s.qend[slot, p] > s.qptr[slot, p]:
+                            n_open += 1
+                    s.n_open[slot] = n_open
+                    for k in range(n_keys):
+                        s.fhead[slot, k] = -1
+                        s.ftail[slot, k] = -1
+                        s.ffirst[slot, k] = -1
+                        s.waiter[slot, k] = -1
+                    if n_open == 0:
+                        _push(s, start, EV_FINISH + 4 * slot)
+                    for p in range(MAXP):
+                        if s.qend[slot, p] > s.qptr[slot, p]:
+                            _push(s, start, EV_STEP + 4 * (slot * MAXP + p))
+            continue
+        if ev == EV_FINISH:
+            slot = data
+            tid = s.slot_task[slot]
+            first, fk = -1, -1
+            for k in range(n_keys):
+                if s.fhead[slot, k] >= 0:
+                    if checked and (first < 0 or s.ffirst[slot, k] < first):
+                        first, fk = s.ffirst[slot, k], k
+                    node = s.fhead[slot, k]         # give the pending sets back to the pool
+                    while node >= 0:
+                        nxt = s.pool_next[node]
+                        s.pool_next[node] = g[G_POOL_FREE]
+                        g[G_POOL_FREE] = node
+                        node = nxt
+                    s.fhead[slot, k] = -1
+            if fk >= 0:
+                u = g[G_N_UNWAITED]
+                s.uw_task[u], s.uw_slot[u], s.uw_key[u] = tid, slot, fk
+                g[G_N_UNWAITED] = u + 1
+            s.task_slot[tid] = slot
+            s.task_start[tid] = s.sstart[slot]
+            s.task_end[tid] = s.send[slot]
+            s.task_order[tid] = g[G_FINISHED]
+            g[G_FINISHED] += 1
+            g[G_DONE] += 1
+            if s.send[slot] > g[G_END]:
+                g[G_END] = s.send[slot]
+            s.slot_task[slot] = -1
+            s.core_free[slot] = True
+            for j in range(e.dep_off[tid], e.dep_off[tid + 1]):
+                d = e.dependents[j]
+                s.left[d] -= 1
+                if s.left[d] == 0:
+                    c = e.task_ct[d]
+                    s.rq[c, g[G_RQ_TAIL0 + c]] = d
+                    g[G_RQ_TAIL0 + c] += 1
+            _push(s, s.send[slot], EV_DISPATCH)
+            continue
+        # a pipe step: the next instruction of one pipe of one core
+        slot, p = data // MAXP, data % MAXP
+        gi = qorder[s.qptr[slot, p]]
+        kind = e.kind[gi]
+        dur = e.cyc[gi]
+        t0 = now if now > s.pfree[slot, p] else s.pfree[slot, p]
+        data_ready = 0
+        if kind == WAIT:
+            k = e.key[gi]
+            node = s.fhead[slot, k]
+            if node < 0:                        # blocked until the matching SET_FLAG
+                if s.waiter[slot, k] < 0:
+                    s.wstamp[slot, k] = g[G_STAMP]
+                    g[G_STAMP] += 1
+                s.waiter[slot, k] = p
+                continue
+            st = s.pool_time[node]
+            s.fhead[slot, k] = s.pool_next[node]
+            s.pool_next[node] = g[G_POOL_FREE]
+            g[G_POOL_FREE] = node
+            if st > t0:
+                t0 = st
+        elif kind == SET:
+            if s.pready[slot, p] > t0:
+                t0 = s.pready[slot, p]
+            k = e.key[gi]
+            if s.ffirst[slot, k] < 0:
+                s.ffirst[slot, k] = g[G_STAMP]
+                g[G_STAMP] += 1
+            if checked and s.fhead[slot, k] >= 0:
+                g[G_ERR_G], g[G_ERR_SLOT] = gi, slot
+                return ST_EVENT_REUSE
+            node = g[G_POOL_FREE]
+            g[G_POOL_FREE] = s.pool_next[node]
+            s.pool_time[node] = t0 + dur
+            s.pool_next[node] = -1
+            if s.fhead[slot, k] < 0:
+                s.fhead[slot, k] = node
+            else:
+                s.pool_next[s.ftail[slot, k]] = node
+            s.ftail[slot, k] = node
+            w = s.waiter[slot, k]
+            if w >= 0:
+                s.waiter[slot, k] = -1
+                _push(s, t0 + dur, EV_STEP + 4 * (slot * MAXP + w))
+        elif kind == GM_LOAD or kind == GM_STORE:
+            nb = e.nbytes[gi]
+            hit = _l2_touch(s, e.window[gi], nb, capacity)
+            if kind == GM_LOAD and hit:
+                s0 = f[F_L2_FREE] if f[F_L2_FREE] > t0 else float(t0)
+                f[F_L2_FREE] = s0 + nb / l2_bpc
+                served, latency = f[F_L2_FREE], hit_lat
+                g[G_HITS] += 1
+                g[G_HIT_BYTES] += nb
+            else:
+                s0 = f[F_HBM_FREE] if f[F_HBM_FREE] > t0 else float(t0)
+                f[F_HBM_FREE] = s0 + nb / hbm_bpc
+                served = f[F_HBM_FREE]
+                g[G_HBM_BYTES] += nb
+                if kind == GM_LOAD:
+                    latency = miss_lat
+                    g[G_MISSES] += 1
+                    g[G_MISS_BYTES] += nb
+                else:
+                    latency = 0                 # stores are posted
+            pid = e.path[gi]
+            path_end = t0 + nb / e.path_bpc[pid]
+            dur = np.int64(np.ceil(path_end if path_end > served else served)) - t0
+            if dur < 1:
+                dur = 1
+            data_ready = t0 + dur + latency
+            if data_ready > s.pready[slot, p]:
+                s.pready[slot, p] = data_ready
+            if s.path_first[pid] < 0:
+                s.path_first[pid] = g[G_EXEC]
+            s.path_bytes[pid] += nb
+        else:
+            if kind == VECTOR:
+                if s.lve[slot] == t0:           # shares the startup of the vector op before it
+                    dur -= vec_head
+                s.lve[slot] = t0 + dur
+            pid = e.path[gi]
+            if pid >= 0:
+                if s.path_first[pid] < 0:
+                    s.path_first[pid] = g[G_EXEC]
+                s.path_bytes[pid] += e.nbytes[gi]
+        end = t0 + dur
+        s.pfree[slot, p] = end
+        done_at = data_ready if kind == GM_LOAD else end
+        if done_at > s.send[slot]:
+            s.send[slot] = done_at
+        if s.busy_first[slot, p] < 0:
+            s.busy_first[slot, p] = g[G_EXEC]
+        s.busy[slot, p] += dur
+        if record:
+            x = g[G_EXEC]
+            s.ex_g[x], s.ex_t0[x], s.ex_end[x] = gi, t0, end
+            s.ex_ready[x] = done_at if kind == GM_LOAD else -1
+        g[G_EXEC] += 1
+        s.qptr[slot, p] += 1
+        if s.qptr[slot, p] < s.qend[slot, p]:
+            _push(s, end, EV_STEP + 4 * data)
+        else:
+            s.n_open[slot] -= 1
+            if s.n_open[slot] == 0:
+                _push(s, s.send[slot], EV_FINISH + 4 * slot)
+    return ST_DONE
+
+
+# --- the Python side ---------------------------------------------------------------------------
+
+def run_compiled(program: Program, machine: Machine, trace: bool = True, record_times: bool = False,
+                 checked: bool = False, progress: bool = True) -> dict | None:
+    """`run_timing` on the compiled engine (same arguments and result), or None when the program
+    is not encodable (then the Python engine runs it and reports what is wrong)."""
+    enc = encode(program, machine)
+    if enc is None:
+        return None
+    a = enc.arrays
+    s = _new_state(enc, trace or record_times)
+    bar = _Progress(enc.total, f"simulating {program.name}") if progress else None
+    while True:
+        status = _run(a, s, int(s.g[G_EXEC]) + CHUNK, checked)
+        if status == ST_POOL_FULL:
+            s = _grow_pool(s)
+            continue
+        if bar is not None:
+            bar.update(int(s.g[G_EXEC]))
+        if status != ST_BUDGET:
+            break
+    if bar is not None:
+        bar.close(int(s.g[G_EXEC]))
+    cores = _cores(machine)
+    if status == ST_EVENT_REUSE:
+        gi, slot = int(s.g[G_ERR_G]), int(s.g[G_ERR_SLOT])
+        tid = int(np.searchsorted(a.ioff, gi, "right") - 1)
+        raise SimulationError(event_reuse_message(program.tasks[tid], gi - int(a.ioff[tid]),
+                                                  enc.keys[a.key[gi]], cores[slot][0]))
+    n, done = len(program.tasks), int(s.g[G_DONE])
+    if done < n:
+        raise SimulationError(deadlock_report(_waiting(s, enc, cores), n, done))
+    n_uw = int(s.g[G_N_UNWAITED])
+    unwaited = [unwaited_message(t, cores[sl][0], enc.keys[k]) for t, sl, k in
+                zip(s.uw_task[:n_uw].tolist(), s.uw_slot[:n_uw].tolist(), s.uw_key[:n_uw].tolist())]
+    return timing_result(
+        int(s.g[G_END]), _trace(program, s, a, cores) if trace else [], _busy(s, cores),
+        _bytes_by_path(s, enc), int(s.g[G_HBM_BYTES]), enc.total, _task_times(s, cores),
+        _times(program, s, a) if record_times else None, unwaited,
+        int(s.g[G_HITS]), int(s.g[G_MISSES]), int(s.g[G_HIT_BYTES]), int(s.g[G_MISS_BYTES]))
+
+
+def _grow_pool(s: _State) -> _State:
+    """Twice the pending-flag pool (the new nodes free); the loop resumes where it stopped."""
+    n = len(s.pool_time)
+    s.g[G_POOL_FREE] = n
+    more = np.arange(n + 1, 2 * n + 1, dtype=np.int32)
+    more[-1] = -1
+    return s._replace(pool_time=np.concatenate([s.pool_time, np.zeros(n, np.int64)]),
+                      pool_next=np.concatenate([s.pool_next, more]))
+
+
+def _cores(machine: Machine) -> list[tuple[str, tuple]]:
+    """Per slot: the core's name and its pipes (by local index)."""
+    return ([(f"AIC{i}", AIC_PIPES) for i in range(machine.n_aic)]
+            + [(f"AIV{i}", AIV_PIPES) for i in range(machine.n_aiv)])
+
+
+def _first_seen(first: np.ndarray) -> list:
+    """Indices (tuples for 2-D) of the entries >= 0, ordered by value: dict order in Python."""
+    idx = np.argwhere(first >= 0)
+    return [tuple(i) for i in idx[np.argsort(first[tuple(idx.T)], kind="stable")].tolist()]
+
+
+def _busy(s: _State, cores) -> dict:
+    return {(cores[sl][0], cores[sl][1][p]): int(s.busy[sl, p]) for sl, p in _first_seen(s.busy_first)}
+
+
+def _bytes_by_path(s: _State, enc: Encoding) -> dict:
+    out: dict[str, int] = {}
+    for (i,) in _first_seen(s.path_first):
+        out[enc.paths[i]] = out.get(enc.paths[i], 0) + int(s.path_bytes[i])
+    return out
+
+
+def _task_times(s: _State, cores) -> dict:
+    return {t: (cores[int(s.task_slot[t])][0], int(s.task_start[t]), int(s.task_end[t]))
+            for (t,) in _first_seen(s.task_order)}
+
+
+def _executed(s: _State, a: _Enc):
+    """Per executed instruction, in execution order: (task, index in task, start, end, ready) lists."""
+    x = int(s.g[G_EXEC])
+    gi = s.ex_g[:x]
+    tid = np.searchsorted(a.ioff, gi, "right") - 1
+    return (tid.tolist(), (gi - a.ioff[tid]).tolist(), s.ex_t0[:x].tolist(), s.ex_end[:x].tolist(),
+            s.ex_ready[:x].tolist())
+
+
+def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
+    tasks = program.tasks
+    core = [cores[sl][0] if sl >= 0 else "" for sl in s.task_slot.tolist()]
+    events = []
+    for t, k, t0, end, ready in zip(*_executed(s, a)):
+        ins = tasks[t].instrs[k]
+        events.append(TraceEvent(core[t], ins.pipe, ins.op, t0, end, t, k, ins.loc.short() if ins.loc else "",
+                                 ready))
+    return events
+
+
+def _times(program: Program, s: _State, a: _Enc) -> list[list]:
+    times = [[None] * len(t.instrs) for t in program.tasks]
+    for t, k, t0, end, ready in zip(*_executed(s, a)):
+        times[t][k] = (t0, end if ready < 0 else ready)
+    return times
+
+
+def _waiting(s: _State, enc: Encoding, cores) -> list[tuple]:
+    """The blocked WAIT_FLAGs of the running tasks, in the order the Python engine lists them."""
+    out = []
+    for (sl,) in _first_seen(np.where(s.slot_task >= 0, s.slot_stamp, -1)):
+        for (k,) in _first_seen(np.where(s.waiter[sl] >= 0, s.wstamp[sl], -1)):
+            out.append((cores[sl][0], int(s.slot_task[sl]), cores[sl][1][s.waiter[sl, k]], enc.keys[k]))
+    return out
