@@ -29,9 +29,9 @@ def add_one(x, out, *, TM: int = 32, TN: int = 64):
 
 
 @pypto.jit
-def mm_relu(a, b, out):
+def mm_abs(a, b, out):
     pypto.set_cube_tile_shapes([32, 32], [32, 64], [32, 32])
-    out[:] = pypto.relu(pypto.matmul(a, b))
+    out[:] = pypto.abs(pypto.matmul(a, b))     # a vector epilogue (a ReLU would join the cube)
 
 
 def _x(rng, shape=(64, 256)):
@@ -210,7 +210,7 @@ def test_tiling_reduction_inner_loop(rng):
 def test_tiling_matmul_cube_tiles(rng):
     a = rng.standard_normal((100, 130)).astype(np.float16)
     b = rng.standard_normal((130, 70)).astype(np.float16)
-    ck = mm_relu.compile(a, b, np.zeros((100, 70), np.float16))
+    ck = mm_abs.compile(a, b, np.zeros((100, 70), np.float16))
     cube = [g for g in ck.tile_graph.groups if g.kind == "cube"]
     assert len(cube) == 1
     assert cube[0].n_outer == math.ceil(100 / 32) * math.ceil(70 / 32)
@@ -259,7 +259,7 @@ def test_every_tile_fits_its_space(machine, rng):
     kernels = [
         (softmax, (x, np.zeros_like(x)), {"TM": 32, "TN": 64}),
         (softmax, (x, np.zeros_like(x)), {"TM": 64, "TN": 512}),
-        (mm_relu, (rng.standard_normal((100, 130)).astype(np.float16),
+        (mm_abs, (rng.standard_normal((100, 130)).astype(np.float16),
                    rng.standard_normal((130, 70)).astype(np.float16), np.zeros((100, 70), np.float16)), {}),
     ]
     for k, args, c in kernels:
@@ -277,7 +277,7 @@ def test_every_tile_fits_its_space(machine, rng):
 
 def test_memory_spaces_follow_data_paths(rng):
     a = rng.standard_normal((64, 64)).astype(np.float16)
-    ck = mm_relu.compile(a, a, np.zeros_like(a))
+    ck = mm_abs.compile(a, a, np.zeros_like(a))
     for n in ck.tile_graph.nodes:
         if n.op == "TLOAD":
             assert n.space in ("UB", "L1")
@@ -293,7 +293,7 @@ def test_memory_spaces_follow_data_paths(rng):
 def test_tasks_core_types_and_dependencies(rng):
     a = rng.standard_normal((100, 130)).astype(np.float16)
     b = rng.standard_normal((130, 70)).astype(np.float16)
-    ck = mm_relu.compile(a, b, np.zeros((100, 70), np.float16))
+    ck = mm_abs.compile(a, b, np.zeros((100, 70), np.float16))
     kinds = {g.id: g.kind for g in ck.tile_graph.groups}
     assert sorted(kinds.values()) == ["cube", "vector"]
     tasks = ck.block_graph.tasks
@@ -311,14 +311,14 @@ def test_tasks_core_types_and_dependencies(rng):
     for t in ck.program.tasks:
         ops = {i.op for i in t.instrs}
         if t.core_type == "AIC":
-            assert "TMATMUL" in ops and "TRELU" not in ops
+            assert "TMATMUL" in ops and "TABS" not in ops
             assert {i.pipe for i in t.instrs} <= {"MTE2", "MTE1", "M", "FIX", "S"}
         else:
-            assert "TRELU" in ops and not any(o.startswith("TMATMUL") for o in ops)
+            assert "TABS" in ops and not any(o.startswith("TMATMUL") for o in ops)
             assert {i.pipe for i in t.instrs} <= {"MTE2", "V", "MTE3", "S"}
     # results
     res = ck.simulate(a, b, np.zeros((100, 70), np.float16))
-    want = np.maximum(a.astype(np.float64) @ b.astype(np.float64), 0)
+    want = np.abs(a.astype(np.float64) @ b.astype(np.float64))
     np.testing.assert_allclose(res.outputs["out"], want, rtol=2e-3, atol=1e-2)
 
 
@@ -358,14 +358,14 @@ def test_partition_uses_at_most_one_task_per_core(rng):
 # ---------------------------------------------------------------------------------------
 # execution level: sync
 
-@pytest.mark.parametrize("which", ["softmax", "mm_relu"])
+@pytest.mark.parametrize("which", ["softmax", "mm_abs"])
 def test_set_wait_flags_pair_up(which, rng):
     if which == "softmax":
         x = _x(rng, (100, 300))
         ck = softmax.compile(x, np.zeros_like(x), TM=32, TN=64, machine="teach")
     else:
         a = rng.standard_normal((100, 130)).astype(np.float16)
-        ck = mm_relu.compile(a, a.T.copy(), np.zeros((100, 100), np.float16), machine="teach")
+        ck = mm_abs.compile(a, a.T.copy(), np.zeros((100, 100), np.float16), machine="teach")
     total = 0
     for t in ck.program.tasks:
         sets, waits = collections.Counter(), collections.Counter()
@@ -418,7 +418,7 @@ def _happens_before(instrs):
     return anc
 
 
-@pytest.mark.parametrize("which", ["softmax_split", "softmax_row", "layernorm", "mm_relu"])
+@pytest.mark.parametrize("which", ["softmax_split", "softmax_row", "layernorm", "mm_abs"])
 def test_sync_orders_every_hazard(which, rng):
     """Within a task, two instructions that touch the same bytes (one writing) are ordered: either
     on the same pipe, or through a chain of SET_FLAG/WAIT_FLAG pairs (checked as happens-before)."""
@@ -437,7 +437,7 @@ def test_sync_orders_every_hazard(which, rng):
         ck = ln.compile(x, w, w, np.zeros_like(x), machine="teach")
     else:
         a = rng.standard_normal((100, 130)).astype(np.float16)
-        ck = mm_relu.compile(a, a.T.copy(), np.zeros((100, 100), np.float16), machine="teach")
+        ck = mm_abs.compile(a, a.T.copy(), np.zeros((100, 100), np.float16), machine="teach")
     checked = 0
     for t in ck.program.tasks:
         instrs = t.instrs

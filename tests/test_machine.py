@@ -20,11 +20,12 @@ def test_a2a3_figures():
     m = A2A3
     assert (m.n_aic, m.n_aiv, m.clock_ghz) == (24, 48, 1.85)
     assert m.capacities() == {"UB": 192 * 1024, "L1": 512 * 1024, "L0A": 64 * 1024, "L0B": 64 * 1024,
-                              "L0C": 128 * 1024}
+                              "L0C": 128 * 1024, "BT": 1024}     # DESIGN.md: bias table 1 KiB
     assert m.hbm_gbps == 1600.0
     assert m.bandwidth_gibps == {("GM", "UB"): 100.9, ("GM", "L1"): 135.0, ("UB", "GM"): 188.46,
                                  ("L1", "L0A"): 441.0, ("L1", "L0B"): 220.5, ("L0C", "GM"): 70.0,
-                                 ("L0C", "L1"): 128.0, ("UB", "UB"): 1024.0}
+                                 ("L0C", "L1"): 128.0, ("UB", "UB"): 1024.0,
+                                 ("L1", "BT"): 220.5}     # no public figure: assumed as L1 -> L0B
 
 
 def test_l2_description():

@@ -15,10 +15,15 @@ T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
 
 
 @pypto.jit
-def mm_bias_relu(a, b, bias, c, *, VM: int = 32, VN: int = 64):
+def mm_bias_sigmoid(a, b, bias, c, *, VM: int = 32, VN: int = 64):
+    """The bias joins the cube (TMATMUL_BIAS); the sigmoid is a vector epilogue."""
     pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
     pypto.set_vec_tile_shapes(VM, VN)
-    c[:] = pypto.relu(pypto.matmul(a, b) + bias)
+    c[:] = pypto.sigmoid(pypto.matmul(a, b) + bias)
+
+
+def _want(a, b, bias):
+    return 1 / (1 + np.exp(-(a @ b + bias)))
 
 
 @pypto.jit
@@ -36,7 +41,7 @@ def _inputs(rng, m=256, k=128, n=256):
 
 def test_epilogue_tasks_pair_with_their_cube_task(rng):
     a, b, bias, c = _inputs(rng)
-    ck = mm_bias_relu.compile(a, b, bias, c, machine="teach")      # 2 AIC, 4 AIV
+    ck = mm_bias_sigmoid.compile(a, b, bias, c, machine="teach")      # 2 AIC, 4 AIV
     tasks = ck.program.tasks
     cube = [t for t in tasks if t.core_type == "AIC"]
     vec = [t for t in tasks if t.core_type == "AIV"]
@@ -48,11 +53,11 @@ def test_epilogue_tasks_pair_with_their_cube_task(rng):
     # 64 x 64, 8 per cube task, read by 16 vector tiles of 32 x 64 each: 8 per AIV
     assert [len(ck.levels["block"].tasks[t.id].outer) for t in vec] == [8, 8, 8, 8]
     out = ck.simulate(a, b, bias, c).outputs["c"]
-    np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, _want(a, b, bias), rtol=1e-4, atol=1e-4)
 
 
 def test_pairing_is_printed_parsed_and_shown(rng):
-    ck = mm_bias_relu.compile(*_inputs(rng), machine="teach")
+    ck = mm_bias_sigmoid.compile(*_inputs(rng), machine="teach")
     text = ck.program.text()
     assert ".task 2 AIV group=1 deps=[0] pair=0:0" in text
     assert Program.parse(text).text() == text
@@ -74,7 +79,7 @@ def test_bad_pairs_are_parse_errors(header, problem):
 
 
 def test_a_bad_pair_from_a_pass_is_a_verification_error(rng):
-    ck = mm_bias_relu.compile(*_inputs(rng), machine="teach")
+    ck = mm_bias_sigmoid.compile(*_inputs(rng), machine="teach")
     g = ck.levels["exec"]
     bad = g.replace([dataclasses.replace(t, pair=(t.id - 1, 0)) if t.core_type == "AIV" else t for t in g.tasks])
     with pytest.raises(pypto.VerificationError, match=re.escape("task 3: paired with task 2")):
@@ -83,20 +88,20 @@ def test_a_bad_pair_from_a_pass_is_a_verification_error(rng):
 
 def test_no_pairing_when_switched_off_or_not_an_epilogue(rng):
     args = _inputs(rng)
-    off = mm_bias_relu.compile(*args, machine="teach", options={"pairing": False})
+    off = mm_bias_sigmoid.compile(*args, machine="teach", options={"pairing": False})
     assert all(t.pair is None for t in off.program.tasks)
     # a vector tile spanning two cube tiles (64 wide) reads two cube tiles: not an epilogue pair
-    wide = mm_bias_relu.compile(*args, machine="teach", VN=128)
+    wide = mm_bias_sigmoid.compile(*args, machine="teach", VN=128)
     assert all(t.pair is None for t in wide.program.tasks)
     assert epilogue_pairs(wide.levels["tile"]) == {}
     # and the values are the same either way
-    want = np.maximum(args[0] @ args[1] + args[2], 0)
+    want = _want(*args[:3])
     for ck in (off, wide):
         np.testing.assert_allclose(ck.simulate(*args).outputs["c"], want, rtol=1e-4, atol=1e-4)
 
 
 def test_no_pairing_without_two_aivs_per_aic(rng):
-    ck = mm_bias_relu.compile(*_inputs(rng), machine=pypto.sim.get_machine("teach").replace(n_aiv=3))
+    ck = mm_bias_sigmoid.compile(*_inputs(rng), machine=pypto.sim.get_machine("teach").replace(n_aiv=3))
     assert all(t.pair is None for t in ck.program.tasks)
 
 
@@ -104,3 +109,28 @@ def test_plain_matmul_has_no_pairs(rng):
     a, b, _, c = _inputs(rng)
     ck = mm_only.compile(a, b, c, machine="teach")
     assert all(t.pair is None for t in ck.program.tasks)
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_paired_epilogues_run_on_the_aivs_of_their_aic(rng, engine):
+    a, b, bias, c = _inputs(rng, m=512, k=128, n=512)
+    ck = mm_bias_sigmoid.compile(a, b, bias, c)                 # a2a3: 24 AIC, 48 AIV
+    res = pypto.sim.simulate(ck.program, machine=ck.machine, mode="timing", engine=engine)
+    paired = [t for t in ck.program.tasks if t.pair]
+    assert len(paired) == 2 * sum(t.core_type == "AIC" for t in ck.program.tasks)
+    for t in paired:
+        cube_core, cube_start, cube_end = res.task_times[t.pair[0]]
+        core, start, _ = res.task_times[t.id]
+        assert core == f"AIV{2 * int(cube_core[3:]) + t.pair[1]}"
+        assert start >= cube_end + ck.machine.dispatch_cycles
+    # the same program without pairing runs its epilogues on whichever AIV is free
+    free = mm_bias_sigmoid.compile(a, b, bias, c, options={"pairing": False})
+    res_free = pypto.sim.simulate(free.program, machine=free.machine, mode="timing", engine=engine)
+    assert {core for core, _, _ in res_free.task_times.values()} >= {"AIV0", "AIV1", "AIV2"}
+
+
+def test_a_paired_program_needs_two_aivs_per_aic(rng):
+    ck = mm_bias_sigmoid.compile(*_inputs(rng), machine="teach")
+    lopsided = pypto.sim.get_machine("teach").replace(n_aiv=3)
+    with pytest.raises(PTOSyntaxError, match=re.escape("machine teach has no 1 AIC : 2 AIV pairs (2 AIC, 3 AIV)")):
+        pypto.sim.simulate(ck.program, machine=lopsided, mode="timing")

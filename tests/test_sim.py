@@ -53,7 +53,8 @@ def test_machine_figures():
     assert (A2A3.n_aic, A2A3.n_aiv) == (24, 48)
     assert A2A3.clock_ghz == 1.85
     caps = A2A3.capacities()
-    assert caps == {"UB": 192 * 1024, "L1": 512 * 1024, "L0A": 64 * 1024, "L0B": 64 * 1024, "L0C": 128 * 1024}
+    assert caps == {"UB": 192 * 1024, "L1": 512 * 1024, "L0A": 64 * 1024, "L0B": 64 * 1024, "L0C": 128 * 1024,
+                    "BT": 1024}
     assert TEACH.capacities() == caps                    # same per-core rules
     assert (TEACH.n_aic, TEACH.n_aiv) != (A2A3.n_aic, A2A3.n_aiv)
     assert TEACH.n_aiv == 2 * TEACH.n_aic and TEACH.n_aiv < A2A3.n_aiv

@@ -27,9 +27,9 @@ def scaled(x, out, *, TM: int = 32):
 
 
 @pypto.jit
-def mm_relu(a, b, out):
+def mm_abs(a, b, out):
     pypto.set_cube_tile_shapes([64, 64], [64, 128], [128, 128])
-    out[:] = pypto.relu(pypto.matmul(a, b, out_dtype=pypto.DT_FP32))
+    out[:] = pypto.abs(pypto.matmul(a, b, out_dtype=pypto.DT_FP32))   # a vector epilogue
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_tile_graph_valid_shape_of_tail_tiles():
 
 
 def test_tile_graph_of_a_cube_kernel_colors_spaces(mm_args):
-    ck = mm_relu.compile(*mm_args)
+    ck = mm_abs.compile(*mm_args)
     src = graphs.tile_graph(ck.tile_graph).source
     for space in ("L1", "L0A", "L0B", "L0C", "UB"):
         assert f'fillcolor="{graphs.SPACE_COLORS[space]}"' in src
@@ -122,7 +122,7 @@ def test_tile_graph_of_a_cube_kernel_colors_spaces(mm_args):
 
 
 def test_block_graph_node_per_task_when_small(xo, mm_args):
-    ck = mm_relu.compile(*mm_args)
+    ck = mm_abs.compile(*mm_args)
     tasks = ck.block_graph.tasks
     assert len(tasks) <= graphs.COLLAPSE_ABOVE
     dg = graphs.block_graph(ck.block_graph)
@@ -152,7 +152,7 @@ def test_exec_graph_lists_pipe_and_sync_counts(ck, mm_args):
     syncs = sum(i.op in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.instrs)
     v = sum(i.pipe == "V" and i.op not in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.instrs)
     assert re.search(rf"group 2: \d+ tasks on AIV, wave \d+\nper task: .*V {v}\n{syncs} sync", src)
-    small = mm_relu.compile(*mm_args).exec_graph
+    small = mm_abs.compile(*mm_args).exec_graph
     src = graphs.exec_graph(small).source
     assert len(re.findall(r"^\s*k\d+ \[", src, re.M)) == len(small.tasks)
     assert re.search(r"task 0 on AIC\n.*M \d+.*\n\d+ sync", src)
@@ -198,7 +198,7 @@ def test_timeline_limits_cores_and_says_so(ck, xo):
 
 
 def test_timeline_keeps_both_core_types_in_view(mm_args):
-    res = mm_relu.compile(*mm_args).simulate(*mm_args)
+    res = mm_abs.compile(*mm_args).simulate(*mm_args)
     fig = plot_timeline(res, max_cores=4)
     cores = {t.get_text().split()[0][:3] for t in fig.axes[0].get_yticklabels()}
     assert cores == {"AIC", "AIV"}
@@ -241,7 +241,7 @@ def test_timeline_svg_rows_bars_and_tooltips(teach_res):
 
 # --- roofline ----------------------------------------------------------------------------------
 def test_roofline_of_a_cube_kernel_has_both_roofs_and_the_point(mm_args):
-    ck = mm_relu.compile(*mm_args)
+    ck = mm_abs.compile(*mm_args)
     res = ck.simulate(*mm_args)
     n = roofline_numbers(res)
     assert n["flops"] == 2 * 256 * 512 * 256 and n["intensity"] == pytest.approx(
@@ -256,7 +256,7 @@ def test_roofline_of_a_cube_kernel_has_both_roofs_and_the_point(mm_args):
     hbm = next(line for line in ax.get_lines() if line.get_label().startswith("HBM roof"))
     x, y = hbm.get_xdata(), hbm.get_ydata()
     assert y[0] == pytest.approx(res.machine.hbm_gbps * 1e9 * x[0])
-    point = next(line for line in ax.get_lines() if line.get_label().startswith("mm_relu:"))
+    point = next(line for line in ax.get_lines() if line.get_label().startswith("mm_abs:"))
     assert point.get_xdata()[0] == pytest.approx(n["intensity"])
     assert point.get_ydata()[0] == pytest.approx(n["flops"] / n["seconds"])
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -320,7 +320,7 @@ def test_graph_nodes_have_tooltips_in_svg(ck, mm_args):
     assert re.search(r'xlink:title="exp&#10;fp32\[256,1024\]&#10;tile \[32,256\]&#10;line common\.py:\d+"', svg)
     svg = graphs.to_svg(graphs.tile_graph(ck.tile_graph))
     assert re.search(r'xlink:title="TLOAD&#10;UB@0x[0-9a-f]+ fp32\[32,256\]&#10;GM x\[0:32,0:256\]&#10;line common\.py:\d+"', svg)
-    small = mm_relu.compile(*mm_args)
+    small = mm_abs.compile(*mm_args)
     svg = graphs.to_svg(graphs.exec_graph(small.exec_graph))
     assert re.search(r'xlink:title="task 0: group 0 on AIC&#10;deps \[\], wave 0&#10;line test_viz\.py:\d+"', svg)
 

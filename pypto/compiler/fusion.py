@@ -3,8 +3,10 @@
 Each vector op joins the group of one of its inputs when it iterates over the same domain
 with the same tile shape and does not need a value that is still being accumulated (a
 reduction across several tiles is complete only after its last tile).  A matmul is a group of
-its own on the cube core.  Groups are numbered so that every group only reads values of
-lower-numbered groups, which keeps the group graph acyclic.
+its own on the cube core, together with the epilogue the cube core does for free: a bias row
+added to its result (TMATMUL_BIAS starts the accumulator from the bias table) and then a ReLU
+(the FIX pipe applies it on the way out of L0C).  Groups are numbered so that every group only
+reads values of lower-numbered groups, which keeps the group graph acyclic.
 
 The pass annotates members with `group` and their normalised `tile`; values needed outside
 their group (by another group or a GM view) get `materialize=True`.
@@ -40,6 +42,9 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     partial: set[int] = set()
     materialize: set[int] = set()
     tile_of: dict[int, tuple[int, ...]] = {}
+    join = ctx is None or ctx.options.get("fusion", True)
+    users = g.users()
+    epilogue: dict[int, str] = {}      # cube group result value -> "" | "bias" | "relu" (what it ends with)
 
     def ensure_gm(i: int) -> int:
         """Make value i GM-resident; return the group that produces it (-1 for none)."""
@@ -68,9 +73,22 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             group_of[n.id] = grp.id
             materialize.add(n.id)
             source_group[n.id] = grp.id
+            epilogue[n.id] = ""
+        elif join and (tail := _epilogue_of(g, n, epilogue, users)) is not None:
+            gid = group_of[tail]
+            groups[gid].members.append(n.id)
+            group_of[n.id] = gid
+            for i in n.inputs:
+                if i != tail:
+                    ensure_gm(i)            # the bias row
+            materialize.discard(tail)       # its only user is n: the group's result moves on
+            del source_group[tail]
+            materialize.add(n.id)
+            source_group[n.id] = gid
+            epilogue[n.id] = "bias" if n.op == "add" else "relu"
+            del epilogue[tail]
         else:
-            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm,
-                          join=ctx is None or ctx.options.get("fusion", True))
+            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join)
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -128,6 +146,31 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     chosen.members.append(n.id)
     group_of[n.id] = chosen.id
     tile_of[n.id] = chosen.tile
+
+
+def _epilogue_of(g, n, epilogue, users) -> int | None:
+    """The cube group result that n finishes on the cube core (None when n is not an epilogue):
+    a bias row added to a matmul (before any ReLU), or a ReLU of it; the result must have no
+    other user and keep its dtype."""
+    if n.op == "relu":
+        tail = n.inputs[0]
+        ok = epilogue.get(tail) in ("", "bias")
+    elif n.op == "add":
+        tail = next((i for i in n.inputs if i in epilogue), None)
+        other = [i for i in n.inputs if i != tail]
+        ok = tail is not None and epilogue[tail] == "" and len(other) == 1 and _is_bias_row(g, other[0], n)
+    else:
+        return None
+    if not ok or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:
+        return None
+    return tail
+
+
+def _is_bias_row(g, i, n) -> bool:
+    """Value i is one row of n's last dim, broadcast over the other dims (shape [N] or [1, N])."""
+    b = g.node(i)
+    return (b.op != "const" and b.shape[-1] == n.shape[-1] and all(d == 1 for d in b.shape[:-1])
+            and len(n.shape) >= 2)
 
 
 def _producer(i, group_of, g) -> int:

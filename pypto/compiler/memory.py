@@ -28,7 +28,7 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
         if n.space == "?":
             us = users.get(n.id, [])
             if n.op == "TLOAD":
-                space = "L1" if any(u.op == "TEXTRACT" for u in us) else "UB"
+                space = "L1" if any(u.op in ("TEXTRACT", "TMOV") for u in us) else "UB"
             elif n.op == "TEXTRACT":
                 mm = next(u for u in us if u.op.startswith("TMATMUL"))
                 space = "L0A" if mm.inputs[-2] == n.id else "L0B"

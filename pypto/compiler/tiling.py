@@ -4,7 +4,9 @@ Values that live in GM get a *home* window: kernel inputs their parameter, store
 output region they are stored to, other materialised values a workspace buffer.  A vector group
 loads the tiles of its GM inputs into UB, runs its ops tile by tile (reductions across several
 tiles accumulate in a persistent tile) and stores the tiles that must reach GM.  A matmul group
-walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) into L0C.
+walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) into L0C, its
+first product starting from the bias row in the bias table when the group has a bias epilogue,
+and stores the tile through the FIX pipe (which applies a ReLU epilogue on the way).
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     for gid in sorted(members):
         ms = members[gid]
         if ms[0].op == "matmul":
-            infos.append(_lower_matmul(g, ms[0], homes, extra_stores, _Emitter(nodes, gid), ctx.machine))
+            infos.append(_lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine))
         else:
             infos.append(_lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid)))
     return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
@@ -283,7 +285,20 @@ def _sub2d(ref: GMRef, lead: tuple[int, ...], r0, c0, rows, cols) -> GMRef:
     return GMRef(ref.buf, off, (rows, cols), ref.strides[-2:])
 
 
-def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo:
+def _bias_row(ref: GMRef, n0: int, nv: int) -> GMRef:
+    """Window [1, nv] at column n0 of a bias row ([N] or [1, .., N])."""
+    step = ref.strides[-1]
+    return GMRef(ref.buf, ref.offset + n0 * step, (1, nv), (nv * step, step))
+
+
+def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInfo:
+    """`ms`: the matmul, then its cube epilogue (fusion.py): a bias add and/or a ReLU."""
+    m, result = ms[0], ms[-1]
+    bias = None
+    for x in ms[1:]:
+        if x.op == "add":
+            bias = homes[next(i for i in x.inputs if i not in {y.id for y in ms})]
+    act = {"act": "relu"} if any(x.op == "relu" for x in ms[1:]) else {}
     a, b = (g.node(i) for i in m.inputs)
     A, B = homes[a.id], homes[b.id]
     if m.attrs["a_trans"]:
@@ -296,7 +311,7 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo
     batch = m.shape[:-2]
     ml0, kl0, nl0, kl1 = normalize_cube_tile(m.attrs.get("tile"), M, K, N, dtype, m.loc, machine, prod(batch))
     acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
-    outs = [homes[m.id]] + extra_stores.get(m.id, [])
+    outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
     o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
@@ -313,6 +328,14 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo
                     lin += 1
                     kb = k1 * kl1
                     kv1 = min(kl1, K - kb)
+                    bt = None
+                    if bias is not None and k1 == 0:
+                        # persistent: slots of their own (per output tile), so the operand loads
+                        # never wait for the bias row to leave L1
+                        b1 = em.emit("TLOAD", [], (1, nl0), (1, nv), bias.dtype, "?", "bias1", m.loc,
+                                     persistent=True, gm=_bias_row(bias, n0, nv))
+                        bt = em.emit("TMOV", [b1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
+                                     persistent=True)
                     a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
                                  gm=_sub2d(A, la, m0, kb, mv, kv1))
                     b1 = em.emit("TLOAD", [], (kl1, nl0), (kv1, nv), dtype, "?", "b1", m.loc,
@@ -325,7 +348,10 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo
                         b0 = em.emit("TEXTRACT", [b1], (kl0, nl0), (kv, nv), dtype, "?", "b0", m.loc,
                                      offsets=(k0 * kl0, 0), par=steps)
                         steps += 1
-                        if c is None:
+                        if c is None and bt is not None:
+                            c = em.emit("TMATMUL_BIAS", [bt, a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?",
+                                        "c", m.loc, persistent=True)
+                        elif c is None:
                             c = em.emit("TMATMUL", [a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?", "c",
                                         m.loc, persistent=True)
                         else:
@@ -333,8 +359,8 @@ def _lower_matmul(g, m, homes, extra_stores, em: _Emitter, machine) -> GroupInfo
                                         "c", m.loc, persistent=True)
                 lead = bi
                 for ref in outs:
-                    em.emit("TSTORE", [c], (), (), m.dtype, "", "st", m.loc,
-                            gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv))
+                    em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,
+                            gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act)
                 o += 1
     return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, nk1, m.loc)
 

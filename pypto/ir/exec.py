@@ -69,7 +69,7 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={_val(a[k])}" for k in ("dim", "offsets", "to") if k in a]
+            extra = [f"{k}={_val(a[k])}" for k in ("dim", "offsets", "to", "act") if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"

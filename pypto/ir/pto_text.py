@@ -29,7 +29,7 @@ from ..errors import PyptoError, SourceLoc
 from .core import Attrs, pair_problem, prod
 from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
 from .gm import GMBuffer, GMRef, natural_strides
-from .tile import tile_bytes
+from .tile import ON_CHIP, tile_bytes
 
 # ---------------------------------------------------------------------------------------
 # the instruction set the parser knows: op -> kind
@@ -40,7 +40,8 @@ REDUCE_NAMES = ("SUM", "MAX", "MIN")
 
 
 def _instruction_set() -> dict[str, str]:
-    v = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract", "TMATMUL": "cube", "TMATMUL_ACC": "cube"}
+    v = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract", "TMOV": "move",
+         "TMATMUL": "cube", "TMATMUL_ACC": "cube", "TMATMUL_BIAS": "cube"}
     v.update({op: "unary" for op in UNARY_OPS})
     v["TCVT"] = "cvt"
     v.update({f"T{n}": "binary" for n in BINARY_NAMES})
@@ -54,11 +55,11 @@ def _instruction_set() -> dict[str, str]:
 
 
 INSTRUCTIONS = _instruction_set()
-ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C")
-CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C")}
+CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C", "BT")}
 CORE_PIPES = {"AIC": AIC_PIPES, "AIV": AIV_PIPES}
 ROLES = ("input", "output", "inout", "workspace")
-ATTR_KEYS = ("dim", "offsets", "to")
+ATTR_KEYS = ("dim", "offsets", "to", "act")
+STORE_ACTIVATIONS = ("relu",)     # what the FIX pipe applies on its way out of L0C
 
 
 class PTOSyntaxError(PyptoError):
@@ -249,6 +250,11 @@ def _attr_value(key: str, text: str):
         if m:
             return _ints(m[1], "dims", allow_negative=True)
         raise _Problem("bad dim", expected="dim=<int>", got=text)
+    if key == "act":
+        if text not in STORE_ACTIVATIONS:
+            raise _Problem("unknown activation of a store", expected="act=" + " or act=".join(STORE_ACTIVATIONS),
+                           got=f"act={text}")
+        return text
     _dtype(text)          # to=
     return text
 
@@ -352,6 +358,7 @@ _SIGNATURES = {   # kind -> (dst spaces, [src spaces...]) ; "num" = a scalar
     "load": (("UB", "L1"), [("GM",)]),
     "store": (("GM",), [("UB", "L0C")]),
     "extract": (("L0A", "L0B"), [("L1",)]),
+    "move": (("BT",), [("L1",)]),
     "unary": (("UB",), [("UB",)]),
     "cvt": (("UB",), [("UB",)]),
     "binary": (("UB",), [("UB",), ("UB",)]),
@@ -393,7 +400,8 @@ def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = 
         return
     operands = [ins.dst] + list(ins.srcs)
     if kind == "cube":
-        want = (("L0C",), [("L0C",), ("L0A",), ("L0B",)] if op == "TMATMUL_ACC" else [("L0A",), ("L0B",)])
+        first = {"TMATMUL_ACC": [("L0C",)], "TMATMUL_BIAS": [("BT",)]}.get(op, [])
+        want = (("L0C",), first + [("L0A",), ("L0B",)])
     else:
         want = _SIGNATURES[kind]
     dsts, srcs = want
@@ -402,7 +410,8 @@ def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = 
         g in w or (g == "scalar" and "num" in w) for g, w in zip(got_spaces[1:], srcs))
     if not ok:
         what = {"cube": "matmul operands must be L0A x L0B -> L0C", "load": "TLOAD moves GM -> UB/L1",
-                "store": "TSTORE moves UB/L0C -> GM", "extract": "TEXTRACT moves L1 -> L0A/L0B"}.get(
+                "store": "TSTORE moves UB/L0C -> GM", "extract": "TEXTRACT moves L1 -> L0A/L0B",
+                "move": "TMOV moves a bias row L1 -> BT"}.get(
                     kind, f"{op} works on UB tiles" + (" and a scalar" if kind == "scalar" else ""))
         raise _Problem(f"wrong operands for {op}: {what}", expected="dst <- srcs: " + _sig_text(dsts, srcs),
                        got=" <- ".join([got_spaces[0], ", ".join(got_spaces[1:])]))
@@ -432,6 +441,9 @@ def _check_shapes(ins: Instr, kind: str) -> None:
             raise _Problem(f"{op}: tile and GM window hold different numbers of elements",
                            expected=f"{list(tile.valid)} ({prod(tile.valid)} elements)",
                            got=f"{list(gm.shape)} ({prod(gm.shape)} elements)")
+        if "act" in a and not (kind == "store" and tile.space == "L0C"):
+            raise _Problem(f"{op}: act= is applied by the FIX pipe, on stores from L0C only",
+                           expected="TSTORE GM <- L0C", got=f"{op} from {tile.space}")
     elif kind == "extract":
         if "offsets" not in a or len(a["offsets"]) != len(srcs[0].shape):
             raise _Problem("TEXTRACT needs offsets=(row,col) into its L1 tile", expected="offsets=(r,c)",
@@ -439,12 +451,19 @@ def _check_shapes(ins: Instr, kind: str) -> None:
         if any(o + v > s for o, v, s in zip(a["offsets"], dst.valid, srcs[0].shape)):
             raise _Problem("TEXTRACT reads beyond its L1 tile", expected=f"offsets + {list(dst.valid)} <= "
                            f"{list(srcs[0].shape)}", got=a["offsets"])
+    elif kind == "move":
+        if dst.valid != srcs[0].valid:
+            raise _Problem("TMOV copies its source tile", expected=f"destination valid {list(srcs[0].valid)}",
+                           got=list(dst.valid))
     elif kind == "cube":
         x, y = srcs[-2], srcs[-1]
         if x.valid[-1] != y.valid[0] or dst.valid != (x.valid[0], y.valid[-1]):
             raise _Problem("matmul shapes do not fit: [M,K] x [K,N] -> [M,N]",
                            expected=f"[{x.valid[0]},{x.valid[-1]}] x [{x.valid[-1]},N] -> [{x.valid[0]},N]",
                            got=f"{list(x.valid)} x {list(y.valid)} -> {list(dst.valid)}")
+        if op == "TMATMUL_BIAS" and srcs[0].valid != (1, y.valid[-1]):
+            raise _Problem("the bias of TMATMUL_BIAS is one row of N values", expected=f"[1,{y.valid[-1]}]",
+                           got=list(srcs[0].valid))
     elif kind == "cvt":
         if a.get("to") != dst.dtype.name:
             raise _Problem("TCVT's to= must be its destination dtype", expected=f"to={dst.dtype.name}",
@@ -566,22 +585,28 @@ def verify_program(program, machine=None) -> None:
     """Check every instruction of an in-memory program (as `parse` does for text): operand
     spaces and counts, pipes, 32-byte alignment and, with a machine, capacities.  Raises
     PTOSyntaxError naming the task and instruction index (line = None)."""
-    capacities = None
+    capacities = m = None
     if machine is not None:
         from ..sim.machine import get_machine
-        capacities = get_machine(machine).capacities()
-    seen: set[int] = set()
+        m = get_machine(machine)
+        capacities = m.capacities()
+    core_of: dict[int, str] = {}
     for pos, t in enumerate(program.tasks):
         if t.id != pos:
             raise PTOSyntaxError("task ids must count 0, 1, 2, ... in program order", task=t.id,
                                  expected=pos, got=t.id)
-        if any(d not in seen for d in t.deps):
+        if any(d not in core_of for d in t.deps):
             raise PTOSyntaxError(f"task {t.id} depends on a later or unknown task", task=t.id,
                                  expected=f"ids < {t.id}", got=list(t.deps))
+        problem = pair_problem(t.core_type, t.pair, core_of)
+        if problem is None and t.pair and m is not None and m.n_aiv < 2 * m.n_aic:
+            problem = f"machine {m.name} has no 1 AIC : 2 AIV pairs ({m.n_aic} AIC, {m.n_aiv} AIV)"
+        if problem:
+            raise PTOSyntaxError(problem, task=t.id, expected="pair=CUBE_TASK:0|1 on an AIV task", got=t.pair)
         for k, ins in enumerate(t.instrs):
             try:
                 check_instr(ins, t.core_type, capacities)
             except _Problem as e:
                 raise PTOSyntaxError(e.message, task=t.id, index=k, op=ins.op, text=ins.text(),
                                      kernel_loc=ins.loc, expected=e.expected, got=e.got) from None
-        seen.add(t.id)
+        core_of[t.id] = t.core_type

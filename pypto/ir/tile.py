@@ -15,12 +15,12 @@ from ..errors import SourceLoc, VerificationError
 from .core import Attrs, TextForm, fmt_shape
 from .gm import GMBuffer
 
-ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C")
+ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
 
 # Legal data paths of the machine (source space -> destination spaces).
 DATA_PATHS = {
     "GM": ("UB", "L1"),
-    "L1": ("L0A", "L0B"),
+    "L1": ("L0A", "L0B", "BT"),
     "L0C": ("GM", "L1", "UB"),
     "UB": ("GM", "UB"),
 }
@@ -155,11 +155,14 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
             if srcs[0] not in ("UB", "L0C"):
                 fail("illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
         elif n.op == "TEXTRACT":
-            if srcs[0] != "L1" or n.space not in DATA_PATHS["L1"]:
+            if srcs[0] != "L1" or n.space not in ("L0A", "L0B"):
                 fail("illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {n.space}")
-        elif n.op in ("TMATMUL", "TMATMUL_ACC"):
-            if srcs[-2:] != ["L0A", "L0B"] or n.space != "L0C":
-                fail("matmul operands must be L0A x L0B -> L0C", got=f"{srcs} -> {n.space}")
+        elif n.op == "TMOV":
+            if srcs[0] != "L1" or n.space != "BT":
+                fail("illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {n.space}")
+        elif n.op.startswith("TMATMUL"):
+            if srcs[-2:] != ["L0A", "L0B"] or n.space != "L0C" or (n.op == "TMATMUL_BIAS" and srcs[0] != "BT"):
+                fail("matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {n.space}")
         else:
             if n.space != "UB" or any(s != "UB" for s in srcs):
                 fail("vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {n.space}")

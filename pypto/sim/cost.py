@@ -19,6 +19,7 @@ from ..errors import PyptoError
 from ..ir.core import Attrs, ceil_div, prod
 from ..ir.exec import Instr, TileRef, pipe_of
 from ..ir.gm import GMBuffer, GMRef
+from ..ir.pto_text import INSTRUCTIONS
 from .machine import Machine, get_machine
 
 VECTOR_SLOPE = {  # cycles per 256-byte repeat (default 1)
@@ -91,33 +92,9 @@ def is_vector(op: str) -> bool:
 # the instruction vocabulary
 
 def vocabulary() -> dict[str, str]:
-    """Every instruction the compiler can emit -> its kind (load, store, extract, cube, unary,
-    cvt, binary, scalar, expand, expand_binary, reduce, sync), in documentation order."""
-    cached = globals().get("_VOCAB")
-    if cached is not None:
-        return cached
-    from ..compiler.tiling import BINARY_TILE_OPS, REDUCE_TILE_OPS, UNARY_TILE_OPS  # lazy: no import cycle
-    v: dict[str, str] = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract",
-                         "TMATMUL": "cube", "TMATMUL_ACC": "cube"}
-    for op in UNARY_TILE_OPS.values():
-        v[op] = "unary"
-    v["TCVT"] = "cvt"
-    names = list(BINARY_TILE_OPS.values())
-    for n in names:
-        v[f"T{n}"] = "binary"
-    for n in names:
-        v[f"T{n}S"] = "scalar"
-    for kind in ("ROW", "COL"):
-        v[f"T{kind}EXPAND"] = "expand"
-        for n in names:
-            v[f"T{kind}EXPAND{n}"] = "expand_binary"
-    for kind in ("ROW", "COL"):
-        for r in REDUCE_TILE_OPS.values():
-            v[f"T{kind}{r}"] = "reduce"
-    for op in SYNC_CYCLES:
-        v[op] = "sync"
-    globals()["_VOCAB"] = v
-    return v
+    """Every instruction the compiler can emit -> its kind (load, store, extract, move, cube,
+    unary, cvt, binary, scalar, expand, expand_binary, reduce, sync), in documentation order."""
+    return {op: "sync" if kind in ("flag", "barrier") else kind for op, kind in INSTRUCTIONS.items()}
 
 
 def _dtype(d, what="dtype") -> DType:
@@ -166,10 +143,9 @@ def synthetic_instr(op: str, **kw) -> Instr:
     """An instruction with the given shapes and dtype, as the compiler would emit it."""
     op = op.upper()
     vocab = vocabulary()
-    kind = vocab.get(op, "move" if op == "TMOV" else None)
+    kind = vocab.get(op)
     if kind is None:
-        raise PyptoError(f"cost: unknown instruction {op}", expected="one of " + ", ".join(vocab) + ", TMOV",
-                         got=op)
+        raise PyptoError(f"cost: unknown instruction {op}", expected="one of " + ", ".join(vocab), got=op)
     allowed = _ARGS.get(kind, _VECTOR_ARGS)
     bad = [k for k in kw if k not in allowed]
     if bad:
@@ -189,7 +165,8 @@ def synthetic_instr(op: str, **kw) -> Instr:
         dt = _dtype(kw.get("dtype", "fp16"))
         acc = BY_NAME["int32"] if dt.name == "int8" else BY_NAME["fp32"]
         a, b, c = _tile("L0A", dt, (m_, k)), _tile("L0B", dt, (k, n)), _tile("L0C", acc, (m_, n))
-        srcs = (c, a, b) if op == "TMATMUL_ACC" else (a, b)
+        first = {"TMATMUL_ACC": (c,), "TMATMUL_BIAS": (_tile("BT", acc, (1, n)),)}.get(op, ())
+        srcs = first + (a, b)
         return Instr(op, pipe_of(op), c, srcs)
     if "shape" not in kw:
         raise PyptoError(f"cost: {op} needs shape=", expected="shape=(rows, cols), dtype=", got="no shape")
@@ -200,11 +177,11 @@ def synthetic_instr(op: str, **kw) -> Instr:
                          got=list(valid))
     dt = _dtype(kw.get("dtype", "fp32"))
     if kind in ("load", "store", "extract", "move"):
-        default = {"load": ("GM", "UB"), "store": ("UB", "GM"), "extract": ("L1", "L0A"), "move": (None, None)}[kind]
+        default = {"load": ("GM", "UB"), "store": ("UB", "GM"), "extract": ("L1", "L0A"), "move": ("L1", "BT")}[kind]
         src, dst = kw.get("src", default[0]), kw.get("dst", default[1])
         legal = {"load": (("GM",), ("UB", "L1")), "store": (("UB", "L0C"), ("GM",)),
                  "extract": (("L1",), ("L0A", "L0B")),
-                 "move": (("UB", "L0C", "L1"), ("UB", "L1", "L0A", "L0B"))}[kind]
+                 "move": (("L1",), ("BT",))}[kind]
         if src not in legal[0] or dst not in legal[1]:
             raise PyptoError(f"cost: {op} cannot move {src} -> {dst}",
                              expected=f"src in {'/'.join(legal[0])}, dst in {'/'.join(legal[1])}",
@@ -305,9 +282,13 @@ def instruction_table(machine="a2a3") -> list[InstrRow]:
             for dst in ("L0A", "L0B"):
                 add(op, f"{dst} <- L1", dma_rule("L1", dst) + "; bytes of the extracted tile",
                     "fp16[128,64]", shape=(128, 64), dtype="fp16", dst=dst)
+        elif kind == "move":
+            add(op, "BT <- L1", dma_rule("L1", "BT") + "; the bias row of TMATMUL_BIAS", "fp32[1,128]",
+                shape=(1, 128), dtype="fp32", src="L1", dst="BT")
         elif kind == "cube":
             rule = f"{m.cube_startup} + c x ceil(M/16) x ceil(K/K0) x ceil(N/16); K0 = 32 B / sizeof(A), c = 2 for fp32"
-            operands = "L0C <- L0C + L0A x L0B" if op == "TMATMUL_ACC" else "L0C <- L0A x L0B"
+            operands = {"TMATMUL_ACC": "L0C <- L0C + L0A x L0B",
+                        "TMATMUL_BIAS": "L0C <- BT row + L0A x L0B"}.get(op, "L0C <- L0A x L0B")
             add(op, operands, rule, "M=40 K=50 N=60 fp16", m=40, k=50, n=60, dtype="fp16")
         elif kind == "sync":
             operands = "pipe -> pipe, EVENT_ID" if op != "PIPE_BARRIER" else "pipe"

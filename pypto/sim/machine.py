@@ -26,8 +26,10 @@ from ..errors import PyptoError
 A2A3_BANDWIDTH = {
     ("GM", "UB"): 100.9, ("GM", "L1"): 135.0, ("UB", "GM"): 188.46, ("L1", "L0A"): 441.0,
     ("L1", "L0B"): 220.5, ("L0C", "GM"): 70.0, ("L0C", "L1"): 128.0, ("UB", "UB"): 1024.0,
+    # L1 -> bias table: no public figure; assumed to move as fast as L1 -> L0B (same MTE1 pipe)
+    ("L1", "BT"): 220.5,
 }
-SPACES = ("GM", "UB", "L1", "L0A", "L0B", "L0C")
+SPACES = ("GM", "UB", "L1", "L0A", "L0B", "L0C", "BT")
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ class Machine:
     l0c_kib: int
     hbm_gbps: float                   # shared by all cores, GB/s (10^9 bytes)
     bandwidth_gibps: dict = field(default_factory=lambda: dict(A2A3_BANDWIDTH))  # per core and path
+    bt_kib: int = 1                   # bias table per AIC: the bias row TMATMUL_BIAS starts from
     vec_head: int = 12                # cycles before the first repeat of a vector instruction
     vec_tail: int = 16                # cycles to drain the last repeat
     vec_repeat_bytes: int = 256
@@ -73,7 +76,7 @@ class Machine:
 
     def capacities(self) -> dict[str, int]:
         return {"UB": self.ub_kib * 1024, "L1": self.l1_kib * 1024, "L0A": self.l0a_kib * 1024,
-                "L0B": self.l0b_kib * 1024, "L0C": self.l0c_kib * 1024}
+                "L0B": self.l0b_kib * 1024, "L0C": self.l0c_kib * 1024, "BT": self.bt_kib * 1024}
 
     def replace(self, **changes) -> "Machine":
         unknown = [k for k in changes if k not in FIELDS]

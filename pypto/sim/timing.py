@@ -241,6 +241,17 @@ def _run_timing(program: Program, machine: Machine, trace: bool, record_times: b
     return _run_python(program, machine, trace, record_times, checked, progress)
 
 
+def _core_for(task, free: list[int], core_of: dict[int, int]) -> int | None:
+    """The core a ready task starts on: the free one with the lowest id, or for an epilogue
+    paired with a cube task (1 AIC : 2 AIV) the AIV `slot` of the AIC that runs or ran it;
+    None: it waits (no free core, its AIV is busy, or its cube task has not started)."""
+    if task.pair is None:
+        return free[0] if free else None
+    cube, slot = task.pair
+    core = 2 * core_of[cube] + slot if cube in core_of else None
+    return core if core in free else None
+
+
 def _run_python(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,
                 progress: bool):
     decoded = _decode(program, machine)
@@ -269,6 +280,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     done = executed = 0
     end_time = 0
     task_times: dict[int, tuple[str, int, int]] = {}
+    core_of: dict[int, int] = {}        # task -> index of the core it was dispatched to
     unwaited: list[str] = []
     total = sum(len(t.instrs) for t in tasks)
     bar = _Progress(total, f"simulating {program.name}") if progress else None
@@ -283,9 +295,16 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
         now, _, kind, data = heapq.heappop(heap)
         if kind == 0:
             for ct in ("AIC", "AIV"):
-                while ready[ct] and free_cores[ct]:
-                    tid = ready[ct].pop(0)
-                    name = f"{ct}{free_cores[ct].pop(0)}"
+                for tid in list(ready[ct]) if free_cores[ct] else ():
+                    core = _core_for(tasks[tid], free_cores[ct], core_of)
+                    if core is None:
+                        if free_cores[ct]:
+                            continue        # a paired task waits for its AIV; later tasks may go
+                        break
+                    ready[ct].remove(tid)
+                    free_cores[ct].remove(core)
+                    core_of[tid] = core
+                    name = f"{ct}{core}"
                     start = now + machine.dispatch_cycles
                     r = _Running(tasks[tid], decoded[tid], name, start, AIC_PIPES if ct == "AIC" else AIV_PIPES)
                     running[name] = r

@@ -73,6 +73,7 @@ MF_HBM_BPC, MF_L2_BPC = range(2)
 _Enc = namedtuple("_Enc", [
     "kind", "lp", "cyc", "key", "nbytes", "path", "window",   # per instruction
     "ioff", "task_ct", "n_deps", "dep_off", "dependents",       # per task (dependents: CSR)
+    "pair_task", "pair_slot",    # per task: the cube task an epilogue pairs with (-1: none), AIV slot
     "qorder", "qstart",          # per (task, local pipe): instruction indices in pipe order
     "path_bpc", "mi", "mf"])
 # what the compiled loop changes
@@ -174,7 +175,9 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     mf = np.array([machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle], np.float64)
     arrays = _Enc(kind, lp, np.frombuffer(cyc, np.int64), np.frombuffer(key, np.int32),
                   np.frombuffer(nbytes, np.int64), np.frombuffer(path, np.int32), np.frombuffer(window, np.int32),
-                  ioff, task_ct, n_deps, dep_off, flat, qorder, qstart,
+                  ioff, task_ct, n_deps, dep_off, flat,
+                  np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
+                  np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64), qorder, qstart,
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
     return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1)
 
@@ -321,16 +324,33 @@ def _run(e, s, budget, checked):
         ev, data = val & 3, val >> 2
         if ev == EV_DISPATCH:
             for c in range(2):
-                while g[G_RQ_HEAD0 + c] < g[G_RQ_TAIL0 + c]:
-                    slot = -1
+                j = g[G_RQ_HEAD0 + c]
+                while j < g[G_RQ_TAIL0 + c]:
+                    tid = s.rq[c, j]
+                    j += 1
+                    if tid < 0:                         # dispatched earlier, out of order
+                        continue
+                    lowest = -1
                     for core in range(n_slot[c]):       # the free core with the lowest id
                         if s.core_free[slot_base[c] + core]:
-                            slot = slot_base[c] + core
+                            lowest = slot_base[c] + core
                             break
-                    if slot < 0:
+                    if lowest < 0:
                         break
-                    tid = s.rq[c, g[G_RQ_HEAD0 + c]]
-                    g[G_RQ_HEAD0 + c] += 1
+                    slot = lowest
+                    cube = e.pair_task[tid]
+                    if cube >= 0:       # an epilogue runs on its AIV of the AIC of its cube task
+                        slot = -1
+                        if s.task_slot[cube] >= 0:
+                            want = 2 * s.task_slot[cube] + e.pair_slot[tid]
+                            if want < n_slot[c] and s.core_free[slot_base[c] + want]:
+                                slot = slot_base[c] + want
+                        if slot < 0:
+                            continue                    # it waits; later tasks may go
+                    s.rq[c, j - 1] = -1
+                    while g[G_RQ_HEAD0 + c] < g[G_RQ_TAIL0 + c] and s.rq[c, g[G_RQ_HEAD0 + c]] < 0:
+                        g[G_RQ_HEAD0 + c] += 1
+                    s.task_slot[tid] = slot
                     s.core_free[slot] = False
                     start = now + dispatch
                     s.slot_task[slot] = tid
@@ -378,7 +398,6 @@ def _run(e, s, budget, checked):
                 u = g[G_N_UNWAITED]
                 s.uw_task[u], s.uw_slot[u], s.uw_key[u] = tid, slot, fk
                 g[G_N_UNWAITED] = u + 1
-            s.task_slot[tid] = slot
             s.task_start[tid] = s.sstart[slot]
             s.task_end[tid] = s.send[slot]
             s.task_order[tid] = g[G_FINISHED]

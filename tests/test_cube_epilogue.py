@@ -1,0 +1,145 @@
+"""Matmul + bias + ReLU epilogues fused onto the cube core: TMATMUL_BIAS from the bias table,
+ReLU applied by the FIX pipe on the store."""
+import re
+
+import numpy as np
+import pytest
+
+import pypto
+from pypto.ir.program import Program
+from pypto.ir.pto_text import PTOSyntaxError
+
+T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
+
+
+@pypto.jit
+def mm_bias_relu(a, b, bias, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.relu(pypto.matmul(a, b) + bias)
+
+
+@pypto.jit
+def mm_bias(a, b, bias, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.matmul(a, b) + bias
+
+
+@pypto.jit
+def mm_relu(a, b, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.relu(pypto.matmul(a, b))
+
+
+@pypto.jit
+def relu_then_bias(a, b, bias, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.relu(pypto.matmul(a, b)) + bias
+
+
+@pypto.jit
+def mm_plus_matrix(a, b, d, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.matmul(a, b) + d
+
+
+@pypto.jit
+def mm_stored_and_relu(a, b, c, r):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    m = pypto.matmul(a, b)
+    c[:] = m
+    r[:] = pypto.relu(m)
+
+
+def _ops(ck):
+    return [i.op for t in ck.program.tasks for i in t.instrs]
+
+
+def _data(rng, m, k, n, dtype=np.float32):
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    bias = rng.standard_normal(n).astype(dtype)
+    return a, b, bias
+
+
+@pytest.mark.parametrize("m, k, n", [(128, 96, 128), (100, 70, 90)])       # whole tiles, and tails
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_bias_and_relu_run_on_the_cube(rng, m, k, n, dtype):
+    a, b, bias = _data(rng, m, k, n, dtype)
+    c = np.zeros((m, n), dtype)
+    ck = mm_bias_relu.compile(a, b, bias, c, machine="teach")
+    tg = ck.levels["tensor"]
+    mm = next(x for x in tg.nodes if x.op == "matmul")
+    assert {x.op for x in tg.nodes if x.attrs.get("group") == mm.attrs["group"]} == {"matmul", "add", "relu"}
+    assert {t.core_type for t in ck.program.tasks} == {"AIC"}          # no vector epilogue task
+    ops = _ops(ck)
+    n_tiles = -(-m // 64) * -(-n // 64)
+    assert ops.count("TMATMUL_BIAS") == ops.count("TMOV") == n_tiles
+    stores = [i for t in ck.program.tasks for i in t.instrs if i.op == "TSTORE"]
+    assert len(stores) == n_tiles and all(i.attrs["act"] == "relu" and i.pipe == "FIX" for i in stores)
+    want = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0)
+    got = ck.simulate(a, b, bias, c).outputs["c"]
+    tol = 1e-4 if dtype == np.float32 else 2e-2 * np.sqrt(k)
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=tol, atol=tol)
+
+
+def test_bias_alone_and_relu_alone(rng):
+    a, b, bias = _data(rng, 128, 64, 128)
+    c = np.zeros((128, 128), np.float32)
+    ck = mm_bias.compile(a, b, bias, c, machine="teach")
+    assert "TMATMUL_BIAS" in _ops(ck) and not any("act" in i.attrs for t in ck.program.tasks for i in t.instrs)
+    np.testing.assert_allclose(ck.simulate(a, b, bias, c).outputs["c"], a @ b + bias, rtol=1e-4, atol=1e-4)
+    ck = mm_relu.compile(a, b, c, machine="teach")
+    assert "TMATMUL_BIAS" not in _ops(ck) and "TMOV" not in _ops(ck)
+    assert {t.core_type for t in ck.program.tasks} == {"AIC"}
+    np.testing.assert_allclose(ck.simulate(a, b, c).outputs["c"], np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_what_stays_a_vector_epilogue(rng):
+    a, b, bias = _data(rng, 128, 64, 128)
+    c = np.zeros((128, 128), np.float32)
+    d = rng.standard_normal((128, 128)).astype(np.float32)
+    cases = [
+        # the FIX pipe's ReLU comes after the bias: a bias added after the ReLU is vector work
+        (relu_then_bias, (a, b, bias, c), np.maximum(a @ b, 0) + bias, ["AIC", "AIV"]),
+        # a whole matrix is not a bias row
+        (mm_plus_matrix, (a, b, d, c), a @ b + d, ["AIC", "AIV"]),
+    ]
+    for kernel, args, want, cores in cases:
+        ck = kernel.compile(*args, machine="teach")
+        assert sorted({t.core_type for t in ck.program.tasks}) == cores, kernel.__name__
+        assert "TMATMUL_BIAS" not in _ops(ck)
+        np.testing.assert_allclose(ck.simulate(*args).outputs["c"], want, rtol=1e-4, atol=1e-4)
+    # a matmul result that is also stored keeps its plain store; the ReLU reads it from GM
+    r = np.zeros_like(c)
+    ck = mm_stored_and_relu.compile(a, b, c, r, machine="teach")
+    assert not any("act" in i.attrs for t in ck.program.tasks for i in t.instrs)
+    out = ck.simulate(a, b, c, r).outputs
+    np.testing.assert_allclose(out["r"], np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out["c"], a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_fusion_off_keeps_the_epilogue_on_the_vector_cores_and_is_slower():
+    specs = (T([512, 512], F16), T([512, 512], F16), T([512], F16), T([512, 512], F16))
+    on = mm_bias_relu.compile(*specs)
+    off = mm_bias_relu.compile(*specs, options={"fusion": False})
+    assert "TMATMUL_BIAS" in _ops(on) and "TMATMUL_BIAS" not in _ops(off)
+    assert {t.core_type for t in off.program.tasks} == {"AIC", "AIV"}
+    cycles = [pypto.sim.simulate(ck.program, machine=ck.machine, mode="timing", trace=False).cycles
+              for ck in (on, off)]
+    assert cycles[0] < cycles[1]
+
+
+def test_epilogue_instructions_round_trip_and_bad_text(rng):
+    a, b, bias = _data(rng, 64, 32, 64)
+    ck = mm_bias_relu.compile(a, b, bias, np.zeros((64, 64), np.float32), machine="teach")
+    text = ck.program.text()
+    assert re.search(r"TMATMUL_BIAS +L0C\[0x0\]:fp32\[64,64\], BT\[0x0\]:fp32\[1,64\], L0A", text)
+    assert re.search(r"TSTORE +GM:c\[0:64,0:64\], L0C\[0x0\]:fp32\[64,64\], act=relu", text)
+    assert Program.parse(text).text() == text
+    bad = {
+        "act=relu": ("act=gelu", "unknown activation of a store"),
+        "BT[0x0]:fp32[1,64], L0A": ("L1[0x0]:fp32[1,64], L0A", "wrong operands for TMATMUL_BIAS"),
+    }
+    for old, (new, message) in bad.items():
+        with pytest.raises(PTOSyntaxError, match=re.escape(message)):
+            Program.parse(text.replace(old, new, 1))
