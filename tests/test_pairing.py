@@ -48,7 +48,14 @@ def test_epilogue_tasks_pair_with_their_cube_task(rng):
     assert len(cube) == 2 and all(t.pair is None for t in cube)
     # each cube task gets two epilogue tasks, slots 0 and 1, depending on that cube task alone
     assert sorted(t.pair for t in vec) == [(cube[0].id, 0), (cube[0].id, 1), (cube[1].id, 0), (cube[1].id, 1)]
-    assert all(t.deps == (t.pair[0],) for t in vec)
+    # the block level depends on the whole cube task; the program instead streams tile by tile:
+    # after each stored tile the AIC sets a cross-core flag of both AIVs, each waits for it
+    assert all(ck.levels["block"].tasks[t.id].deps == (t.pair[0],) for t in vec)
+    assert all(t.deps == () for t in vec)
+    assert all(sum(i.op == "CROSS_WAIT_FLAG" for i in t.instrs) == 8 for t in vec)
+    assert all(sum(i.op == "CROSS_SET_FLAG" for i in t.instrs) == 16 for t in cube)
+    stores = [k for k, i in enumerate(cube[0].instrs) if i.op == "TSTORE"]
+    assert [cube[0].instrs[k + 1].text().split()[:4] for k in stores[:1]] == [["CROSS_SET_FLAG", "FIX", "->", "AIV0,"]]
     # the halves split the rows of the cube task's tiles: a 256 x 256 output is 16 cube tiles of
     # 64 x 64, 8 per cube task, read by 16 vector tiles of 32 x 64 each: 8 per AIV
     assert [len(ck.levels["block"].tasks[t.id].outer) for t in vec] == [8, 8, 8, 8]
@@ -59,7 +66,8 @@ def test_epilogue_tasks_pair_with_their_cube_task(rng):
 def test_pairing_is_printed_parsed_and_shown(rng):
     ck = mm_bias_sigmoid.compile(*_inputs(rng), machine="teach")
     text = ck.program.text()
-    assert ".task 2 AIV group=1 deps=[0] pair=0:0" in text
+    assert ".task 2 AIV group=1 deps=[] pair=0:0" in text
+    assert "CROSS_SET_FLAG     FIX -> AIV1, EVENT_ID0" in text and "CROSS_WAIT_FLAG    AIC -> MTE2, EVENT_ID0" in text
     assert Program.parse(text).text() == text
     assert "paired with task 0 (AIV slot 1)" in ck.levels["exec"].text()
     assert "paired with task 1 (AIV slot 0)" in ck.levels["block"].text()
@@ -122,7 +130,20 @@ def test_paired_epilogues_run_on_the_aivs_of_their_aic(rng, engine):
         cube_core, cube_start, cube_end = res.task_times[t.pair[0]]
         core, start, _ = res.task_times[t.id]
         assert core == f"AIV{2 * int(cube_core[3:]) + t.pair[1]}"
-        assert start >= cube_end + ck.machine.dispatch_cycles
+        assert start >= cube_start                  # dispatched once its cube task has started
+        # the n-th cross-core wait ends after the n-th set for this AIV
+        sets = [e for e in res.trace if e.task == t.pair[0] and e.op == "CROSS_SET_FLAG"
+                and ck.program.tasks[t.pair[0]].instrs[e.index].attrs["slot"] == t.pair[1]]
+        waits = [e for e in res.trace if e.task == t.id and e.op == "CROSS_WAIT_FLAG"]
+        assert len(sets) == len(waits) > 0
+        assert all(w.end > s.end - 1 and w.start >= s.start for s, w in zip(sets, waits))
+    # with whole-task dependencies instead, an epilogue starts after its cube task ends, later
+    whole = mm_bias_sigmoid.compile(a, b, bias, c, options={"cross_core_sync": False})
+    res_whole = pypto.sim.simulate(whole.program, machine=whole.machine, mode="timing", engine=engine)
+    for t in whole.program.tasks:
+        if t.pair:
+            assert res_whole.task_times[t.id][1] >= res_whole.task_times[t.pair[0]][2] + ck.machine.dispatch_cycles
+    assert res.cycles < res_whole.cycles
     # the same program without pairing runs its epilogues on whichever AIV is free
     free = mm_bias_sigmoid.compile(a, b, bias, c, options={"pairing": False})
     res_free = pypto.sim.simulate(free.program, machine=free.machine, mode="timing", engine=engine)
@@ -134,3 +155,32 @@ def test_a_paired_program_needs_two_aivs_per_aic(rng):
     lopsided = pypto.sim.get_machine("teach").replace(n_aiv=3)
     with pytest.raises(PTOSyntaxError, match=re.escape("machine teach has no 1 AIC : 2 AIV pairs (2 AIC, 3 AIV)")):
         pypto.sim.simulate(ck.program, machine=lopsided, mode="timing")
+
+
+def _without(program, op, nth):
+    """The program text with the nth instruction `op` of the whole program left out."""
+    lines, seen = [], 0
+    for line in program.text().splitlines():
+        if line.strip().startswith(op + " "):
+            seen += 1
+            if seen == nth:
+                continue
+        lines.append(line)
+    return Program.parse("\n".join(lines))
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_checked_mode_catches_a_missing_cross_core_wait_and_a_missing_set(rng, engine):
+    args = _inputs(rng)
+    ck = mm_bias_sigmoid.compile(*args, machine="teach")
+    ok = pypto.sim.simulate(ck.program, *args, machine="teach", check=True, engine=engine)
+    np.testing.assert_allclose(ok.outputs["c"], _want(*args[:3]), rtol=1e-4, atol=1e-4)
+    # without its first wait, the epilogue reads the first cube tile before it is stored
+    with pytest.raises(pypto.SimulationError, match=r"race between paired tasks: task 2 instruction 0 TLOAD on MTE2"
+                       r".* before task 0 instruction \d+ TSTORE on FIX .*a cross-core flag is missing"):
+        pypto.sim.simulate(_without(ck.program, "CROSS_WAIT_FLAG", 1), *args, machine="teach", check=True,
+                           engine=engine)
+    # without a set, the last wait of that AIV is never satisfied
+    with pytest.raises(pypto.SimulationError, match=r"deadlock: 1 of 6 tasks cannot finish(.|\n)*\n  AIV0 task 2: "
+                       r"pipe MTE2 waits for flag AIC->MTE2 event 0, which no instruction will set"):
+        pypto.sim.simulate(_without(ck.program, "CROSS_SET_FLAG", 1), machine="teach", mode="timing", engine=engine)

@@ -3,7 +3,8 @@ wavefronts.
 
 Mixed kernels (a matmul whose result a vector group finishes: bias, activation, ...) follow the
 machine's 1 AIC : 2 AIV pairing: the vector iterations that read the tiles one cube task stores
-become two tasks, one per AIV of the pair (halves of the rows), marked `pair=(cube task, slot)`;
+become two tasks, one per AIV of the pair (each takes half of every cube tile, in the order the
+cube task stores them), marked `pair=(cube task, slot)`;
 the dispatcher runs them on the two AIVs coupled with the AIC that ran the cube task, once its
 tiles are in GM (an L2-resident workspace).  (One cube task per output tile would let the
 epilogue start per tile, but costs the AIC its pipelining across tiles: on matmul+bias+gelu
@@ -38,12 +39,16 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     for info in g.groups:
         if info.id in pairs:
             cube, tile_of = pairs[info.id]
-            halves: dict[int, list[int]] = {}
+            by_tile: dict[int, dict[int, list[int]]] = {}       # cube task -> cube tile -> iterations
             for o in range(info.n_outer):
-                halves.setdefault(task_of[(cube, tile_of[o])], []).append(o)
-            for ct, outer in halves.items():
-                cut = (len(outer) + 1) // 2
-                for slot, part in enumerate((outer[:cut], outer[cut:])):
+                by_tile.setdefault(task_of[(cube, tile_of[o])], {}).setdefault(tile_of[o], []).append(o)
+            for ct, tiles in by_tile.items():
+                halves: tuple[list, list] = ([], [])        # each AIV takes half of every tile
+                for _, outer in sorted(tiles.items()):
+                    cut = (len(outer) + 1) // 2
+                    halves[0].extend(outer[:cut])
+                    halves[1].extend(outer[cut:])
+                for slot, part in enumerate(halves):
                     if part:
                         add(info, part, (ct, slot))
         else:

@@ -59,12 +59,16 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
             members.setdefault(n.attrs["group"], []).append(n)
     nodes: list[TileNode] = []
     infos = []
+    cube_tile_of: dict[int, tuple[int, int]] = {}     # value a cube group stores -> its (mL0, nL0)
     for gid in sorted(members):
         ms = members[gid]
         if ms[0].op == "matmul":
-            infos.append(_lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine))
+            info = _lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine)
+            cube_tile_of[ms[-1].id] = (info.tile[0], info.tile[2])
         else:
-            infos.append(_lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid)))
+            info = _lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid),
+                                 _epilogue_block(g, ms, cube_tile_of))
+        infos.append(info)
     return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
 
 
@@ -139,7 +143,22 @@ def _projection(vshape, domain, start, extent, tile):
     return tuple(offsets), tuple(valid), tuple(shape)
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
+def _epilogue_block(g, ms, cube_tile_of) -> tuple[int, int] | None:
+    """For a vector group reading a cube group's result: the cube tile in vector tiles (rows,
+    cols), so that the group can walk its tiles cube tile by cube tile (an epilogue then
+    finishes each cube tile as soon as it is stored); None when the tiles do not nest."""
+    tile = ms[0].attrs["tile"]
+    member_ids = {m.id for m in ms}
+    for m in ms:
+        for i in m.inputs:
+            if i in cube_tile_of and i not in member_ids and len(tile) >= 2:
+                (ml0, nl0), (tm, tn) = cube_tile_of[i], tile[-2:]
+                if ml0 % tm == 0 and nl0 % tn == 0 and g.node(i).shape[-2:] == m.shape[-2:]:
+                    return ml0 // tm, nl0 // tn
+    return None
+
+
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, block=None) -> GroupInfo:
     first = ms[0]
     domain = g.node(first.inputs[0]).shape if OPS[first.op].kind == "reduce" else first.shape
     tile = first.attrs["tile"]
@@ -150,6 +169,9 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter) -> GroupInfo:
     outer_dims = [d for d in range(r) if d != pd]
     n_inner = ntiles[pd] if pd is not None else 1
     outer_space = list(itertools.product(*[range(ntiles[d]) for d in outer_dims]))
+    if block is not None and pd is None:       # cube tile by cube tile (row-major within each)
+        bm, bn = block
+        outer_space.sort(key=lambda ix: (*ix[:-2], ix[-2] // bm, ix[-1] // bn, ix[-2], ix[-1]))
     acc: dict[int, int] = {}
     to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
 

@@ -17,7 +17,11 @@ from .tile import tile_bytes
 
 AIC_PIPES = ("MTE2", "MTE1", "M", "FIX", "S")
 AIV_PIPES = ("MTE2", "V", "MTE3", "S")
-SYNC_OPS = ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER")
+SYNC_OPS = ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER", "CROSS_SET_FLAG", "CROSS_WAIT_FLAG")
+# Cross-core flags of a 1 AIC : 2 AIV pair: a pipe of the cube task sets a flag of its AIV `slot`
+# (CROSS_SET_FLAG FIX -> AIV1, EVENT_ID0), a pipe of the paired vector task waits for it
+# (CROSS_WAIT_FLAG AIC -> MTE2, EVENT_ID0).  They count: every set is consumed by one wait.
+CROSS_OPS = ("CROSS_SET_FLAG", "CROSS_WAIT_FLAG")
 EVENTS_PER_PIPE_PAIR = 8
 
 
@@ -64,6 +68,10 @@ class Instr:
         a = self.attrs
         if self.op in ("SET_FLAG", "WAIT_FLAG"):
             body = f"{a['src']} -> {a['dst']}, EVENT_ID{a['event']}"
+        elif self.op == "CROSS_SET_FLAG":
+            body = f"{a['src']} -> AIV{a['slot']}, EVENT_ID{a['event']}"
+        elif self.op == "CROSS_WAIT_FLAG":
+            body = f"AIC -> {a['dst']}, EVENT_ID{a['event']}"
         elif self.op == "PIPE_BARRIER":
             body = a.get("pipes", "ALL")
         else:
@@ -146,7 +154,7 @@ def verify(g: ExecGraph) -> None:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",
                                         loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
-            if ins.op in ("SET_FLAG", "WAIT_FLAG") and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
+            if ins.op in ("SET_FLAG", "WAIT_FLAG", *CROSS_OPS) and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
                                         expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
         core_of[t.id] = t.core_type

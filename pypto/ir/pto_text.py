@@ -50,7 +50,8 @@ def _instruction_set() -> dict[str, str]:
         v[f"T{k}EXPAND"] = "expand"
         v.update({f"T{k}EXPAND{n}": "expand_binary" for n in BINARY_NAMES})
         v.update({f"T{k}{n}": "reduce" for n in REDUCE_NAMES})
-    v.update({"SET_FLAG": "flag", "WAIT_FLAG": "flag", "PIPE_BARRIER": "barrier"})
+    v.update({"SET_FLAG": "flag", "WAIT_FLAG": "flag", "PIPE_BARRIER": "barrier",
+              "CROSS_SET_FLAG": "cross", "CROSS_WAIT_FLAG": "cross"})
     return v
 
 
@@ -120,6 +121,8 @@ _GM_LONG = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\{\s*off\s*=\s*(?P<off>-?\d+)\s
                       r"\s*,\s*strides\s*=\s*\[(?P<strides>[^\]]*)\]\s*\}$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)$")
 _FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
+_CROSS_SET = re.compile(r"^(?P<src>\w+)\s*->\s*AIV(?P<slot>\d+)\s*,\s*EVENT_ID(?P<event>\d+)$")
+_CROSS_WAIT = re.compile(r"^AIC\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
 _TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]"
                    r"(\s+pair=(?P<cube>\d+):(?P<slot>\d+))?$")
 _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
@@ -304,6 +307,17 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
             raise _Problem(f"bad {op} operands", expected="SRC_PIPE -> DST_PIPE, EVENT_ID<n>", got=rest)
         attrs = Attrs({"src": m["src"], "dst": m["dst"], "event": int(m["event"])})
         return Instr(op, m["src"] if op == "SET_FLAG" else m["dst"], attrs=attrs, loc=loc)
+    if kind == "cross":
+        setting = op == "CROSS_SET_FLAG"
+        m = (_CROSS_SET if setting else _CROSS_WAIT).match(rest)
+        if not m:
+            raise _Problem(f"bad {op} operands", got=rest,
+                           expected="SRC_PIPE -> AIV<slot>, EVENT_ID<n>" if setting else "AIC -> DST_PIPE, EVENT_ID<n>")
+        if setting:
+            attrs = Attrs({"src": m["src"], "slot": int(m["slot"]), "event": int(m["event"])})
+        else:
+            attrs = Attrs({"dst": m["dst"], "event": int(m["event"])})
+        return Instr(op, m["src"] if setting else m["dst"], attrs=attrs, loc=loc)
     if kind == "barrier":
         pipes = rest or "ALL"
         if not re.fullmatch(r"\w+", pipes):
@@ -389,6 +403,20 @@ def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = 
         if a["src"] == a["dst"]:
             raise _Problem("a flag links two different pipes", expected="SRC -> DST with SRC != DST",
                            got=f"{a['src']} -> {a['dst']}")
+        if not 0 <= a["event"] < EVENTS_PER_PIPE_PAIR:
+            raise _Problem("event id out of range", expected=f"EVENT_ID0..EVENT_ID{EVENTS_PER_PIPE_PAIR - 1}",
+                           got=f"EVENT_ID{a['event']}")
+        return
+    if kind == "cross":
+        a, setting = ins.attrs, op == "CROSS_SET_FLAG"
+        if core_type != ("AIC" if setting else "AIV"):
+            raise _Problem(f"{op} runs on the {'cube' if setting else 'vector'} core of a pair",
+                           expected="AIC" if setting else "AIV", got=core_type)
+        if ins.pipe not in pipes:
+            raise _Problem(f"pipe {ins.pipe} does not exist on an {core_type} core", expected=" ".join(pipes),
+                           got=ins.pipe)
+        if setting and a["slot"] not in (0, 1):
+            raise _Problem("an AIC has two AIVs", expected="AIV0 or AIV1", got=f"AIV{a['slot']}")
         if not 0 <= a["event"] < EVENTS_PER_PIPE_PAIR:
             raise _Problem("event id out of range", expected=f"EVENT_ID0..EVENT_ID{EVENTS_PER_PIPE_PAIR - 1}",
                            got=f"EVENT_ID{a['event']}")
@@ -606,6 +634,9 @@ def verify_program(program, machine=None) -> None:
         for k, ins in enumerate(t.instrs):
             try:
                 check_instr(ins, t.core_type, capacities)
+                if ins.op == "CROSS_WAIT_FLAG" and t.pair is None:
+                    raise _Problem("CROSS_WAIT_FLAG waits for the cube task of a pair; this task has none",
+                                   expected="a task header with pair=CUBE_TASK:SLOT", got="no pair")
             except _Problem as e:
                 raise PTOSyntaxError(e.message, task=t.id, index=k, op=ins.op, text=ins.text(),
                                      kernel_loc=ins.loc, expected=e.expected, got=e.got) from None

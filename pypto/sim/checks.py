@@ -78,8 +78,10 @@ def find_races(program: Program, times) -> list[str]:
     return found
 
 
-def find_task_races(program: Program, task_times) -> list[str]:
-    """Tasks touching the same GM (one writing) whose runs overlap or go against program order."""
+def find_task_races(program: Program, task_times, times=None) -> list[str]:
+    """Tasks touching the same GM (one writing) whose runs overlap or go against program order.
+    A paired epilogue reading its cube task's stores is checked store by store instead (with
+    the instruction `times`): cross-core flags let it run alongside its cube task."""
     from ..compiler.partition import _Footprint
     feet = []
     for t in program.tasks:
@@ -98,7 +100,10 @@ def find_task_races(program: Program, task_times) -> list[str]:
             (ra, wa), (rb, wb) = feet[a.id], feet[b.id]
             if not (wa.overlaps(rb) or wa.overlaps(wb) or ra.overlaps(wb)):
                 continue
-            if task_times[a.id][2] > task_times[b.id][1]:
+            if b.pair is not None and b.pair[0] == a.id and times is not None and not (
+                    wa.overlaps(wb) or ra.overlaps(wb)):
+                found += _early_reads(a, b, times)
+            elif task_times[a.id][2] > task_times[b.id][1]:
                 found.append(f"race between tasks: task {b.id} (group {b.group}) starts at cycle "
                              f"{task_times[b.id][1]} on {task_times[b.id][0]} and touches GM that task {a.id} "
                              f"(group {a.group}) writes or reads until cycle {task_times[a.id][2]} on "
@@ -106,8 +111,24 @@ def find_task_races(program: Program, task_times) -> list[str]:
     return found
 
 
+def _early_reads(cube, epilogue, times) -> list[str]:
+    """Loads of a paired epilogue that start before the cube task's store of that data ended."""
+    stores = [(k, i.dst) for k, i in enumerate(cube.instrs) if i.op == "TSTORE" and isinstance(i.dst, GMRef)]
+    found = []
+    for j, ins in enumerate(epilogue.instrs):
+        if ins.op != "TLOAD" or not isinstance(ins.srcs[0], GMRef):
+            continue
+        start = times[epilogue.id][j][0]
+        for k, w in stores:
+            if w.overlaps(ins.srcs[0]) and times[cube.id][k][1] > start:
+                found.append(f"race between paired tasks: {_describe(epilogue, j)} reads GM at cycle {start} "
+                             f"before {_describe(cube, k)} stored it (cycle {times[cube.id][k][1]}): a "
+                             f"cross-core flag is missing")
+    return found
+
+
 def check_races(program: Program, timing: dict) -> None:
-    races = find_races(program, timing["times"]) + find_task_races(program, timing["tasks"])
+    races = find_races(program, timing["times"]) + find_task_races(program, timing["tasks"], timing["times"])
     if races:
         more = f"\n  ... and {len(races) - 5} more" if len(races) > 5 else ""
         raise SimulationError(f"{len(races)} race(s) found by the checked simulation:\n  "

@@ -27,7 +27,7 @@ VECTOR_SLOPE = {  # cycles per 256-byte repeat (default 1)
     "TEXP": 4, "TLOG": 4, "TSQRT": 4, "TRSQRT": 4,
     "TROWSUM": 2, "TROWMAX": 2, "TROWMIN": 2, "TCOLSUM": 2, "TCOLMAX": 2, "TCOLMIN": 2,
 }
-SYNC_CYCLES = {"SET_FLAG": 1, "WAIT_FLAG": 1, "PIPE_BARRIER": 1}
+SYNC_CYCLES = {"SET_FLAG": 1, "WAIT_FLAG": 1, "PIPE_BARRIER": 1, "CROSS_SET_FLAG": 1, "CROSS_WAIT_FLAG": 1}
 MOVE_OPS = ("TLOAD", "TSTORE", "TEXTRACT", "TMOV")
 
 
@@ -94,7 +94,7 @@ def is_vector(op: str) -> bool:
 def vocabulary() -> dict[str, str]:
     """Every instruction the compiler can emit -> its kind (load, store, extract, move, cube,
     unary, cvt, binary, scalar, expand, expand_binary, reduce, sync), in documentation order."""
-    return {op: "sync" if kind in ("flag", "barrier") else kind for op, kind in INSTRUCTIONS.items()}
+    return {op: "sync" if kind in ("flag", "barrier", "cross") else kind for op, kind in INSTRUCTIONS.items()}
 
 
 def _dtype(d, what="dtype") -> DType:
@@ -154,6 +154,12 @@ def synthetic_instr(op: str, **kw) -> Instr:
     if kind == "sync":
         if op == "PIPE_BARRIER":
             return Instr(op, "S", attrs=Attrs({"pipes": kw["pipes"]} if "pipes" in kw else {}))
+        if op == "CROSS_SET_FLAG":
+            return Instr(op, kw.get("src", "FIX"), attrs=Attrs({"src": kw.get("src", "FIX"), "slot": 0,
+                                                               "event": kw.get("event", 0)}))
+        if op == "CROSS_WAIT_FLAG":
+            return Instr(op, kw.get("dst", "MTE2"), attrs=Attrs({"dst": kw.get("dst", "MTE2"),
+                                                                "event": kw.get("event", 0)}))
         a = Attrs({"src": kw.get("src", "MTE2"), "dst": kw.get("dst", "V"), "event": kw.get("event", 0)})
         return Instr(op, a["src"] if op == "SET_FLAG" else a["dst"], attrs=a)
     if kind == "cube":
@@ -291,11 +297,15 @@ def instruction_table(machine="a2a3") -> list[InstrRow]:
                         "TMATMUL_BIAS": "L0C <- BT row + L0A x L0B"}.get(op, "L0C <- L0A x L0B")
             add(op, operands, rule, "M=40 K=50 N=60 fp16", m=40, k=50, n=60, dtype="fp16")
         elif kind == "sync":
-            operands = "pipe -> pipe, EVENT_ID" if op != "PIPE_BARRIER" else "pipe"
+            operands = {"PIPE_BARRIER": "pipe", "CROSS_SET_FLAG": "pipe -> AIV slot, EVENT_ID",
+                        "CROSS_WAIT_FLAG": "AIC -> pipe, EVENT_ID"}.get(op, "pipe -> pipe, EVENT_ID")
             note = {"SET_FLAG": "", "WAIT_FLAG": ", then blocks until the matching SET_FLAG has run",
-                    "PIPE_BARRIER": ", then blocks until the pipe has drained"}[op]
+                    "PIPE_BARRIER": ", then blocks until the pipe has drained",
+                    "CROSS_SET_FLAG": "; counts up a flag of an AIV of the pair",
+                    "CROSS_WAIT_FLAG": ", then blocks until the paired AIC has set the flag"}[op]
             ins = synthetic_instr(op)
-            pipe = {"SET_FLAG": "source pipe", "WAIT_FLAG": "waiting pipe", "PIPE_BARRIER": "its pipe"}[op]
+            pipe = {"SET_FLAG": "source pipe", "WAIT_FLAG": "waiting pipe", "PIPE_BARRIER": "its pipe",
+                    "CROSS_SET_FLAG": "AIC pipe", "CROSS_WAIT_FLAG": "AIV pipe"}[op]
             rows.append(InstrRow(op, pipe, operands, f"{SYNC_CYCLES[op]}{note}", "-", base_cycles(ins, m)))
         else:
             slope = VECTOR_SLOPE.get(op, 1)

@@ -37,7 +37,7 @@ from .cost import base_cycles, dma_bytes, dma_path, is_vector
 from .machine import Machine
 
 # instruction kinds of the decoded program
-COMPUTE, VECTOR, SET, WAIT, GM_LOAD, GM_STORE = range(6)
+COMPUTE, VECTOR, SET, WAIT, GM_LOAD, GM_STORE, CROSS_SET, CROSS_WAIT = range(8)
 
 
 @dataclass(frozen=True)
@@ -91,6 +91,14 @@ class Decoder:
                     cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
                 a = ins.attrs
                 append((SET if op == "SET_FLAG" else WAIT, ins.pipe, cyc, (a["src"], a["dst"], a["event"]),
+                        0, None, None, None))
+            elif op == "CROSS_SET_FLAG" or op == "CROSS_WAIT_FLAG":
+                cyc = self.sync_cycles.get(op)
+                if cyc is None:
+                    cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
+                # the key of a set is the AIV slot it signals; a wait's is its task's pair
+                setting = op == "CROSS_SET_FLAG"
+                append((CROSS_SET if setting else CROSS_WAIT, ins.pipe, cyc, ins.attrs["slot"] if setting else None,
                         0, None, None, None))
             elif (op == "TLOAD" or op == "TSTORE") and (isinstance(dst, GMRef) or isinstance(srcs[0], GMRef)):
                 sd = dma_path(ins)
@@ -281,6 +289,8 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     end_time = 0
     task_times: dict[int, tuple[str, int, int]] = {}
     core_of: dict[int, int] = {}        # task -> index of the core it was dispatched to
+    cross: dict[tuple, list[int]] = {}  # (cube task, AIV slot) -> times of its unconsumed cross-core sets
+    cross_waiting: dict[tuple, tuple] = {}     # (cube task, AIV slot) -> (core, pipe) blocked on it
     unwaited: list[str] = []
     total = sum(len(t.instrs) for t in tasks)
     bar = _Progress(total, f"simulating {program.name}") if progress else None
@@ -357,6 +367,20 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
             if waiter is not None:
                 heapq.heappush(heap, (t0 + dur, seq, 2, (name, waiter)))
                 seq += 1
+        elif ikind == CROSS_WAIT:
+            avail = cross.get(r.task.pair)
+            if not avail:
+                cross_waiting[r.task.pair] = (name, pipe)
+                continue
+            s = avail.pop(0)
+            t0 = t0 if t0 > s else s
+        elif ikind == CROSS_SET:
+            xk = (r.task.id, key)
+            cross.setdefault(xk, []).append(t0 + dur)
+            waiter = cross_waiting.pop(xk, None)
+            if waiter is not None:
+                heapq.heappush(heap, (t0 + dur, seq, 2, waiter))
+                seq += 1
         elif ikind == GM_LOAD or ikind == GM_STORE:
             hit = l2.touch(window, nbytes)
             if ikind == GM_LOAD and hit:
@@ -417,8 +441,10 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     if bar is not None:
         bar.close(executed)
     if done < len(tasks):
-        raise SimulationError(deadlock_report([(name, r.task.id, pipe, key) for name, r in running.items()
-                                               for key, pipe in r.waiting.items()], len(tasks), done))
+        waiting = [(name, r.task.id, pipe, key) for name, r in running.items() for key, pipe in r.waiting.items()]
+        waiting += [(name, running[name].task.id, pipe, ("AIC", pipe, 0))      # cross-core waits
+                    for _, (name, pipe) in sorted(cross_waiting.items())]
+        raise SimulationError(deadlock_report(waiting, len(tasks), done))
     return timing_result(end_time, events, busy, bytes_by_path, hbm_bytes, total, task_times, times, unwaited,
                          l2.hits, l2.misses, l2.hit_bytes, l2.miss_bytes)
 

@@ -36,7 +36,7 @@ from ..errors import SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES
 from ..ir.program import Program
 from .machine import Machine
-from .timing import (GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, TraceEvent, _Progress,
+from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, TraceEvent, _Progress,
                      deadlock_report, event_reuse_message, timing_result, unwaited_message)
 
 try:
@@ -72,8 +72,10 @@ MF_HBM_BPC, MF_L2_BPC = range(2)
 # the encoded program (arrays only: what the compiled loop reads)
 _Enc = namedtuple("_Enc", [
     "kind", "lp", "cyc", "key", "nbytes", "path", "window",   # per instruction
+    "xslot",                     # per instruction: the AIV slot a CROSS_SET_FLAG signals (-1: other)
     "ioff", "task_ct", "n_deps", "dep_off", "dependents",       # per task (dependents: CSR)
     "pair_task", "pair_slot",    # per task: the cube task an epilogue pairs with (-1: none), AIV slot
+    "x_off",                     # per (cube task, slot): CSR offsets of its cross-core sets
     "qorder", "qstart",          # per (task, local pipe): instruction indices in pipe order
     "path_bpc", "mi", "mf"])
 # what the compiled loop changes
@@ -87,7 +89,8 @@ _State = namedtuple("_State", [
     "busy", "busy_first", "path_bytes", "path_first",
     "task_slot", "task_start", "task_end", "task_order",
     "ex_g", "ex_t0", "ex_end", "ex_ready",                      # per executed instruction (trace)
-    "uw_task", "uw_slot", "uw_key"])                            # checked: flags never waited for
+    "uw_task", "uw_slot", "uw_key",                             # checked: flags never waited for
+    "x_time", "x_nset", "x_nwait", "x_waiter"])                 # cross-core flags per (cube task, slot)
 
 
 class Encoding:
@@ -131,6 +134,8 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     lp_of = {ct: {p: j for j, p in enumerate(pipes)} for ct, pipes in zip(CORE_TYPES, PIPES)}
     kind, lp, cyc, key, nbytes, path, window = (array("b"), array("b"), array("q"), array("i"), array("q"),
                                                 array("i"), array("i"))
+    xslot = array("b")
+    x_count = np.zeros(2 * n, np.int64)         # cross-core sets per (cube task, AIV slot)
     key_ids, path_ids, win_ids = _Ids(), _Ids(), _Ids()
     ioff = np.zeros(n + 1, np.int64)
     decoder = Decoder(machine)
@@ -148,7 +153,17 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
             return None
         kind.extend(c_kind)
         cyc.extend(c_cyc)
-        key.extend(map(key_ids.__getitem__, c_key))
+        if CROSS_SET in c_kind or CROSS_WAIT in c_kind:
+            if CROSS_WAIT in c_kind and t.pair is None:
+                return None
+            key.extend(key_ids[k] if kd == SET or kd == WAIT else -1 for kd, k in zip(c_kind, c_key))
+            xslot.extend(k if kd == CROSS_SET else -1 for kd, k in zip(c_kind, c_key))
+            for kd, k in zip(c_kind, c_key):
+                if kd == CROSS_SET:
+                    x_count[2 * i + k] += 1
+        else:
+            key.extend(map(key_ids.__getitem__, c_key))
+            xslot.extend([-1] * len(rows))
         nbytes.extend(c_bytes)
         path.extend(map(path_ids.__getitem__, c_path))
         window.extend(map(win_ids.__getitem__, c_win))
@@ -175,9 +190,10 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     mf = np.array([machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle], np.float64)
     arrays = _Enc(kind, lp, np.frombuffer(cyc, np.int64), np.frombuffer(key, np.int32),
                   np.frombuffer(nbytes, np.int64), np.frombuffer(path, np.int32), np.frombuffer(window, np.int32),
-                  ioff, task_ct, n_deps, dep_off, flat,
+                  np.frombuffer(xslot, np.int8), ioff, task_ct, n_deps, dep_off, flat,
                   np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
-                  np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64), qorder, qstart,
+                  np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64),
+                  np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64), qorder, qstart,
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
     return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1)
 
@@ -218,7 +234,8 @@ def _new_state(enc: Encoding, record: bool) -> _State:
         path_bytes=z(len(enc.paths)), path_first=z(len(enc.paths), fill=-1),
         task_slot=z(n, np.int32, -1), task_start=z(n), task_end=z(n), task_order=z(n, fill=-1),
         ex_g=z(ne, np.int32), ex_t0=z(ne), ex_end=z(ne), ex_ready=z(ne),
-        uw_task=z(n), uw_slot=z(n), uw_key=z(n))
+        uw_task=z(n), uw_slot=z(n), uw_key=z(n),
+        x_time=z(int(a.x_off[-1])), x_nset=z(2 * n), x_nwait=z(2 * n), x_waiter=z(2 * n, fill=-1))
 
 
 # --- the compiled loop -----------------------------------------------------------------------
@@ -461,6 +478,24 @@ def _run(e, s, budget, checked):
             if w >= 0:
                 s.waiter[slot, k] = -1
                 _push(s, t0 + dur, EV_STEP + 4 * (slot * MAXP + w))
+        elif kind == CROSS_WAIT:
+            tid = s.slot_task[slot]
+            xk = 2 * e.pair_task[tid] + e.pair_slot[tid]
+            if s.x_nwait[xk] >= s.x_nset[xk]:   # blocked until the paired AIC sets the flag
+                s.x_waiter[xk] = slot * MAXP + p
+                continue
+            st = s.x_time[e.x_off[xk] + s.x_nwait[xk]]
+            s.x_nwait[xk] += 1
+            if st > t0:
+                t0 = st
+        elif kind == CROSS_SET:
+            xk = 2 * s.slot_task[slot] + e.xslot[gi]
+            s.x_time[e.x_off[xk] + s.x_nset[xk]] = t0 + dur
+            s.x_nset[xk] += 1
+            w = s.x_waiter[xk]
+            if w >= 0:
+                s.x_waiter[xk] = -1
+                _push(s, t0 + dur, EV_STEP + 4 * w)
         elif kind == GM_LOAD or kind == GM_STORE:
             nb = e.nbytes[gi]
             hit = _l2_touch(s, e.window[gi], nb, capacity)
@@ -633,9 +668,13 @@ def _times(program: Program, s: _State, a: _Enc) -> list[list]:
 
 
 def _waiting(s: _State, enc: Encoding, cores) -> list[tuple]:
-    """The blocked WAIT_FLAGs of the running tasks, in the order the Python engine lists them."""
+    """The blocked WAIT_FLAGs of the running tasks, then the blocked cross-core waits, in the
+    order the Python engine lists them."""
     out = []
     for (sl,) in _first_seen(np.where(s.slot_task >= 0, s.slot_stamp, -1)):
         for (k,) in _first_seen(np.where(s.waiter[sl] >= 0, s.wstamp[sl], -1)):
             out.append((cores[sl][0], int(s.slot_task[sl]), cores[sl][1][s.waiter[sl, k]], enc.keys[k]))
+    for w in s.x_waiter[s.x_waiter >= 0].tolist():
+        sl, pipe = cores[w // MAXP][0], cores[w // MAXP][1][w % MAXP]
+        out.append((sl, int(s.slot_task[w // MAXP]), pipe, ("AIC", pipe, 0)))
     return out

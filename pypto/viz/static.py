@@ -12,6 +12,9 @@ import html
 import io
 import re
 
+from ..ir.exec import SYNC_OPS
+
+
 # --- images ---------------------------------------------------------------------------------
 def fig_png(fig, dpi: int = 90) -> bytes:
     """PNG bytes of a matplotlib Figure, without the (version-dependent) Software metadata."""
@@ -77,7 +80,6 @@ PTO_COLORS = {
 }
 SPACE_TEXT_COLORS = {"GM": "#5f5f5f", "UB": "#1a5fb4", "L1": "#26813a", "L0A": "#a66f00",
                      "L0B": "#c15c00", "L0C": "#b3265e", "BT": "#6b4fa0"}
-SYNC_OPS = ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER")
 # TileRef "UB[0x0]:fp32[64,256]{32,72}" (valid shape optional) and GMRef "GM:x[0:64,0:256]".
 _OPERAND = re.compile(r"\b(GM|UB|L1|L0A|L0B|L0C|BT)(?:\[[^\]]*\])?:[\w.]+(?:\[[^\]]*\])?(?:\{[^}]*\})?")
 _INSTR = re.compile(r"^(\s+)([A-Z][A-Z0-9_]*)(\s+)(.*?)(\s+;\s+.*)?$")
