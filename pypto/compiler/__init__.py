@@ -2,11 +2,13 @@
 from .api import CompilerPipeline, OptimizationPass, default_pipeline
 from .autocast import AUTOCAST_PASSES
 from .autotile import AutoTilingPass
+from .crosscore import CROSS_CORE_SYNC
 from .fusion import FUSION_PASSES
 from .layout import LAYOUT_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
 from .pipeline import BUILTIN_PASSES, LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
+from .pressure import PressureTable, buffer_pressure
 from .schedule import CODEGEN, EXEC_PASSES, SELECT, DynamicScheduler
 from .tensor_passes import TENSOR_PASSES
 
@@ -18,11 +20,12 @@ def default_passes() -> list[Pass]:
     primitives decompose and legalize leave; simplify, cse and dce clean up after them."""
     decompose, legalize, *cleanup = TENSOR_PASSES
     return [decompose, legalize, *AUTOCAST_PASSES, *LAYOUT_PASSES, *cleanup, *FUSION_PASSES, TILING,
-            *TILE_PASSES, PARTITION, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CODEGEN]
+            *TILE_PASSES, PARTITION, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, CODEGEN]
 
 
 PASSES = {p.name: p for p in default_passes()}
 BUILTIN_PASSES.update(PASSES.values())
 
 __all__ = ["LEVELS", "PASSES", "AutoTilingPass", "CompilerPipeline", "DynamicScheduler", "OptimizationPass", "Pass",
-           "PassContext", "PassLog", "PassRecord", "Pipeline", "default_passes", "default_pipeline"]
+           "PassContext", "PassLog", "PassRecord", "Pipeline", "PressureTable", "buffer_pressure", "default_passes",
+           "default_pipeline"]

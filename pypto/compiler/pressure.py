@@ -1,0 +1,221 @@
+"""Buffer-pressure analysis (Execution level): peak live bytes per task and on-chip space.
+
+A tile's bytes are live from the instruction that writes them to the last instruction that
+reads them before they are overwritten (bytes a task reads before writing them are live from
+its start; bytes written and never read, at their writer only).  Walking a task's instruction
+order, the analysis sums the live bytes of each space (UB, L1, L0A, L0B, L0C, BT) at every
+instruction and keeps the peak: how full each buffer gets in the order the pipes will run
+it, against the machine's capacity.  An instruction that overwrites what it reads in place
+(TMATMUL_ACC, an in-place vector op) counts those bytes once.
+
+Live bytes beyond a space's capacity cannot have been allocated: that is an allocator (or a
+hand-made graph's) bug, reported as a VerificationError naming the task, the space and the
+instruction where the peak is reached.
+
+    rows = pypto.compiler.buffer_pressure(ck.exec_graph, ck.machine)
+    print(rows)                      # a table per group; rows.text(per_task=True): every task
+    rows[0].peak, rows[0].share      # bytes, fraction of the capacity
+
+The pass `buffer_pressure` (after `scheduling` and `insert_sync`) computes the table of the
+graph it sees, once per shape of isomorphic tasks, and leaves the graph unchanged (a failing
+check stops the compile).  `buffer_pressure(graph, machine)` returns the table of any
+Execution Graph, computed once per graph and machine; for `ck.exec_graph` it has the pass's
+peaks (flags, like the cross-core ones added later, change no live bytes; only the
+instruction indices `at` move with them).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..errors import VerificationError
+from ..ir.exec import SYNC_OPS, ExecGraph, TileRef
+from .pipeline import Pass, PassContext
+
+SPACE_ORDER = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
+
+
+class PressureRow(NamedTuple):
+    """The peak live bytes of one on-chip space in one task."""
+    task: int
+    group: int
+    core_type: str
+    space: str
+    peak: int          # bytes live at the peak
+    capacity: int      # bytes of the space on one core
+    at: int            # index (in the task's instructions) of the first instruction at the peak
+    tiles: int         # tiles live there
+
+    @property
+    def share(self) -> float:
+        """peak / capacity."""
+        return self.peak / self.capacity if self.capacity else float("inf")
+
+
+class PressureTable(list):
+    """PressureRow per task and space used (tasks in order, spaces UB, L1, L0A, L0B, L0C, BT)."""
+
+    def by_task(self) -> dict[int, dict[str, PressureRow]]:
+        out: dict[int, dict[str, PressureRow]] = {}
+        for r in self:
+            out.setdefault(r.task, {})[r.space] = r
+        return out
+
+    def peak(self, space: str) -> int:
+        """The highest peak of a space over all tasks (0 when no task uses it)."""
+        return max((r.peak for r in self if r.space == space), default=0)
+
+    def text(self, per_task: bool = False) -> str:
+        """A table: one line per group, core type and space (the highest peak of the group's
+        tasks), or with `per_task=True` one line per task and space."""
+        head = (f"{'task' if per_task else 'group':>6} {'core':<4} {'space':<5} {'peak bytes':>11} "
+                f"{'capacity':>9} {'share':>7} {'tiles':>5}  " + ("at instr" if per_task else "tasks"))
+        lines = [head]
+        if per_task:
+            for r in self:
+                lines.append(f"{r.task:>6} {r.core_type:<4} {r.space:<5} {r.peak:>11} {r.capacity:>9} "
+                             f"{100 * r.share:>6.1f}% {r.tiles:>5}  {r.at}")
+            return "\n".join(lines)
+        groups: dict[tuple, list] = {}
+        for r in self:
+            g = groups.setdefault((r.group, r.core_type, SPACE_ORDER.index(r.space) if r.space in SPACE_ORDER
+                                   else len(SPACE_ORDER), r.space), [None, 0])
+            if g[0] is None or r.peak > g[0].peak:
+                g[0] = r
+            g[1] += 1
+        for (group, core, _, space), (r, n) in sorted(groups.items()):
+            lines.append(f"{group:>6} {core:<4} {space:<5} {r.peak:>11} {r.capacity:>9} {100 * r.share:>6.1f}% "
+                         f"{r.tiles:>5}  {n}")
+        return "\n".join(lines)
+
+    def __str__(self):
+        return self.text()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.text())
+
+
+def _minus(gaps, lo, hi):
+    out = []
+    for a, b in gaps:
+        if b <= lo or hi <= a:
+            out.append((a, b))
+            continue
+        if a < lo:
+            out.append((a, lo))
+        if hi < b:
+            out.append((hi, b))
+    return out
+
+
+def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
+    """{space: (peak bytes, index of the first instruction at the peak, tiles live there)} of one
+    task's instruction stream (sync instructions are skipped; indices are into `instrs`).
+
+    Live bytes are tracked as pieces [lo, hi) of the tiles written (a write over part of a tile
+    ends that part only); bytes read and never written in the task are live from its start.
+    """
+    opened: dict[str, list] = {}        # space -> open pieces [lo, hi, start, last read, tile id]
+    pieces: dict[str, list] = {}        # space -> every piece (lo, hi, start, end, tile id, in place)
+    last = -1
+    tile = 0
+    for i, ins in enumerate(instrs):
+        if ins.op in SYNC_OPS:
+            continue
+        last = i
+        for o in ins.srcs:
+            if not isinstance(o, TileRef):
+                continue
+            lo, hi = o.addr, o.addr + o.nbytes
+            vals = opened.setdefault(o.space, [])
+            gaps = [(lo, hi)]
+            for v in vals:
+                if v[0] < hi and lo < v[1]:
+                    v[3] = i
+                    gaps = _minus(gaps, v[0], v[1])
+            if gaps:                    # never written in the task: live from its start
+                tile += 1
+                vals.extend([a, b, 0, i, tile] for a, b in gaps)
+        d = ins.dst
+        if isinstance(d, TileRef):
+            lo, hi = d.addr, d.addr + d.nbytes
+            done = pieces.setdefault(d.space, [])
+            keep = []
+            for v in opened.get(d.space, ()):
+                if v[0] < hi and lo < v[1]:
+                    a, b = max(v[0], lo), min(v[1], hi)
+                    done.append((a, b, v[2], v[3], v[4], v[3] == i))   # read here, overwritten here
+                    if v[0] < lo:
+                        keep.append([v[0], lo, v[2], v[3], v[4]])
+                    if hi < v[1]:
+                        keep.append([hi, v[1], v[2], v[3], v[4]])
+                else:
+                    keep.append(v)
+            tile += 1
+            keep.append([lo, hi, i, i, tile])
+            opened[d.space] = keep
+    out = {}
+    for space in sorted(set(opened) | set(pieces)):
+        vals = pieces.get(space, []) + [(v[0], v[1], v[2], v[3], v[4], False) for v in opened.get(space, ())]
+        delta: dict[int, int] = {}
+        for lo, hi, s, e, _, in_place in vals:
+            if in_place:                # its bytes are the new tile's at e: counted up to e - 1
+                e -= 1
+            if e < s:
+                continue
+            delta[s] = delta.get(s, 0) + hi - lo
+            delta[e + 1] = delta.get(e + 1, 0) - (hi - lo)
+        live = 0
+        best = (0, 0)
+        for k in sorted(delta):
+            if k > last:
+                break
+            live += delta[k]
+            if live > best[0]:
+                best = (live, k)
+        peak, at = best
+        tiles = {t for lo, hi, s, e, t, in_place in vals if s <= at <= e - in_place}
+        out[space] = (peak, at, len(tiles))
+    return out
+
+
+def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
+    """The PressureTable of an Execution Graph on a machine (computed once per graph and
+    machine).  Raises VerificationError when a task's live bytes exceed a space's capacity."""
+    from ..sim.machine import get_machine
+    machine = get_machine(machine)
+    cache = g.__dict__.setdefault("_pressure", {})
+    if machine in cache:
+        return cache[machine]
+    caps = machine.capacities()
+    table = PressureTable()
+    from .schedule import stream_shape         # isomorphic streams (see schedule.STREAM_SHAPES)
+    known: dict = {}
+    for t in g.tasks:
+        shape = stream_shape(g, t.instrs)
+        found = known.get(shape) if shape is not None else None
+        if found is None:
+            found = task_pressure(t.instrs)
+            if shape is not None:
+                known[shape] = found
+        for space in sorted(found, key=lambda s: (SPACE_ORDER.index(s) if s in SPACE_ORDER else 99, s)):
+            peak, at, tiles = found[space]
+            cap = caps.get(space, 0)
+            if peak > cap:
+                ins = t.instrs[at]
+                raise VerificationError(
+                    f"buffer pressure: task {t.id} ({t.core_type}, group {t.group}) has {peak} bytes of {space} "
+                    f"live at instruction {at} ({ins.op}), more than the {space} capacity: an allocation bug",
+                    loc=ins.loc, expected=f"at most {cap} bytes of {space} ({cap // 1024} KiB)", got=f"{peak} bytes")
+            table.append(PressureRow(t.id, t.group, t.core_type, space, peak, cap, at, tiles))
+    cache[machine] = table
+    return table
+
+
+def _pressure_pass(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+    if ctx is not None:
+        buffer_pressure(g, ctx.machine)
+    return g
+
+
+BUFFER_PRESSURE = Pass("buffer_pressure", "exec", _pressure_pass,
+                       "peak live bytes per task and on-chip space against the capacity (an analysis)")
