@@ -7,8 +7,9 @@ import pypto
 from pypto.compiler import PASSES, CompilerPipeline, DynamicScheduler, buffer_pressure, default_pipeline
 from pypto.compiler.pipeline import PassContext
 from pypto.compiler.pressure import task_pressure
-from pypto.compiler.schedule import (_accesses, _Stream, _sync_task, batch_flags, dependences, estimate_cycles,
-                                     evaluate, load_latencies, plan_flags, schedule_task)
+from pypto.compiler.listsched import (_Stream, batch_flags, dependences, estimate_cycles, evaluate, load_latencies,
+                                      schedule_task)
+from pypto.compiler.sync import _accesses, _sync_task, plan_flags
 from pypto.dtypes import DT_FP16, DT_FP32
 from pypto.ir.core import Attrs
 from pypto.ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
@@ -508,7 +509,7 @@ def test_pressure_table_of_a_matmul(rng):
 def test_shared_flags_need_the_very_same_stream():
     """insert_sync shares one flag plan between streams the scheduler found isomorphic; an entry
     of that side table for another object (e.g. a stale id) is not used."""
-    from pypto.compiler.schedule import STREAM_SHAPES, insert_sync
+    from pypto.compiler.sync import STREAM_SHAPES, insert_sync
     kernel, specs, consts = BENCH["matmul fp16 1024^3"]
     ck = kernel.compile(*specs, **consts)
     plain = _unsynced(ck.exec_graph)

@@ -30,6 +30,7 @@ from typing import NamedTuple
 from ..errors import VerificationError
 from ..ir.exec import SYNC_OPS, ExecGraph, TileRef
 from .pipeline import Pass, PassContext
+from .sync import stream_shape      # isomorphic streams (see sync.STREAM_SHAPES)
 
 SPACE_ORDER = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
 
@@ -188,7 +189,6 @@ def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
         return cache[machine]
     caps = machine.capacities()
     table = PressureTable()
-    from .schedule import stream_shape         # isomorphic streams (see schedule.STREAM_SHAPES)
     known: dict = {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)

@@ -1,0 +1,533 @@
+"""Execution-level pass `scheduling` (`DynamicScheduler`): list scheduling of each task's stream.
+
+Per task: a list schedule of its dependence DAG over the core's pipes, critical path first, and
+flags batched behind loads; a task keeps its order unless the new one is estimated faster (a
+single-core model of the timing engine, with the flags `sync.plan_flags` would insert).
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from ..ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
+from ..ir.gm import GMRef
+from ..sim.cost import base_cycles, is_vector
+from ..sim.machine import Machine, get_machine
+from .api import OptimizationPass
+from .pipeline import PassContext
+from .sync import STREAM_SHAPES, _accesses, plan_flags
+
+
+class DynamicScheduler(OptimizationPass):
+    """List-schedule each task's instructions across its pipes (Execution level).
+
+    Per task: the dependence DAG of its instructions (read after write, write after read and
+    write after write on on-chip byte ranges and on the GM windows the task writes); the longest
+    path from every instruction to the task's end (its critical path: cycles of
+    `pypto.sim.cost.base_cycles`, a GM load's data ready an L2 hit or miss latency after its
+    transfer (see `load_latencies`), FLAG_CYCLES for a flag between pipes); then a list schedule
+    on the core's pipes, one instruction at a time per pipe: the instruction that can start
+    first, the longest path to the end among equals.  The new program order is the order of
+    start times.  A second rewrite batches flags (`batch_flags`): of two instructions in a row
+    on one pipe waiting for two loads, the one waiting for the later load goes first, so one
+    SET_FLAG covers both loads and the load pipe stalls once for the latency instead of twice.
+
+    Dependent instructions never swap, so the sync pass after this one derives the flags of the
+    new order.  The candidates (original order, list schedule, each with batched flags) are
+    timed with their flags on one single-core model (`estimate_cycles`, GM transfers stretched
+    by the level's share of the HBM and L2, `gm_slowdown`) and the fastest is kept when it is
+    at least MIN_GAIN faster than the original: by the model no task gets slower, and
+    differences within the model's error are left alone.  Tasks of a level bound by the shared
+    bandwidth (slowdown above BANDWIDTH_BOUND) keep their order: no order of one core's
+    instructions makes the HBM faster.  Isomorphic tasks (same instruction shapes, e.g. the
+    tasks of a group) share one decision.  `options={"list_scheduling": False}` keeps every
+    task's order.
+    """
+
+    level = "exec"
+    description = "list-schedule each task's instructions across pipes (critical path first, flags batched)"
+
+    def apply(self, graph: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+        if ctx is not None and not ctx.options.get("list_scheduling", True):
+            return graph
+        machine = ctx.machine if ctx is not None else get_machine("a2a3")
+        cache: dict = {}
+        tasks, changed, shapes = [], False, {}
+        latencies = load_latencies(graph, machine)
+        slowdowns = gm_slowdown(graph, machine, latencies)
+        for t, lat, slow in zip(graph.tasks, latencies, slowdowns):
+            res = schedule_task(t.instrs, machine, cache, lat, round(slow, 2))
+            if res.instrs is not t.instrs:
+                changed = True
+                t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, res.instrs, t.pair)
+            tasks.append(t)
+            if res.shape is not None:
+                shapes[id(t.instrs)] = (t.instrs, res.shape)
+        out = graph.replace(tasks) if changed else graph
+        out.__dict__[STREAM_SHAPES] = shapes
+        return out
+
+
+# --- list scheduling ---------------------------------------------------------------------------
+
+FLAG_CYCLES = 2     # a SET_FLAG on the producer's pipe and a WAIT_FLAG on the consumer's
+BANDWIDTH_BOUND = 1.05  # a level whose GM traffic stretches its transfers more (`gm_slowdown`) is
+                        # bound by the shared bandwidth: reordering one core's stream cannot help
+MIN_GAIN = 0.01     # a new order is kept only when estimated at least this much faster (1 %): the
+                    # model cannot tell smaller differences from the noise of HBM contention
+
+
+class TaskSchedule(NamedTuple):
+    """What `schedule_task` decided for one task's instruction stream."""
+    instrs: tuple          # the stream to keep (the input tuple itself when unchanged)
+    before: int | None     # estimated cycles of the original order (None: not scheduled)
+    after: int | None      # estimated cycles of the kept order
+    how: str               # the kept candidate: "original", "list", "original+batched", "list+batched"
+    shape: int | None = None   # equal for streams of the same shape scheduled alike (with a cache)
+
+    @property
+    def reordered(self) -> bool:
+        return self.how != "original"
+
+
+def dependences(instrs, accesses=None) -> list[dict[int, bool]]:
+    """preds[j] = {i: needs_data} for every earlier instruction i that j must follow.
+
+    Edges come from overlapping byte ranges (on-chip tiles, and the GM windows of buffers the
+    task writes; read-only GM cannot order anything): read after write and write after write
+    need i's data (needs_data True: a load's latency counts), write after read only i's end.
+    Transitively implied edges are mostly left out (a read depends on the last writer only).
+    """
+    if accesses is None:
+        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+        accesses = [_accesses(i, written_gm) for i in instrs]
+    ranges: dict[tuple, list] = {}          # (key, lo, hi) -> [last writer or -1, readers since]
+    by_key: dict[str, list[tuple]] = {}
+    preds: list[dict[int, bool]] = []
+    for j, acc in enumerate(accesses):
+        p: dict[int, bool] = {}
+        for key, lo, hi, w in acc:
+            for rk in by_key.get(key, ()):
+                if rk[1] < hi and lo < rk[2]:
+                    writer, readers = ranges[rk]
+                    if writer >= 0 and writer != j:
+                        p[writer] = True
+                    if w:
+                        for r in readers:
+                            if r != j and r not in p:
+                                p[r] = False
+        for key, lo, hi, w in acc:
+            rk = (key, lo, hi)
+            if rk not in ranges:
+                ranges[rk] = [-1, []]
+                by_key.setdefault(key, []).append(rk)
+            if w:
+                for ok in by_key[key]:
+                    if ok[1] < hi and lo < ok[2]:
+                        ranges[ok] = [j, []]
+            else:
+                ranges[rk][1].append(j)
+        preds.append(p)
+    return preds
+
+
+def _is_gm_load(ins: Instr) -> bool:
+    return ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef)
+
+
+def load_latencies(graph: ExecGraph, machine: Machine) -> list[tuple[int, ...]]:
+    """Per task, per instruction: cycles from the end of a GM load's transfer to its data being
+    ready (0 for other instructions), as the timing model's L2 will likely serve it.
+
+    The L2 keeps GM windows that were loaded or stored before: a load of a window an earlier
+    task (or an earlier instruction of the task) touched is predicted to hit
+    (`machine.l2_hit_cycles`), any other to miss (plus `machine.l2_miss_extra_cycles`).
+    """
+    hit = machine.l2_hit_cycles
+    miss = hit + machine.l2_miss_extra_cycles
+    if machine.l2_mib == 0:
+        hit = miss
+    seen: set = set()
+    out = []
+    for t in graph.tasks:
+        lat = []
+        for ins in t.instrs:
+            if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
+                w = ins.srcs[0]
+                key = (w.buf.name, w.offset, w.shape, w.strides)
+                lat.append(hit if key in seen else miss)
+                seen.add(key)
+            else:
+                lat.append(0)
+                if ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
+                    w = ins.dst
+                    seen.add((w.buf.name, w.offset, w.shape, w.strides))
+        out.append(tuple(lat))
+    return out
+
+
+def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[float]:
+    """Per task: how much longer than its path's bandwidth allows a GM transfer will take, because
+    the tasks of its wavefront level share the HBM and the L2 (a roofline per level).
+
+    A level's transfers need (sum of their path-limited cycles) / (cores running the level) at
+    least; its HBM bytes (predicted L2 misses, and stores) need bytes / HBM bandwidth, its L2
+    hits bytes / L2 bandwidth.  When one of those is longer, every transfer of the level
+    stretches by the ratio.  `latencies`: `load_latencies(graph, machine)`.
+    """
+    if latencies is None:
+        latencies = load_latencies(graph, machine)
+    hit = machine.l2_hit_cycles
+    cores = {"AIC": machine.n_aic, "AIV": machine.n_aiv}
+    levels: dict[int, list] = {}        # level -> [path cycles, HBM bytes, L2 bytes, {core type: tasks}]
+    bpc: dict[tuple, float] = {}
+    for t, lat in zip(graph.tasks, latencies):
+        lv = levels.setdefault(t.level, [0.0, 0, 0, {}])
+        lv[3][t.core_type] = lv[3].get(t.core_type, 0) + 1
+        for ins, la in zip(t.instrs, lat):
+            if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
+                nbytes, path = ins.srcs[0].nbytes, ("GM", ins.dst.space)
+                lv[2 if 0 < la <= hit and machine.l2_mib else 1] += nbytes
+            elif ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
+                nbytes, path = ins.dst.nbytes, (ins.srcs[0].space, "GM")
+                lv[1] += nbytes
+            else:
+                continue
+            rate = bpc.get(path)
+            if rate is None:
+                rate = bpc[path] = machine.dma_bytes_per_cycle(*path)
+            lv[0] += nbytes / rate
+    factor = {}
+    for level, (path, hbm, l2, kinds) in levels.items():
+        active = max(1, sum(min(n, cores.get(ct, n)) for ct, n in kinds.items()))
+        need = path / active
+        f = 1.0
+        if need > 0:
+            f = max(f, hbm / machine.hbm_bytes_per_cycle / need)
+            if machine.l2_mib:
+                f = max(f, l2 / machine.l2_bytes_per_cycle / need)
+        factor[level] = f
+    return [factor.get(t.level, 1.0) for t in graph.tasks]
+
+
+def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
+    """A GM transfer's cycles, `slowdown` times its path-limited `base` (other instructions: base)."""
+    if not slowdown or slowdown <= 1.0:
+        return base
+    if (ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef)) or (ins.op == "TSTORE" and isinstance(ins.dst, GMRef)):
+        return math.ceil(base * slowdown)
+    return base
+
+
+class _Stream:
+    """One task's instructions (no sync yet) with what scheduling needs, computed once."""
+
+    def __init__(self, instrs, machine: Machine, latency=None, slowdown=None):
+        self.instrs = instrs
+        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+        self.acc = [_accesses(i, written_gm) for i in instrs]
+        self.pipe = [i.pipe for i in instrs]
+        self.latency = list(latency) if latency is not None else \
+            [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
+        self.cycles = [_gm_cycles(i, base_cycles(i, machine), slowdown) for i in instrs]
+        self.vector = [is_vector(i.op) for i in instrs]
+        self.preds = dependences(instrs, self.acc)
+        self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
+        self._plans: dict[tuple, tuple] = {}
+
+    def plan(self, order) -> tuple:
+        """`plan_flags` of the stream in `order` (remembered: candidates share them)."""
+        key = tuple(order)
+        got = self._plans.get(key)
+        if got is None:
+            got = self._plans[key] = plan_flags([self.pipe[k] for k in key], [self.acc[k] for k in key])
+        return got
+
+    def valid(self, order) -> bool:
+        """Whether `order` (a permutation) keeps every dependence."""
+        if sorted(order) != list(range(len(self.instrs))):
+            return False
+        pos = [0] * len(order)
+        for r, k in enumerate(order):
+            pos[k] = r
+        return all(pos[i] < pos[j] for j, p in enumerate(self.preds) for i in p)
+
+
+def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=None) -> list[int]:
+    """A new order (indices into `instrs`) from a list schedule of the dependence DAG.
+
+    Resources: the pipes, one instruction at a time each.  An instruction can start when its
+    pipe is free and every predecessor is done (its end, plus a load's latency when the data is
+    needed, plus FLAG_CYCLES across pipes).  Repeatedly the instruction that can start first is
+    placed, the one with the longest path to the end (critical path) among equals, then the
+    lowest index; the result is the order of start times (a topological order of the DAG).
+    """
+    n = len(instrs)
+    if preds is None:
+        preds = dependences(instrs)
+    if cycles is None:
+        cycles = [base_cycles(i, machine) for i in instrs]
+    if latency is None:
+        latency = [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
+    pipe = [i.pipe for i in instrs]
+    done = [cycles[k] + latency[k] for k in range(n)]
+    succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+    for j, ps in enumerate(preds):
+        for i, data in ps.items():
+            d = (done[i] if data else cycles[i]) + (FLAG_CYCLES if pipe[i] != pipe[j] else 0)
+            succs[i].append((j, d))
+    prio = [0] * n                              # longest path from an instruction's start to the end
+    for i in range(n - 1, -1, -1):
+        best = done[i]
+        for j, d in succs[i]:
+            v = d + prio[j]
+            if v > best:
+                best = v
+        prio[i] = best
+    vec_head = machine.vec_head
+    vector = [is_vector(i.op) for i in instrs]
+    left = [len(p) for p in preds]
+    est = [0] * n
+    start = [0] * n
+    free: dict[str, int] = {}
+    last_vector_end = -1
+    ready = [k for k in range(n) if left[k] == 0]
+    placed = []
+    while ready:
+        bk = bkey = None
+        for k in ready:
+            f = free.get(pipe[k], 0)
+            s = est[k] if est[k] > f else f
+            key = (s, -prio[k], k)
+            if bkey is None or key < bkey:
+                bk, bkey = k, key
+        ready.remove(bk)
+        s = bkey[0]
+        d = cycles[bk]
+        if vector[bk]:
+            if last_vector_end == s and d > vec_head:
+                d -= vec_head
+            last_vector_end = s + d
+        end = s + d
+        free[pipe[bk]] = end
+        start[bk] = s
+        placed.append(bk)
+        for j, _ in succs[bk]:
+            t = (end + latency[bk] if preds[j][bk] else end) + (FLAG_CYCLES if pipe[bk] != pipe[j] else 0)
+            if t > est[j]:
+                est[j] = t
+            left[j] -= 1
+            if left[j] == 0:
+                ready.append(j)
+    rank = {k: r for r, k in enumerate(placed)}
+    return sorted(range(n), key=lambda k: (start[k], rank[k]))
+
+
+def batch_flags(order, st: _Stream, rounds: int = 4) -> list[int]:
+    """Let one SET_FLAG after a load cover several loads (a rewrite of a program order).
+
+    A SET_FLAG on a load pipe waits until the data of the pipe's earlier loads is ready, so
+    the pipe stalls a latency per flag.  When two instructions in a row on pipe Q wait for two
+    loads on P (two flags P->Q), and the second does not depend on anything between them, it
+    moves in front of the first: its flag then covers both loads.
+    """
+    order = list(order)
+    for _ in range(rounds):
+        pipes = [st.pipe[k] for k in order]
+        flags = st.plan(order)[2]
+        nxt: list = [None] * len(order)
+        last: dict[str, int] = {}
+        for r in range(len(order) - 1, -1, -1):
+            nxt[r] = last.get(pipes[r])
+            last[pipes[r]] = r
+        prev: dict[tuple, tuple] = {}
+        moves = []
+        for p, q, j, c in flags:
+            pair = (p, q)
+            if p in st.load_pipes and pair in prev:
+                j1, c1 = prev[pair]
+                if nxt[c1] == c and j < c1:
+                    pk = st.preds[order[c]]
+                    if not any(order[r] in pk for r in range(c1, c)):
+                        moves.append((c1, c))
+            prev[pair] = (j, c)
+        if not moves:
+            break
+        taken = -1
+        for c1, c in sorted(moves, reverse=True):      # from the back: earlier positions stay valid
+            if taken != -1 and c >= taken:
+                continue
+            order.insert(c1, order.pop(c))
+            taken = c1
+    return order
+
+
+def _relax(queues: dict, machine: Machine) -> int | None:
+    """Run per-pipe queues of (kind, a, b, c) entries: kind 0 an instruction (a cycles, b data
+    latency, c vector), 1 a SET_FLAG and 2 a WAIT_FLAG of flag key a.  The makespan, or None
+    when the flags deadlock."""
+    ptr = dict.fromkeys(queues, 0)
+    free = dict.fromkeys(queues, 0)
+    ready = dict.fromkeys(queues, 0)
+    flags: dict = {}
+    vec_head = machine.vec_head
+    last_vector_end = -1
+    makespan = 0
+    progress = True
+    while progress:
+        progress = False
+        for p, q in queues.items():
+            k = ptr[p]
+            n = len(q)
+            while k < n:
+                kind, a, b, c = q[k]
+                t0 = free[p]
+                if kind == 2:
+                    pending = flags.get(a)
+                    if not pending:
+                        break
+                    s = pending.pop(0)
+                    if s > t0:
+                        t0 = s
+                    end = t0 + 1
+                elif kind == 1:
+                    if ready[p] > t0:
+                        t0 = ready[p]
+                    end = t0 + 1
+                    flags.setdefault(a, []).append(end)
+                else:
+                    d = a
+                    if c:
+                        if last_vector_end == t0 and d > vec_head:
+                            d -= vec_head
+                        last_vector_end = t0 + d
+                    end = t0 + d
+                free[p] = end
+                if b:
+                    end += b
+                    if end > ready[p]:
+                        ready[p] = end
+                if end > makespan:
+                    makespan = end
+                k += 1
+                progress = True
+            ptr[p] = k
+    if any(ptr[p] < len(q) for p, q in queues.items()):
+        return None
+    return makespan
+
+
+def evaluate(order, st: _Stream, machine: Machine) -> int | None:
+    """`estimate_cycles` of the stream in `order` with the flags the sync pass would insert."""
+    pipes = [st.pipe[k] for k in order]
+    before, after, _ = st.plan(order)
+    queues: dict[str, list] = {}
+    for r, k in enumerate(order):
+        for op, pipe, fk in before.get(r, ()):
+            queues.setdefault(pipe, []).append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+        queues.setdefault(pipes[r], []).append((0, st.cycles[k], st.latency[k], st.vector[k]))
+        for op, pipe, fk in after.get(r, ()):
+            queues.setdefault(pipe, []).append((1, fk, 0, False))
+    return _relax(queues, machine)
+
+
+def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:
+    """Cycles of one task's stream (with its flags) alone on a core, by the timing engine's
+    per-core rules.
+
+    Each pipe runs its instructions in order; a WAIT_FLAG waits for its SET_FLAG (first in,
+    first out per pipe pair and event id); a SET_FLAG waits until the data of its pipe's
+    earlier loads is ready; a vector instruction right behind another shares its startup.
+    Durations are `base_cycles` (a GM transfer at its path's bandwidth: no other core competes
+    for the HBM or the L2 here); a GM load's data is ready `latency` cycles after its transfer
+    (a sequence with one entry per instruction; default: an L2 hit).  None when the flags
+    deadlock.
+    """
+    queues: dict[str, list] = {}
+    for k, ins in enumerate(instrs):
+        if ins.op in ("SET_FLAG", "WAIT_FLAG"):
+            a = ins.attrs
+            e = (1 if ins.op == "SET_FLAG" else 2, (a["src"], a["dst"], a["event"]), 0, False)
+        else:
+            lat = 0
+            if _is_gm_load(ins):
+                lat = latency[k] if latency is not None else machine.l2_hit_cycles
+            e = (0, base_cycles(ins, machine), lat, is_vector(ins.op))
+        queues.setdefault(ins.pipe, []).append(e)
+    return _relax(queues, machine)
+
+
+def _shape_key(instrs) -> tuple:
+    """Equal for two streams that schedule the same: same ops, pipes, attributes and on-chip
+    operands (interned TileRefs), same GM window shapes, and the windows of the GM buffers the
+    stream writes at the same offsets relative to each buffer's lowest one."""
+    written = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+    base: dict[str, int] = {}
+    for ins in instrs:
+        for o in (ins.dst, *ins.srcs):
+            if isinstance(o, GMRef) and o.buf.name in written:
+                lo = o.span()[0]
+                if lo < base.get(o.buf.name, lo + 1):
+                    base[o.buf.name] = lo
+    parts = []
+    for ins in instrs:
+        row = [ins.op, ins.pipe, tuple(ins.attrs.items()) if ins.attrs else None]
+        for o in (ins.dst, *ins.srcs):
+            if isinstance(o, TileRef):
+                row.append(id(o))
+            elif isinstance(o, GMRef):
+                name = o.buf.name
+                if name in written:
+                    lo, hi = o.span()
+                    row.append((name, lo - base[name], hi - base[name], o.shape))
+                else:
+                    row.append((name, o.shape))
+            else:
+                row.append(o)
+        parts.append(tuple(row))
+    return tuple(parts)
+
+
+def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=None,
+                  slowdown: float | None = None) -> TaskSchedule:
+    """Schedule one task's stream (see DynamicScheduler): the fastest of the original order, its
+    list schedule, and both with batched flags, by `evaluate`; the original on a tie.  Streams
+    that already hold sync instructions are left alone.  `cache` (a dict) shares the decision
+    between streams of the same shape; `latency`: per instruction, a GM load's data latency
+    (default: an L2 hit); `slowdown`: how much longer than its path allows a GM transfer takes
+    (see `gm_slowdown`; default 1)."""
+    instrs = tuple(instrs)
+    if len(instrs) < 2 or any(i.op in SYNC_OPS for i in instrs):
+        return TaskSchedule(instrs, None, None, "original")
+    if slowdown is not None and slowdown > BANDWIDTH_BOUND:
+        # the level waits for the shared HBM / L2 whatever each core's order: keep it
+        return TaskSchedule(instrs, None, None, "original")
+    if latency is None:
+        latency = tuple(machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs)
+    key = (_shape_key(instrs), tuple(latency), slowdown) if cache is not None else None
+    hit = cache.get(key) if key is not None else None
+    if hit is None:
+        st = _Stream(instrs, machine, latency, slowdown)
+        original = list(range(len(instrs)))
+        cands = [("original", original)]
+        ls = list_schedule(instrs, machine, st.preds, st.cycles, st.latency)
+        if ls != original:
+            cands.append(("list", ls))
+        for name, order in list(cands):
+            b = batch_flags(order, st)
+            if b != order and all(b != o for _, o in cands):
+                cands.append((name + "+batched", b))
+        before = best = evaluate(original, st, machine)
+        how, perm = "original", None
+        if before is not None:
+            for name, order in cands[1:]:
+                c = evaluate(order, st, machine)
+                if c is not None and c < best and c <= before * (1 - MIN_GAIN) and st.valid(order):
+                    how, perm, best = name, tuple(order), c
+        hit = (perm, before, best, how, len(cache) if key is not None else None)
+        if key is not None:
+            cache[key] = hit
+    perm, before, after, how, shape = hit
+    if perm is None:
+        return TaskSchedule(instrs, before, after, how, shape)
+    return TaskSchedule(tuple(instrs[k] for k in perm), before, after, how, shape)

@@ -1,0 +1,244 @@
+"""Execution-level pass `insert_sync`: SET_FLAG / WAIT_FLAG between the pipes of a task.
+
+`plan_flags` walks each task's stream in order and tracks, per on-chip (or GM) byte range, the
+last writer and the readers since.  When an instruction on pipe Q needs an instruction on pipe
+P != Q to have finished (read after write, write after read, write after write), it gets a
+WAIT_FLAG(P->Q) before it and the newest such producer a SET_FLAG(P->Q) after it, unless an
+earlier flag between the same pipes already covers that producer (pipes are in order).  Event
+ids, 8 per pipe pair, are recycled only once the producer's pipe is known to be past the wait
+of their previous use.
+"""
+from __future__ import annotations
+
+from ..ir.core import Attrs
+from ..ir.exec import EVENTS_PER_PIPE_PAIR, ExecGraph, ExecTask, Instr, TileRef
+from ..ir.gm import GMRef
+from .pipeline import PassContext
+
+# A graph's side table {id(task.instrs): (task.instrs, shape id)}: streams of one shape id
+# (isomorphic tasks, scheduled alike) get the same flags and the same buffer pressure, so
+# insert_sync and buffer_pressure work them out once.  Only the passes that built a graph set
+# it; `stream_shape` checks the entry is for that very stream.
+STREAM_SHAPES = "_stream_shapes"
+
+
+def stream_shape(g: ExecGraph, instrs) -> int | None:
+    """The shape id the side table of `g` gives the stream `instrs`, or None."""
+    e = g.__dict__.get(STREAM_SHAPES, {}).get(id(instrs))
+    return e[1] if e is not None and e[0] is instrs else None
+
+
+def _accesses(ins: Instr, written_gm: set[str]):
+    """(key, lo, hi, is_write) of every byte range the instruction touches.
+
+    GM buffers the task never writes cannot create a hazard inside it: they are left out.
+    """
+    out = []
+    dst = ins.dst
+    if isinstance(dst, TileRef):
+        out.append((dst.space, dst.addr, dst.addr + dst.nbytes, True))
+    elif isinstance(dst, GMRef):
+        lo, hi = dst.span()
+        out.append(("GM:" + dst.buf.name, lo, hi, True))
+    for o in ins.srcs:
+        if isinstance(o, TileRef):
+            out.append((o.space, o.addr, o.addr + o.nbytes, False))
+        elif isinstance(o, GMRef) and o.buf.name in written_gm:
+            lo, hi = o.span()
+            out.append(("GM:" + o.buf.name, lo, hi, False))
+    return out
+
+
+def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
+    plans: dict = {}
+    tasks, out_shapes = [], {}
+    for t in g.tasks:
+        shape = stream_shape(g, t.instrs)
+        instrs, plan = _synced(t.instrs, plans.get(shape))
+        if shape is not None:
+            plans[shape] = plan
+            out_shapes[id(instrs)] = (instrs, shape)
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
+    out = g.replace(tasks)
+    out.__dict__[STREAM_SHAPES] = out_shapes
+    return out
+
+
+def _sync_task(instrs) -> tuple[Instr, ...]:
+    """The stream with the flags `plan_flags` finds inserted."""
+    return _synced(instrs)[0]
+
+
+def _synced(instrs, plan=None):
+    """(the stream with its flags, the plan used); `plan`: one made for a stream of the same shape."""
+    instrs = tuple(instrs)
+    if plan is None:
+        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+        plan = plan_flags([i.pipe for i in instrs], [_accesses(i, written_gm) for i in instrs])
+    before, after, _ = plan
+    attrs: dict[int, Attrs] = {}        # a SET_FLAG and its WAIT_FLAG share their attributes
+
+    def sync(op, pipe, key):
+        a = attrs.get(id(key))
+        if a is None:
+            a = attrs[id(key)] = Attrs({"src": key[0], "dst": key[1], "event": key[2]})
+        return Instr(op, pipe, attrs=a, loc=None)
+
+    out = []
+    for idx, ins in enumerate(instrs):
+        for op, pipe, key in before.get(idx, ()):
+            out.append(sync(op, pipe, key))
+        out.append(ins)
+        for op, pipe, key in after.get(idx, ()):
+            out.append(sync(op, pipe, key))
+    return tuple(out), plan
+
+
+def plan_flags(pipes, accesses):
+    """The flags of one task's stream: (before, after, flags).
+
+    `pipes[k]`, `accesses[k]`: the pipe and the `_accesses` of instruction k, in program order.
+    `before[k]` / `after[k]`: the sync operations (op, pipe, (src, dst, event)) to emit before /
+    after instruction k (a SET_FLAG and its WAIT_FLAG share one key tuple); `flags`: (src pipe,
+    dst pipe, producer index, consumer index) of each flag, in order.
+
+    Per byte range the plan tracks the last writer and the newest reader per pipe since; an
+    instruction on pipe Q that must follow an instruction on pipe P != Q (read after write,
+    write after read, write after write) gets a WAIT_FLAG(P->Q) before it and the newest such
+    producer a SET_FLAG(P->Q) after it, unless an earlier flag between the same pipes covers it.
+
+    Event ids (EVENTS_PER_PIPE_PAIR per pipe pair) are recycled, never while still pending: a
+    flag's id is free again once the producer's pipe is known to be past the consumer's
+    WAIT_FLAG, which the plan knows from the flags themselves (a vector clock per pipe: the
+    newest instruction of every other pipe known to have finished).  When all ids of a pair are
+    pending, the consumer's pipe first signals the producer's pipe that it is past the oldest
+    wait (a flag back, Q->P), and the new SET_FLAG goes right behind that wait on P.
+    """
+    n = len(pipes)
+    events = EVENTS_PER_PIPE_PAIR
+    ranges: dict[tuple, list] = {}
+    by_key: dict[str, list[tuple]] = {}
+    synced: dict[tuple[str, str], int] = {}
+    next_event: dict[tuple[str, str], int] = {}
+    live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
+    # what each pipe knows: the newest instruction of every other pipe known to have finished
+    # (a vector clock; copied on change, so an instruction's snapshot is a shared reference)
+    clock: dict[str, dict[str, int]] = {}
+    last_of: dict[str, int] = {}                # the newest instruction of each pipe so far
+    snap: list = [None] * n                     # the clock of an instruction's pipe at it
+    before: dict[int, list] = {}
+    after: dict[int, list] = {}
+    flags: list[tuple] = []
+    empty: dict = {}
+
+    def take_event(pair, known, floor):
+        """A free event id for a SET_FLAG of the pair whose pipe knows `known`, or None when all
+        are pending.  `floor`: what every later SET_FLAG of the pair will know at least (ids
+        it frees are dropped for good)."""
+        pend = live.get(pair)
+        if pend is None:
+            pend = live[pair] = []
+        dst = pair[1]
+        done = floor.get(dst, -1)
+        while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
+            pend.pop(0)
+        ev = next_event.get(pair, 0)
+        if len(pend) < events and all(x[0] != ev for x in pend):    # the usual case: the next id
+            next_event[pair] = (ev + 1) % events
+            return ev
+        done = known.get(dst, -1)
+        used = {e for e, c in pend if c > done}
+        if len(used) >= events:
+            return None
+        while ev in used:
+            ev = (ev + 1) % events
+        next_event[pair] = (ev + 1) % events
+        pend[:] = [x for x in pend if x[0] != ev]       # a newer use of the id replaces the old
+        return ev
+
+    def merged(mine: dict, known: dict, pipe: str, at: int) -> dict:
+        """`mine` updated with `known` and with `pipe` being past instruction `at` (a new dict
+        when anything changes)."""
+        out = None
+        if at > mine.get(pipe, -1):
+            out = dict(mine)
+            out[pipe] = at
+        for p, k in known.items():
+            if k > mine.get(p, -1) and (out is None or k > out.get(p, -1)):
+                if out is None:
+                    out = dict(mine)
+                out[p] = k
+        return mine if out is None else out
+
+    for idx in range(n):
+        q = pipes[idx]
+        need: dict[str, int] = {}
+        acc = accesses[idx]
+        for key, lo, hi, w in acc:
+            for rk in by_key.get(key, ()):
+                if rk[1] < hi and lo < rk[2]:
+                    writer, readers = ranges[rk]
+                    if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
+                        need[writer[0]] = max(need.get(writer[0], -1), writer[1])
+                    if w:
+                        for p, j in readers.items():
+                            if p != q and j > synced.get((p, q), -1):
+                                need[p] = max(need.get(p, -1), j)
+        cq = clock.get(q, empty)
+        if need:
+            pre = before.setdefault(idx, [])
+            for p, j in sorted(need.items()):
+                pair = (p, q)
+                known = snap[j]
+                ev = take_event(pair, known, known)
+                if ev is None:
+                    # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
+                    # covering every Q instruction so far), P waits for it and sets the new flag
+                    # right after; all four just before this instruction
+                    back = (q, p)
+                    bev = take_event(back, cq, cq)
+                    if bev is None:     # both directions exhausted (never seen): reuse the oldest id
+                        bev = live[back].pop(0)[0]
+                    bk = (q, p, bev)
+                    pre.append(("SET_FLAG", q, bk))
+                    pre.append(("WAIT_FLAG", p, bk))
+                    live[back].append([bev, idx])
+                    if q in last_of:
+                        synced[back] = max(synced.get(back, -1), last_of[q])
+                    cp = clock[p] = merged(clock.get(p, empty), cq, q, last_of.get(q, -1))
+                    known = cp
+                    ev = take_event(pair, known, snap[j])
+                    if ev is None:      # cannot happen: P now knows Q is past every pending wait
+                        ev = live[pair].pop(0)[0]
+                    fk = (p, q, ev)
+                    pre.append(("SET_FLAG", p, fk))
+                    at = last_of[p]
+                else:
+                    fk = (p, q, ev)
+                    a = after.get(j)
+                    if a is None:
+                        after[j] = [("SET_FLAG", p, fk)]
+                    else:
+                        a.append(("SET_FLAG", p, fk))
+                    at = j
+                pre.append(("WAIT_FLAG", q, fk))
+                live[pair].append([ev, idx])
+                cq = merged(cq, known, p, at)
+                synced[pair] = j
+                flags.append((p, q, j, idx))
+            clock[q] = cq
+        snap[idx] = cq
+        last_of[q] = idx
+        for key, lo, hi, w in acc:
+            rk = (key, lo, hi)
+            if rk not in ranges:
+                ranges[rk] = [None, {}]
+                by_key.setdefault(key, []).append(rk)
+            if w:
+                # a write supersedes everything it overlaps: later accesses only need to see it
+                for ok in by_key[key]:
+                    if ok[1] < hi and lo < ok[2]:
+                        ranges[ok] = [(q, idx), {}]
+            else:
+                ranges[rk][1][q] = idx
+    return before, after, flags
