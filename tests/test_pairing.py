@@ -184,3 +184,23 @@ def test_checked_mode_catches_a_missing_cross_core_wait_and_a_missing_set(rng, e
     with pytest.raises(pypto.SimulationError, match=r"deadlock: 1 of 6 tasks cannot finish(.|\n)*\n  AIV0 task 2: "
                        r"pipe MTE2 waits for flag AIC->MTE2 event 0, which no instruction will set"):
         pypto.sim.simulate(_without(ck.program, "CROSS_SET_FLAG", 1), machine="teach", mode="timing", engine=engine)
+
+
+@pypto.jit
+def mm_sigmoid_untiled(a, b, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.sigmoid(pypto.matmul(a, b))
+
+
+def test_an_epilogue_without_tile_shapes_gets_a_tile_nested_in_the_cube_tile(rng):
+    from pypto.compiler.tileshape import epilogue_vec_tile
+    assert epilogue_vec_tile((1024, 1024), pypto.DT_FP32, (128, 128)) == (32, 128)       # 16 KiB
+    assert epilogue_vec_tile((1024, 1024), pypto.DT_FP16, (128, 256)) == (32, 256)
+    assert epilogue_vec_tile((1024, 1024), pypto.DT_FP32, (64, 64)) == (32, 64)          # half a cube tile
+    assert epilogue_vec_tile((100, 40), pypto.DT_FP32, (112, 48)) == (8, 40)            # rows divide mL0 / 2
+    a, b, _, c = _inputs(rng)
+    ck = mm_sigmoid_untiled.compile(a, b, c, machine="teach")
+    vec = next(g for g in ck.tile_graph.groups if g.kind == "vector")
+    assert vec.tile == (32, 64)                          # half a cube tile: one for each AIV
+    assert sum(1 for t in ck.program.tasks if t.pair) == 4
+    np.testing.assert_allclose(ck.simulate(a, b, c).outputs["c"], 1 / (1 + np.exp(-(a @ b))), rtol=1e-4, atol=1e-4)

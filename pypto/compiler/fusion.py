@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from ..ir.core import broadcast_shapes, ceil_div
 from ..ir.tensor import OPS, TensorGraph
 from .pipeline import Pass, PassContext
-from .tileshape import normalize_vec_tile
+from .tileshape import epilogue_vec_tile, matmul_cube_tile, normalize_vec_tile
 
 
 @dataclass
@@ -45,6 +45,7 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     join = ctx is None or ctx.options.get("fusion", True)
     users = g.users()
     epilogue: dict[int, str] = {}      # cube group result value -> "" | "bias" | "relu" (what it ends with)
+    cube_tile: dict[int, tuple[int, int]] = {}     # cube group result value -> its output tile (mL0, nL0)
 
     def ensure_gm(i: int) -> int:
         """Make value i GM-resident; return the group that produces it (-1 for none)."""
@@ -74,6 +75,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             materialize.add(n.id)
             source_group[n.id] = grp.id
             epilogue[n.id] = ""
+            if ctx is not None:
+                cube_tile[n.id] = matmul_cube_tile(g, n, ctx.machine)
         elif join and (tail := _epilogue_of(g, n, epilogue, users)) is not None:
             gid = group_of[tail]
             groups[gid].members.append(n.id)
@@ -87,8 +90,11 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             source_group[n.id] = gid
             epilogue[n.id] = "bias" if n.op == "add" else "relu"
             del epilogue[tail]
+            if tail in cube_tile:
+                cube_tile[n.id] = cube_tile.pop(tail)
         else:
-            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join)
+            nest = next((cube_tile[i] for i in n.inputs if i in cube_tile), None)
+            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join, nest=nest)
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -104,10 +110,16 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     return g.replace(nodes)
 
 
-def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True):
+def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None):
+    """`nest`: the output tile of the cube group whose result n reads; without a tile of the
+    kernel's, a group n starts gets a tile nested in it (its cube tiles are then finished by
+    whole vector tiles, which lets the epilogue pair with the cube task)."""
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind == "cast" else n.dtype
-    own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
+    if nest is not None and "tile" not in n.attrs and len(dom) >= 2 and OPS[n.op].kind != "reduce":
+        own_tile = epilogue_vec_tile(dom, dtype, nest)
+    else:
+        own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []

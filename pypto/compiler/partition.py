@@ -44,7 +44,10 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
                 by_tile.setdefault(task_of[(cube, tile_of[o])], {}).setdefault(tile_of[o], []).append(o)
             for ct, tiles in by_tile.items():
                 halves: tuple[list, list] = ([], [])        # each AIV takes half of every tile
-                for _, outer in sorted(tiles.items()):
+                for k, (_, outer) in enumerate(sorted(tiles.items())):
+                    if len(outer) == 1:                     # a tile of one vector tile: by turns
+                        halves[k % 2].extend(outer)
+                        continue
                     cut = (len(outer) + 1) // 2
                     halves[0].extend(outer[:cut])
                     halves[1].extend(outer[cut:])

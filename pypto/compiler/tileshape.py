@@ -19,6 +19,30 @@ def default_vec_tile(domain: tuple[int, ...], dtype: DType) -> tuple[int, ...]:
     return (1,) * (len(domain) - 2) + (rows, last)
 
 
+def epilogue_vec_tile(domain: tuple[int, ...], dtype: DType, cube_tile: tuple[int, int]) -> tuple[int, ...]:
+    """The default tile of a vector group finishing a matmul's tiles: at most about 16 KiB and
+    half the rows of the cube's output tile (mL0, nL0), nested in it, so that each cube tile is
+    finished by whole vector tiles, half of them on each AIV of the pair."""
+    ml0, nl0 = cube_tile
+    cols = min(nl0, domain[-1])
+    rows = 1
+    while rows * 4 <= ml0 and ml0 % (rows * 4) == 0 and rows * 2 * cols * dtype.itemsize <= TILE_TARGET_BYTES:
+        rows *= 2
+    return (1,) * (len(domain) - 2) + (min(rows, domain[-2]), cols)
+
+
+def matmul_cube_tile(g, n, machine) -> tuple[int, int]:
+    """(mL0, nL0) the tiling will use for matmul node n of tensor graph g."""
+    a = g.node(n.inputs[0])
+    k = a.shape[-2] if n.attrs["a_trans"] else a.shape[-1]
+    m_, n_ = n.shape[-2:]
+    batch = 1
+    for d in n.shape[:-2]:
+        batch *= d
+    ml0, _, nl0, _ = normalize_cube_tile(n.attrs.get("tile"), m_, k, n_, a.dtype, n.loc, machine, batch)
+    return ml0, nl0
+
+
 def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:
     """Tile over `domain` from a user spec (or the default), clipped to the domain."""
     r = len(domain)
