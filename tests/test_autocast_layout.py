@@ -278,6 +278,39 @@ def _close(g, h):
         np.testing.assert_allclose(evaluate(h, a)[k].astype(np.float64), v.astype(np.float64), rtol=4e-3, atol=4e-3)
 
 
+@pypto.jit
+def mm_gelu(a, b, c):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    c[:] = pypto.gelu(pypto.matmul(a, b))
+
+
+@pypto.jit
+def mm_gelu_and_stored(a, b, c, m):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    y = pypto.matmul(a, b)
+    m[:] = y
+    c[:] = pypto.gelu(y)
+
+
+def test_a_matmul_only_fp32_ops_read_keeps_its_fp32_accumulator(rng):
+    a = (rng.standard_normal((128, 64)) * 0.3).astype(np.float16)
+    b = (rng.standard_normal((64, 128)) * 0.3).astype(np.float16)
+    c = np.zeros((128, 128), np.float16)
+    ck = mm_gelu.compile(a, b, c, machine="teach")
+    tg = ck.tensor_graph
+    mm = next(n for n in tg.nodes if n.op == "matmul")
+    assert mm.dtype == DT_FP32 and mm.attrs["out_dtype"] == "fp32"
+    assert not any(n.op == "cast" and n.inputs == (mm.id,) for n in tg.nodes)
+    assert ck.simulate(a, b, c).ok
+    # stored as well: the matmul keeps its dtype, its readers cast it up
+    m = np.zeros_like(c)
+    ck = mm_gelu_and_stored.compile(a, b, c, m, machine="teach")
+    mm = next(n for n in ck.tensor_graph.nodes if n.op == "matmul")
+    assert mm.dtype == DT_FP16
+    assert any(n.op == "cast" and n.inputs == (mm.id,) for n in ck.tensor_graph.nodes)
+    assert ck.simulate(a, b, c, m).ok
+
+
 def test_fine_in_fp16_ops_stay_fp16():
     """relu(x * y + 1) - x, exp of an input, max: no sum, nothing amplified: no cast at all."""
     g = _graph([_in("x"), _in("y"), ("const", [], (), {"value": 1.0}),

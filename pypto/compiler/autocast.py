@@ -164,6 +164,13 @@ def autocast(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
                 t = n.attrs.get("tile")
                 down[n.id] = rw.emit("cast", [rw.map[n.id]], n.shape, n.dtype,
                                      {"to": n.dtype.name, **({"tile": t} if t else {})}, n.loc)
+        elif n.op == "matmul" and n.id in ups and all(u in wide for u in users[n.id]):
+            # only fp32 ops read it: the cube's fp32 accumulator is stored as it is (no rounding
+            # to fp16 and back), and a bias add can then join the cube (fusion.py)
+            rw.map[n.id] = rw.emit(n.op, [rw.map[i] for i in n.inputs], n.shape, DT_FP32,
+                                   {**n.attrs, "out_dtype": DT_FP32.name}, n.loc)
+            for t, _ in ups[n.id]:
+                up[(n.id, t)] = rw.map[n.id]
         else:
             rw.map[n.id] = rw.emit(n.op, [down.get(i, rw.map[i]) for i in n.inputs], n.shape, n.dtype,
                                    n.attrs, n.loc)
