@@ -87,10 +87,11 @@ def _tanh(rw, x, t):
 
 
 def _gelu(rw, x, t):
+    """0.5 x (1 + tanh(c (x + 0.044715 x^3))), computed as x * sigmoid(2c (x + 0.044715 x^3)):
+    the same function (1 + tanh(z) = 2 sigmoid(2z)) in five fewer vector ops."""
     x3 = rw.bin("mul", rw.bin("mul", x, x, t), x, t)
-    inner = rw.bins("mul", rw.bin("add", x, rw.bins("mul", x3, 0.044715, t), t), GELU_C, t)
-    u = rw.bins("add", _tanh(rw, inner, t), 1.0, t)
-    return rw.bins("mul", rw.bin("mul", x, u, t), 0.5, t)
+    inner2 = rw.bins("mul", rw.bin("add", x, rw.bins("mul", x3, 0.044715, t), t), 2.0 * GELU_C, t)
+    return rw.bin("mul", x, _sigmoid(rw, inner2, t), t)
 
 
 def _mean(rw, x, dim, t):
