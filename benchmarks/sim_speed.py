@@ -94,10 +94,10 @@ def rate(n: int, s: tuple[float, float]) -> str:
             f"CPU {cpu:.3f} s)")
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="a 79 k-instruction matmul instead of 1.25 M")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     m, k, n = (2048, 2048, 2048) if args.quick else (4096, 8192, 4096)
     f16 = pypto.DT_FP16
     if not timing_fast.AVAILABLE:

@@ -1,28 +1,55 @@
-"""Functional simulation: run a PTO program on numpy, one short handler per instruction.
+"""Functional simulation: run a PTO program on numpy.
 
 On-chip spaces are byte arrays; a tile operand is a strided numpy view of its bytes (rows
-padded to 32 bytes), so the program's buffer allocation is exercised for real.  Tasks run one
-after another in dependency order, each instruction stream in program order: synchronisation
-only matters for timing, a correct program computes the same values sequentially.
+padded to 32 bytes), so the program's buffer allocation is exercised for real.  Synchronisation
+only matters for timing: a correct program computes the same values when its tasks run one after
+another in program order, each instruction stream in program order.  What each instruction
+computes is defined once, by `functional_plan.decode`.
+
+Two ways to run, with the same results:
+
+* the plan (unchecked mode, `functional_plan`): the program decoded once into a list of numpy
+  calls.  Tasks that run the same instruction stream execute together along a leading task axis;
+  each stream is rewritten into fewer calls (copies that only relay data dropped, the iterations
+  of a loop over tiles fused into one call); GM buffers whose first contents the program never
+  reads are not filled.  The Python cost is paid per batch of tasks, and the numpy work comes
+  close to that of the same math written directly;
+* the reference interpreter (checked mode, and programs the plan refuses): one instruction at a
+  time, with the checks.  In checked mode fresh on-chip bytes are 0xFF (NaN for every float
+  dtype) and a byte mask tracks what the current task has written, so a read of bytes it never
+  wrote is reported, as are tiles beyond their space and windows beyond their GM buffer.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ..errors import SimulationError
+from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef
 from ..ir.program import Program
-from ..ir.tile import row_pitch
+from .functional_plan import decode, plan_for, reused, tile_strides
 from .machine import Machine
 
 
-class Memory:
-    """GM buffers and on-chip spaces of one simulation.
+def _gm_arrays(program: Program, arrays: dict[str, np.ndarray], unobserved=frozenset()) -> dict[str, np.ndarray]:
+    """Flat copies of the given GM buffers, zeros for the others; no first contents for those
+    the program never observes (a workspace then reuses memory of an earlier run)."""
+    gm = {}
+    for b in program.buffers:
+        n, dtype = prod(b.shape), b.dtype.np_dtype
+        if b.name in unobserved:
+            gm[b.name] = (reused(("GM", b.name), n * dtype.itemsize)[:n * dtype.itemsize].view(dtype)
+                          if b.role == "workspace" else np.empty(n, dtype))
+        elif b.name in arrays:
+            gm[b.name] = np.ascontiguousarray(arrays[b.name], dtype=dtype).reshape(-1).copy()
+        else:
+            gm[b.name] = np.zeros(n, dtype)
+    return gm
 
-    In checked mode fresh on-chip bytes are 0xFF (NaN for every float dtype) and a byte mask
-    tracks what the current task has written, so a read of bytes it never wrote is reported.
-    """
+
+class Memory:
+    """GM buffers and on-chip spaces of one run of the reference interpreter."""
 
     def __init__(self, program: Program, machine: Machine, arrays: dict[str, np.ndarray],
                  checked: bool = False):
@@ -31,33 +58,23 @@ class Memory:
         fill = 0xFF if checked else 0
         self.onchip = {k: np.full(v, fill, dtype=np.uint8) for k, v in self.capacity.items()}
         self.written = {k: np.zeros(v, dtype=np.bool_) for k, v in self.capacity.items()} if checked else None
-        self._views: dict[int, np.ndarray] = {}     # id(TileRef) -> view (operands are interned)
+        self._views: dict[TileRef, np.ndarray] = {}
         self._fits: set[int] = set()                # TileRefs already checked against capacity
-        self.gm: dict[str, np.ndarray] = {}
-        for b in program.buffers:
-            if b.name in arrays:
-                a = np.ascontiguousarray(arrays[b.name], dtype=b.dtype.np_dtype).reshape(-1).copy()
-            else:
-                a = np.zeros(int(np.prod(b.shape)), dtype=b.dtype.np_dtype)
-            self.gm[b.name] = a
+        self.gm = _gm_arrays(program, arrays)
 
     def tile(self, t: TileRef, buffer=None, dtype=None) -> np.ndarray:
         """The valid region of a tile, as a view of its space's bytes (or of another byte array)."""
         if buffer is None:
-            v = self._views.get(id(t))
+            v = self._views.get(t)
             if v is None:
-                v = self._views[id(t)] = self._view(t, self.onchip[t.space], t.dtype.np_dtype)
+                v = self._views[t] = self._view(t, self.onchip[t.space], t.dtype.np_dtype)
             return v
         return self._view(t, buffer, dtype)
 
     @staticmethod
     def _view(t: TileRef, buffer, dtype) -> np.ndarray:
-        item = t.dtype.itemsize
-        strides, acc = [item], row_pitch(t.shape, t.dtype)
-        for s in reversed(t.shape[:-1]):
-            strides.insert(0, acc)
-            acc *= s
-        return np.ndarray(t.valid, dtype=dtype, buffer=buffer, offset=t.addr, strides=tuple(strides))
+        return np.ndarray(t.valid, dtype=dtype, buffer=buffer, offset=t.addr,
+                          strides=tile_strides(t.shape, t.dtype))
 
     def new_task(self):
         if self.checked:
@@ -83,12 +100,15 @@ class Memory:
                 mask[...] = True
         self._fits.add(id(t))
 
+    def check_window(self, r: GMRef):
+        size = self.gm[r.buf.name].size
+        lo, hi = r.span()
+        if lo < 0 or hi > size:
+            raise SimulationError(f"GM access outside buffer {r.buf.name}", expected=f"[0, {size})",
+                                  got=f"[{lo}, {hi})")
+
     def window(self, r: GMRef) -> np.ndarray:
         flat = self.gm[r.buf.name]
-        lo, hi = r.span()
-        if lo < 0 or hi > flat.size:
-            raise SimulationError(f"GM access outside buffer {r.buf.name}", expected=f"[0, {flat.size})",
-                                  got=f"[{lo}, {hi})")
         item = flat.itemsize
         return np.ndarray(r.shape, dtype=flat.dtype, buffer=flat, offset=r.offset * item,
                           strides=tuple(s * item for s in r.strides))
@@ -101,70 +121,22 @@ class Memory:
         return o
 
 
-def _scalar(v, like: np.ndarray):
-    return np.asarray(v, dtype=like.dtype)
-
-
-UNARY = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt, "TRSQRT": lambda x: np.reciprocal(np.sqrt(x)),
-         "TRECIP": np.reciprocal, "TABS": np.abs, "TNEG": np.negative,
-         "TRELU": lambda x: np.maximum(x, np.zeros((), x.dtype))}
-BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
-          "MAX": np.maximum, "MIN": np.minimum}
-REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
-
-
-def _binary_name(op: str) -> tuple[str, str] | None:
-    """'TROWEXPANDSUB' -> ('ROWEXPAND', 'SUB'); 'TADDS' -> ('S', 'ADD'); 'TADD' -> ('', 'ADD')."""
-    body = op[1:]
-    for pre in ("ROWEXPAND", "COLEXPAND"):
-        if body.startswith(pre) and body[len(pre):] in BINARY:
-            return pre, body[len(pre):]
-    if body in BINARY:
-        return "", body
-    if body.endswith("S") and body[:-1] in BINARY:
-        return "S", body[:-1]
-    return None
-
-
-def execute(ins: Instr, mem: Memory) -> None:
-    op = ins.op
-    if op in SYNC_OPS:
-        return
-    dst = mem.get(ins.dst)
-    srcs = [mem.get(s) for s in ins.srcs]
-    if op in ("TLOAD", "TSTORE"):
-        dst[...] = srcs[0].astype(dst.dtype, copy=False)
-    elif op == "TEXTRACT":
-        full = ins.srcs[0]
-        # the whole allocated source tile (a temporary ref: not cached, its id may be reused)
-        whole = mem._view(TileRef(full.space, full.addr, full.dtype, full.shape, full.shape),
-                          mem.onchip[full.space], full.dtype.np_dtype)
-        r0, c0 = ins.attrs["offsets"]
-        dst[...] = whole[r0:r0 + dst.shape[0], c0:c0 + dst.shape[1]]
-    elif op == "TMATMUL":
-        dst[...] = np.matmul(srcs[0].astype(dst.dtype), srcs[1].astype(dst.dtype))
-    elif op == "TMATMUL_ACC":
-        dst[...] = srcs[0] + np.matmul(srcs[1].astype(dst.dtype), srcs[2].astype(dst.dtype))
-    elif op in UNARY:
-        dst[...] = UNARY[op](srcs[0])
-    elif op == "TCVT":
-        dst[...] = srcs[0].astype(dst.dtype)
-    elif op in ("TROWEXPAND", "TCOLEXPAND"):
-        dst[...] = np.broadcast_to(srcs[0], dst.shape)
-    elif op[:4] in ("TROW", "TCOL") and op[4:] in REDUCE:
-        dst[...] = REDUCE[op[4:]](srcs[0], axis=ins.attrs["dim"], keepdims=True)
-    else:
-        parts = _binary_name(op)
-        if parts is None:
-            raise SimulationError(f"no functional rule for instruction {op}", loc=ins.loc)
-        kind, name = parts
-        b = _scalar(srcs[1], srcs[0]) if kind == "S" else srcs[1]
-        dst[...] = BINARY[name](srcs[0], b)
-
-
 def run_functional(program: Program, machine: Machine, arrays: dict[str, np.ndarray],
                    checked: bool = False) -> dict[str, np.ndarray]:
     """Execute the program; return the final contents of every non-workspace GM buffer."""
+    plan = None if checked else plan_for(program, machine)
+    if plan is not None:
+        gm = _gm_arrays(program, arrays, plan.unobserved)
+        try:
+            plan.run(gm)
+            return _outputs(program, gm)
+        except (ValueError, TypeError):
+            pass        # numpy refused an operand: the reference interpreter reports it as usual
+    return _interpret(program, machine, arrays, checked)
+
+
+def _interpret(program: Program, machine: Machine, arrays, checked: bool) -> dict[str, np.ndarray]:
+    """The reference interpreter: one instruction at a time, checks first."""
     mem = Memory(program, machine, arrays, checked)
     with np.errstate(all="ignore"):
         for t in program.tasks:
@@ -177,5 +149,13 @@ def run_functional(program: Program, machine: Machine, arrays: dict[str, np.ndar
                         mem.check_tile(s, ins, t, k, reading=True)
                 if isinstance(ins.dst, TileRef):
                     mem.check_tile(ins.dst, ins, t, k, reading=False)
-                execute(ins, mem)
-    return {b.name: mem.gm[b.name].reshape(b.shape) for b in program.buffers if b.role != "workspace"}
+                for o in (ins.dst, *ins.srcs):
+                    if isinstance(o, GMRef):
+                        mem.check_window(o)
+                handler, operands = decode(ins)
+                handler(*[mem.get(o) for o in operands])
+    return _outputs(program, mem.gm)
+
+
+def _outputs(program: Program, gm: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {b.name: gm[b.name].reshape(b.shape) for b in program.buffers if b.role != "workspace"}

@@ -1,0 +1,686 @@
+"""What each instruction computes on numpy (`decode`), and the batched plan that runs a program.
+
+`decode` is the one definition of the functional semantics: it maps an instruction to a handler
+`f(dst, *srcs)` and the operands to pass it (tiles, GM windows, constants).  Handlers work on
+arrays with any number of leading axes, so the same handler serves the reference interpreter
+(one task, plain tile views) and the plan (a leading axis of tasks run together).
+
+The plan is built once per program and machine and cached on the program:
+
+1. Tasks are keyed by their instruction stream: same ops on the same on-chip tiles, GM windows of
+   the same shape at the same offsets relative to the task's first window in each buffer.  Tasks
+   with one key run as a batch: each instruction is one numpy call over a leading task axis,
+   every space has one copy per task, and a GM operand is one strided view of the tasks' windows
+   (a batch only takes tasks whose windows are evenly spaced).
+2. Batching needs tasks that cannot see each other.  If some task reads on-chip bytes it did not
+   write itself (checked once per stream), the plan runs the tasks one by one in program order on
+   one zero-filled copy of each space, as the reference interpreter does.  Otherwise what a task
+   leaves on chip never matters, and tasks run level by level, a task's level being one more
+   than that of any earlier task it depends on or conflicts with in GM (one of the two writing):
+   an order with the sequential result, in which tasks of one level and key form batches.
+3. With on-chip data private to its task, each stream is rewritten into fewer numpy calls that
+   compute the same values: copies that only relay data are dropped (loads and extracts whose
+   readers read the source in place, stores whose producer writes GM: _elide_copies), a tile
+   passed from its producer to an element-wise instruction writing GM is skipped (_chain), and
+   instructions repeated with only their GM windows moved -- the iterations of a loop over tiles
+   -- run as one call over a group axis (_fuse), so numpy sees whole rows where there were tiles.
+
+Running a plan makes the numpy views for this run's GM buffers and the reused per-thread on-chip
+copies, then makes its list of numpy calls: the Python cost is per batch, not per task.
+"""
+from __future__ import annotations
+
+import threading
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.array_utils import normalize_axis_index
+
+from ..errors import SimulationError
+from ..ir.core import prod
+from ..ir.exec import SYNC_OPS, Instr, TileRef
+from ..ir.gm import GMRef, natural_strides
+from ..ir.tile import row_pitch
+
+MAX_BATCH = 16                  # tasks run together: beyond a few, numpy's per-element work dominates
+REUSED_BYTES = 32 << 20         # largest memory kept for the next run (on-chip copies, a workspace)
+
+
+# --- instruction semantics ---------------------------------------------------------------------
+
+def _rsqrt(x, out=None):
+    return np.reciprocal(np.sqrt(x, out=out), out=out)
+
+
+def _relu(x, out=None):
+    return np.maximum(x, np.zeros((), x.dtype), out=out)
+
+
+UNARY = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt, "TRSQRT": _rsqrt, "TRECIP": np.reciprocal,
+         "TABS": np.abs, "TNEG": np.negative, "TRELU": _relu}
+BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
+          "MAX": np.maximum, "MIN": np.minimum}
+REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+ACTIVATIONS = {"relu": _relu}           # of a store (act=)
+ELEMENTWISE = {*UNARY.values(), *BINARY.values(), *ACTIVATIONS.values()}
+
+
+def binary_name(op: str) -> tuple[str, str] | None:
+    """'TROWEXPANDSUB' -> ('ROWEXPAND', 'SUB'); 'TADDS' -> ('S', 'ADD'); 'TADD' -> ('', 'ADD')."""
+    body = op[1:]
+    for pre in ("ROWEXPAND", "COLEXPAND"):
+        if body.startswith(pre) and body[len(pre):] in BINARY:
+            return pre, body[len(pre):]
+    if body in BINARY:
+        return "", body
+    if body.endswith("S") and body[:-1] in BINARY:
+        return "S", body[:-1]
+    return None
+
+
+def tile_strides(shape, dtype) -> tuple[int, ...]:
+    """Byte strides of a tile: elements packed, rows padded to 32 bytes."""
+    strides, acc = [dtype.itemsize], row_pitch(shape, dtype)
+    for s in reversed(shape[:-1]):
+        strides.insert(0, acc)
+        acc *= s
+    return tuple(strides)
+
+
+def _shape(o) -> tuple[int, ...]:
+    """Of a tile, GM window or the plan's stand-in for a window."""
+    return o.valid if isinstance(o, TileRef) else o.ref.shape if isinstance(o, _GM) else o.shape
+
+
+def _dtype(o):
+    if isinstance(o, _GM):
+        o = o.ref
+    return o.dtype.np_dtype if isinstance(o, (TileRef, GMRef)) else None
+
+
+def _assign(dst, src):                          # TLOAD, TSTORE, TEXTRACT, TMOV, TCVT: convert and copy
+    dst[...] = src
+
+
+def _expand(dst, src):                          # TROWEXPAND, TCOLEXPAND
+    dst[...] = np.broadcast_to(src, dst.shape)
+
+
+def _into(f, dst, *srcs):                       # the result written straight into dst
+    f(*srcs, out=dst)
+
+
+def _via(f, dst, *srcs):                        # the result computed, then converted into dst
+    dst[...] = f(*srcs)
+
+
+def _reduce(f, axis, dst, src):
+    dst[...] = f(src, axis=axis, keepdims=True)
+
+
+def _product(dtype):
+    """TMATMUL: both factors converted to the accumulator's dtype."""
+    def f(a, b, out=None):
+        return np.matmul(a.astype(dtype, copy=False), b.astype(dtype, copy=False), out=out)
+    return f
+
+
+def _accumulate(dtype):
+    """TMATMUL_ACC: the accumulator plus the product; TMATMUL_BIAS: the bias row plus the product."""
+    product = _product(dtype)
+
+    def f(acc, a, b, out=None):
+        return np.add(acc, product(a, b), out=out)
+    return f
+
+
+def _elementwise(f, dst, srcs):
+    """The handler of an element-wise op: `out=dst` when the result has dst's dtype and shape
+    (no temporary), else computed and converted as an assignment would."""
+    shape, dtype = _shape(dst), _dtype(dst)
+    direct = all(_dtype(s) is None or (_dtype(s) == dtype and len(_shape(s)) <= len(shape)
+                                       and np.broadcast_shapes(_shape(s), shape) == shape) for s in srcs)
+    return (partial(_into if direct else _via, f), (dst, *srcs))
+
+
+def _matmul(ins: Instr):
+    dst, srcs = ins.dst, ins.srcs
+    acc = ins.op != "TMATMUL"
+    dtype = _dtype(dst)
+    f = (_accumulate if acc else _product)(dtype)
+    a, b = srcs[-2:]
+    direct = (all(len(_shape(o)) == 2 for o in (dst, a, b)) and _shape(a)[1] == _shape(b)[0]
+              and _shape(dst) == (_shape(a)[0], _shape(b)[1])
+              and (not acc or (_shape(srcs[0]) == _shape(dst) and _dtype(srcs[0]) == dtype)))
+    return partial(_into if direct else _via, f), (dst, *srcs)
+
+
+def decode(ins: Instr):
+    """(handler, operands) of an instruction; `handler(*arrays of the operands)` executes it.
+    The operands are (dst, *srcs) with GM windows in their places; tiles and scalars may differ
+    (TEXTRACT reads a window of its tile, a scalar operand becomes a 0-d array)."""
+    op, dst, srcs = ins.op, ins.dst, ins.srcs
+    if op in ("TLOAD", "TSTORE", "TCVT", "TMOV"):
+        act = ins.attrs.get("act")
+        if act is None:
+            return _assign, (dst, srcs[0])
+        if act not in ACTIVATIONS:
+            raise SimulationError(f"no functional rule for {op} with act={act}", loc=ins.loc)
+        return _elementwise(ACTIVATIONS[act], dst, srcs[:1])   # applied by the FIX pipe on the way out
+    if op == "TEXTRACT":
+        full = srcs[0]
+        # the window of the allocated source tile: same row pitch, starting at the offsets
+        # (clipped like a slice, so a window that does not fit fails as the assignment would)
+        (r0, r1, _), (c0, c1, _) = (slice(o, o + n).indices(s)
+                                    for o, n, s in zip(ins.attrs["offsets"], _shape(dst), full.shape))
+        rs, cs = tile_strides(full.shape, full.dtype)
+        window = TileRef(full.space, full.addr + r0 * rs + c0 * cs, full.dtype, full.shape,
+                         (max(r1 - r0, 0), max(c1 - c0, 0)))
+        return _assign, (dst, window)
+    if op in ("TMATMUL", "TMATMUL_ACC", "TMATMUL_BIAS"):
+        return _matmul(ins)
+    if op in UNARY:
+        return _elementwise(UNARY[op], dst, srcs[:1])
+    if op in ("TROWEXPAND", "TCOLEXPAND"):
+        return _expand, (dst, srcs[0])
+    if op[:4] in ("TROW", "TCOL") and op[4:] in REDUCE:
+        nd = len(_shape(srcs[0]))
+        # counted from the end, so leading (task) axes do not shift it
+        axis = normalize_axis_index(ins.attrs["dim"], nd) - nd
+        return partial(_reduce, REDUCE[op[4:]], axis), (dst, srcs[0])
+    parts = binary_name(op)
+    if parts is None:
+        raise SimulationError(f"no functional rule for instruction {op}", loc=ins.loc)
+    kind, name = parts
+    b = np.asarray(srcs[1], dtype=_dtype(srcs[0])) if kind == "S" else srcs[1]
+    return _elementwise(BINARY[name], dst, (srcs[0], b))
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+class _GM(NamedTuple):
+    """A GM operand of a stream: operand `p` of (dst, *srcs) of its `k`-th non-sync instruction
+    (decode keeps GM operands in place); `ref` is that window in the first task of the stream.
+    In a fused instruction (see _fuse) the windows of the group are `step` elements apart."""
+    k: int
+    p: int
+    ref: GMRef
+    step: int = 0
+
+
+class _View(NamedTuple):
+    """An operand array of a plan, made per run: np.ndarray(shape, dtype, buffer, offset, strides)
+    with buffer a space's copies (key: its name) or a GM buffer (key: ('GM', name))."""
+    key: object
+    shape: tuple
+    dtype: np.dtype
+    offset: int
+    strides: tuple
+
+
+# Operand arrays have a task axis (n tasks of a batch), a group axis (g fused instructions, see
+# _fuse; a tile is the same for all of them) and the operand's own axes, after leading 1s up to
+# the instruction's highest rank (numpy broadcasting, made explicit past the two leading axes).
+
+def _tile_spec(t: TileRef, n: int, g: int, rank: int, caps) -> _View:
+    pad, stride = rank - len(t.valid), caps[t.space]
+    return _View(t.space, (n, g) + (1,) * pad + t.valid, t.dtype.np_dtype, t.addr,
+                 (stride, 0) + (0,) * pad + tile_strides(t.shape, t.dtype))
+
+
+def _gm_spec(r: GMRef, task_step: int, n: int, g: int, g_step: int, rank: int, dtype) -> _View:
+    item, pad = dtype.itemsize, rank - len(r.shape)
+    return _View(("GM", r.buf.name), (n, g) + (1,) * pad + r.shape, dtype, r.offset * item,
+                 (task_step * item, g_step * item) + (0,) * pad + tuple(s * item for s in r.strides))
+
+
+def _exact_box(r: GMRef):
+    """Per-buffer-dim ranges of exactly the elements of a window; None when its strides are not a
+    permutation of the buffer's, or a dim runs past the buffer's (the window wraps)."""
+    b = r.box()
+    return b if b is not None and all(h <= d for (_, h), d in zip(b, r.buf.shape)) else None
+
+
+def _box(r: GMRef) -> tuple[tuple[int, int], ...]:
+    """Per-buffer-dim ranges a window touches: exact, or a bounding box of whole rows."""
+    b = _exact_box(r)
+    if b is not None or not r.buf.shape:
+        return b or ()
+    lo, hi = r.span()
+    rows = natural_strides(r.buf.shape)[0]
+    return ((lo // rows, (hi - 1) // rows + 1),) + tuple((0, d) for d in r.buf.shape[1:])
+
+
+def _scan(instrs, caps, sizes):
+    """(key, bases, GM accesses) of a task's instruction stream, or None when a tile lies outside
+    its space or a window outside its buffer (the reference interpreter then reports where).
+
+    Tasks with equal keys run the same instructions on the same tiles, with each buffer's windows
+    moved by the difference of their bases (the offset of the task's first window in the buffer).
+    An access is (buffer, box, written)."""
+    base: dict[str, int] = {}
+    key, accesses = [], set()
+    for i in instrs:
+        operands = []
+        for o in (i.dst, *i.srcs):
+            if isinstance(o, TileRef):
+                if not (o.space in caps and 0 <= o.addr and o.addr + o.nbytes <= caps[o.space]):
+                    return None
+                operands.append(o)
+            elif isinstance(o, GMRef):
+                lo, hi = o.span()
+                if o.buf.name not in sizes or lo < 0 or hi > sizes[o.buf.name]:
+                    return None
+                at = base.setdefault(o.buf.name, o.offset)
+                operands.append(("GM", o.buf.name, o.shape, o.strides, o.offset - at))
+                accesses.add((o.buf.name, _box(o), o is i.dst))
+            else:
+                operands.append((type(o), repr(o)))
+        key.append((i.op, i.attrs, tuple(operands)))
+    return tuple(key), base, accesses
+
+
+def _reads_own_writes(rules, caps) -> bool:
+    """Whether every on-chip byte the instruction stream reads was written earlier by it."""
+    written = {s: np.zeros(c, np.bool_) for s, c in caps.items()}
+    for _, (dst, *srcs) in rules:
+        if any(isinstance(s, TileRef) and not _tile_bytes(written[s.space], s).all() for s in srcs):
+            return False
+        if isinstance(dst, TileRef):
+            _tile_bytes(written[dst.space], dst)[...] = True
+    return True
+
+
+# --- rewriting a stream ---------------------------------------------------------------------------
+# When tasks read only their own on-chip writes, on-chip data is dead once overwritten or at the
+# end of the task.  A load or extract (tile <- source) whose tile is read whole until overwritten
+# can be dropped, its readers reading the source; a store (GM <- tile) can make the tile's
+# producer write GM directly.  Operands then become views of other memory, with the same dtype,
+# shape and row-major order, so every numpy call computes the same values.
+
+def _overlaps(a: TileRef, b: TileRef) -> bool:
+    return a.space == b.space and a.addr < b.addr + b.nbytes and b.addr < a.addr + a.nbytes
+
+
+def _touches(o, x) -> bool:
+    """Whether operand o may share memory with x (a tile or a GM window).  Windows of one task
+    are compared in the stream's first task: in every task of the stream, each buffer's windows
+    are moved by the same offset, so they overlap alike."""
+    if isinstance(x, TileRef):
+        return isinstance(o, TileRef) and _overlaps(o, x)
+    return isinstance(o, _GM) and o.ref.buf.name == x.ref.buf.name and all(
+        lo < h and l2 < hi for (lo, hi), (l2, h) in zip(_box(o.ref), _box(x.ref)))
+
+
+def _same(o, x) -> bool:
+    return type(o) is type(x) and o == x
+
+
+def _relays(t, s) -> bool:
+    """Whether s can stand in for tile t: same dtype and shape, row-major, separate memory."""
+    if not isinstance(t, TileRef) or _dtype(t) != _dtype(s) or _shape(t) != _shape(s) or _touches(s, t):
+        return False
+    if isinstance(s, TileRef):
+        return True
+    dims = [(n, st) for n, st in zip(s.ref.shape, s.ref.strides) if n > 1]
+    return all(st >= n2 * st2 for (_, st), (n2, st2) in zip(dims, dims[1:])) and (not dims or dims[-1][1] == 1)
+
+
+def _replace(operands, old, new):
+    dst, *srcs = operands
+    return (dst, *(new if _same(o, old) else o for o in srcs))
+
+
+def _sink(rules, k) -> None:
+    """Store k (w <- t): t's producer writes w instead, and k becomes the copy t <- w."""
+    w, t = rules[k][1]
+    readers = []
+    for p in range(k - 1, -1, -1):
+        f, (dst, *srcs) = rules[p]
+        if _touches(dst, w) or any(_touches(o, w) for o in srcs):
+            return                              # w's buffer is used before the store
+        if isinstance(dst, TileRef) and _overlaps(dst, t):
+            if _same(dst, t):
+                rules[p] = (f, (w, *srcs))
+                for j in readers:
+                    rules[j] = (rules[j][0], _replace(rules[j][1], t, w))
+                rules[k] = (_assign, (t, w))
+            return
+        if any(isinstance(o, TileRef) and _overlaps(o, t) and not _same(o, t) for o in srcs):
+            return
+        if any(_same(o, t) for o in srcs):
+            readers.append(p)
+
+
+def _readers(rules, k, t, s) -> list[int] | None:
+    """The instructions after copy k (t <- s) that read t, if each can read s instead: t is read
+    whole until overwritten whole (or the stream ends) and s does not change in the meantime."""
+    readers, changed = [], False
+    for j in range(k + 1, len(rules)):
+        dst, *srcs = rules[j][1]
+        reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
+        if reads:
+            if changed or not all(_same(o, t) for o in reads):
+                return None
+            readers.append(j)
+        if isinstance(dst, TileRef) and _overlaps(dst, t):
+            return readers if _same(dst, t) else None
+        changed = changed or _touches(dst, s)
+    return readers
+
+
+def _elide_copies(rules) -> list:
+    """The stream without the copies that only relay data: stores are sunk into their producers
+    first, leaving copies (tile <- GM) that the second sweep drops along with loads and extracts."""
+    rules = list(rules)
+    for k, (f, operands) in enumerate(rules):
+        if f is _assign and isinstance(operands[0], _GM) and _relays(operands[1], operands[0]):
+            _sink(rules, k)
+    k = 0
+    while k < len(rules):
+        f, operands = rules[k]
+        readers = _readers(rules, k, *operands) if f is _assign and _relays(*operands) else None
+        if readers is None:
+            k += 1
+            continue
+        for j in readers:
+            rules[j] = (rules[j][0], _replace(rules[j][1], *operands))
+        del rules[k]
+    return rules
+
+
+def _tile_bytes(mask: np.ndarray, t: TileRef) -> np.ndarray:
+    """The bytes of a tile's valid elements in a byte mask of its space."""
+    return np.ndarray(t.valid + (t.dtype.itemsize,), np.bool_, buffer=mask, offset=t.addr,
+                      strides=tile_strides(t.shape, t.dtype) + (1,))
+
+
+def _dead_after(rules, k, t, cap) -> bool:
+    """Whether no instruction after k reads a byte of tile t before it is overwritten."""
+    live = np.zeros(cap, np.bool_)
+    _tile_bytes(live, t)[...] = True
+    for _, (dst, *srcs) in rules[k + 1:]:
+        if any(isinstance(o, TileRef) and _overlaps(o, t) and _tile_bytes(live, o).any() for o in srcs):
+            return False
+        if isinstance(dst, TileRef) and _overlaps(dst, t):
+            _tile_bytes(live, dst)[...] = False
+    return True
+
+
+def _elementwise_op(f) -> bool:
+    return isinstance(f, partial) and f.func in (_into, _via) and f.args[0] in ELEMENTWISE
+
+
+def _chain(rules, caps) -> list:
+    """Element-wise instructions writing GM from a tile that dies with them take the tile's
+    producer along: the producer writes the GM window and the instruction runs in place there
+    (p: t = g(..); k: w = f(t, ..)  ->  p: w = g(..); k: w = f(w, ..)), so both have GM operands
+    only and can be fused.  From the last instruction back, so chains of producers follow."""
+    rules = list(rules)
+    for k in range(len(rules) - 1, -1, -1):
+        f, (w, *srcs) = rules[k]
+        if not (_elementwise_op(f) and isinstance(w, _GM)):
+            continue
+        for t in dict.fromkeys(o for o in srcs if isinstance(o, TileRef) and _relays(o, w)):
+            others = [o for o in srcs if not _same(o, t)]
+            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, caps[t.space]):
+                continue
+            for p in range(k - 1, -1, -1):
+                g, (dst, *psrcs) = rules[p]
+                if _touches(dst, w) or any(_touches(o, w) or (isinstance(o, TileRef) and _overlaps(o, t))
+                                           for o in psrcs):
+                    break
+                if isinstance(dst, TileRef) and _overlaps(dst, t):
+                    if _same(dst, t):
+                        rules[p] = (g, (w, *psrcs))
+                        rules[k] = (f, _replace(rules[k][1], t, w))
+                    break
+            f, (w, *srcs) = rules[k]
+    return rules
+
+
+def _conflict(a, b) -> bool:
+    """Whether two instructions' operands (dst, *srcs) depend on each other through memory."""
+    return any(_touches(o, a[0]) for o in b) or any(_touches(o, b[0]) for o in a[1:])
+
+
+def _same_value(a, b) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return type(a) is type(b) and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+    return type(a) is type(b) and repr(a) == repr(b)
+
+
+def _handler_key(f):
+    return (f.func, f.args, tuple(f.keywords.items())) if isinstance(f, partial) else f
+
+
+def _extends(group, operands) -> bool:
+    """Whether an instruction continues a group: same tiles and constants, GM windows of the same
+    form and evenly spaced (from the group's first to its second, and so on)."""
+    first = group[0]
+    if len(operands) != len(first):
+        return False
+    for p, (a, o) in enumerate(zip(first, operands)):
+        if isinstance(a, _GM):
+            if not (isinstance(o, _GM) and (o.ref.buf.name, o.ref.shape, o.ref.strides)
+                    == (a.ref.buf.name, a.ref.shape, a.ref.strides)):
+                return False
+            if len(group) > 1 and o.ref.offset - group[-1][p].ref.offset != group[1][p].ref.offset - a.ref.offset:
+                return False
+        elif not (_same(a, o) if isinstance(a, TileRef) else _same_value(a, o)):
+            return False
+    return True
+
+
+def _fuse(rules) -> list:
+    """(handler, operands, g): instructions that repeat with only their GM windows moved (the
+    iterations of a loop over tiles), run as one numpy call over a group axis of g; numpy then
+    sees whole rows where the program has tiles.  An instruction joins the group of an earlier
+    one when it shares no memory with the group (one of them writing; so a group writes GM, a
+    tile being the same for all) nor with the instructions it moves ahead of."""
+    rules, out = list(rules), []
+    while rules:
+        f, first = rules.pop(0)
+        group, kept = [first], []
+        for r in rules:
+            if (_handler_key(r[0]) == _handler_key(f) and _extends(group, r[1])
+                    and not any(_conflict(r[1], q) for q in group + [q for _, q in kept])):
+                group.append(r[1])
+            else:
+                kept.append(r)
+        rules = kept
+        steps = [o.ref.offset - a.ref.offset if isinstance(a, _GM) else 0 for a, o in zip(first, group[-1])]
+        out.append((f, tuple(a._replace(step=s // max(len(group) - 1, 1)) if isinstance(a, _GM) else a
+                             for a, s in zip(first, steps)), len(group)))
+    return out
+
+
+def _unobserved(buffers, instrs_of) -> frozenset[str]:
+    """GM buffers whose contents at the start never show: no element is read before the program
+    writes it and, unless the buffer is a workspace (not returned), every element is written.
+    Followed in program order, whose results the plan's order keeps; a window that is not exact
+    counts as read in its bounding box and as not written."""
+    written: dict[str, np.ndarray] = {}
+    seen: set[str] = set()
+    for instrs in instrs_of:
+        for i in instrs:
+            for r in i.srcs:
+                if isinstance(r, GMRef) and r.buf.name not in seen:
+                    mask = written.get(r.buf.name)
+                    if mask is None or not mask[tuple(slice(*b) for b in _box(r))].all():
+                        seen.add(r.buf.name)
+            w = i.dst
+            box = _exact_box(w) if isinstance(w, GMRef) and w.buf.name not in seen else None
+            if box is not None:
+                written.setdefault(w.buf.name, np.zeros(w.buf.shape, np.bool_))[tuple(slice(*b) for b in box)] = True
+    return frozenset(b.name for b in buffers if b.name not in seen and (
+        b.role == "workspace" or (b.name in written and written[b.name].all())))
+
+
+# --- ordering and batching -----------------------------------------------------------------------
+
+def _levels(tasks, accesses) -> list[int]:
+    """Per task: 0, or 1 + the highest level of the earlier tasks it depends on or conflicts with in
+    GM (touching common elements, one of the two writing)."""
+    index = {t.id: i for i, t in enumerate(tasks)}
+    preds = [{index[d] for d in t.deps if d in index} for t in tasks]
+    by_buf: dict[str, list] = {}
+    for i, acc in enumerate(accesses):
+        for name, box, write in acc:
+            by_buf.setdefault(name, []).append((i, box, write))
+    for rows in by_buf.values():
+        if not any(w for _, _, w in rows):
+            continue
+        owner, nd = np.array([i for i, _, _ in rows]), len(rows[0][1])
+        lo = np.array([[r[0] for r in b] for _, b, _ in rows], dtype=np.int64).reshape(len(rows), nd)
+        hi = np.array([[r[1] for r in b] for _, b, _ in rows], dtype=np.int64).reshape(len(rows), nd)
+        writes = np.flatnonzero([w for _, _, w in rows])
+        for part in np.array_split(writes, -(-len(writes) * len(rows) // (1 << 22))):
+            hit = ((lo[part, None] < hi[None]) & (lo[None] < hi[part, None])).all(axis=2)
+            hit &= owner[part, None] != owner[None]
+            a, b = np.nonzero(hit)
+            for x, y in set(zip(owner[part][a].tolist(), owner[b].tolist())):
+                preds[max(x, y)].add(min(x, y))
+    level = []
+    for p in preds:
+        level.append(max((level[i] + 1 for i in p), default=0))
+    return level
+
+
+def _batches(tasks, stream_of, bases, accesses, rules, caps) -> list[list[int]]:
+    """Tasks run together: same stream and level, GM windows evenly spaced from one task to the
+    next, at most MAX_BATCH tasks and REUSED_BYTES of on-chip copies."""
+    level = _levels(tasks, accesses)
+    groups: dict[tuple, list[int]] = {}
+    for i in sorted(range(len(tasks)), key=lambda i: (level[i], i)):
+        if rules[stream_of[i]]:
+            groups.setdefault((level[i], stream_of[i]), []).append(i)
+    out = []
+    for members in groups.values():
+        spaces = {o.space for _, operands, _ in rules[stream_of[members[0]]] for o in operands
+                  if isinstance(o, TileRef)}
+        size = max(1, min(MAX_BATCH, REUSED_BYTES // max(1, sum(caps[s] for s in spaces))))
+        run, step = [members[0]], None
+        for m in members[1:]:
+            s = {b: bases[m][b] - bases[run[-1]][b] for b in bases[m]}
+            if len(run) < size and step in (None, s):
+                run.append(m)
+                step = s
+            else:
+                out.append(run)
+                run, step = [m], None
+        out.append(run)
+    return out
+
+
+class Plan:
+    """The program as a list of (handler, operand specs), run over per-run arrays."""
+
+    def __init__(self, ops, scratch: dict[str, int], private: bool, unobserved: frozenset[str]):
+        self.ops = ops                  # [(handler, (_View | constant, ...)), ...]
+        self.scratch = scratch          # space -> bytes of its copies
+        self.private = private          # tasks read only their own on-chip writes
+        self.unobserved = unobserved    # GM buffers whose first contents do not matter
+
+    def run(self, gm: dict[str, np.ndarray]) -> None:
+        buffers = {("GM", name): a for name, a in gm.items()}
+        for space, nbytes in self.scratch.items():
+            buffers[space] = reused(space, nbytes)
+            if not self.private:        # one task at a time on one copy, which starts zeroed
+                buffers[space][:nbytes] = 0
+        views: dict[_View, np.ndarray] = {}
+
+        def array(s):
+            if not isinstance(s, _View):
+                return s
+            v = views.get(s)
+            if v is None:
+                v = views[s] = np.ndarray(s.shape, s.dtype, buffer=buffers[s.key], offset=s.offset,
+                                          strides=s.strides)
+            return v
+        bound = [(f, [array(s) for s in specs]) for f, specs in self.ops]
+        with np.errstate(all="ignore"):
+            for f, args in bound:
+                f(*args)
+
+
+_pool = threading.local()
+
+
+def reused(key, nbytes: int) -> np.ndarray:
+    """Bytes kept per thread from one run to the next (of whatever they held): fresh memory costs
+    the kernel's zeroing of every page, a good part of a run.  Larger than REUSED_BYTES: fresh."""
+    if nbytes > REUSED_BYTES:
+        return np.empty(nbytes, np.uint8)
+    pool = _pool.__dict__.setdefault("buffers", {})
+    buf = pool.get(key)
+    if buf is None or buf.size < nbytes:
+        buf = pool[key] = np.empty(nbytes, np.uint8)
+    return buf
+
+
+def plan_for(program, machine) -> Plan | None:
+    """The program's plan for the machine's capacities; None when an instruction has no plan (an
+    operand out of bounds, no functional rule): the reference interpreter then reports it."""
+    caps = machine.capacities()
+    cache = program.__dict__.setdefault("_functional_plans", {})
+    key = tuple(sorted(caps.items()))
+    if key not in cache:
+        cache[key] = _build(program, caps)
+    return cache[key]
+
+
+def _build(program, caps) -> Plan | None:
+    sizes = {b.name: prod(b.shape) for b in program.buffers}
+    gm_dtypes = {b.name: b.dtype.np_dtype for b in program.buffers}
+    instrs_of, stream_of, bases, accesses = [], [], [], []     # per task
+    ids: dict[tuple, int] = {}                  # stream key -> stream number
+    rules = []                                  # per stream: its decoded instructions
+    for t in program.tasks:
+        instrs = [i for i in t.instrs if i.op not in SYNC_OPS]
+        scanned = _scan(instrs, caps, sizes)
+        if scanned is None:
+            return None
+        key, base, access = scanned
+        if key not in ids:
+            if any(i.op.startswith("TMATMUL") and any(len(_shape(o)) != 2 for o in (i.dst, *i.srcs))
+                   for i in instrs):
+                return None                     # a matmul of vectors: a leading axis would change it
+            try:
+                rules.append([(f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)))
+                              for k, (f, ops) in enumerate(map(decode, instrs))])
+            except (SimulationError, LookupError, ValueError, TypeError):
+                return None
+            ids[key] = len(ids)
+        instrs_of.append(instrs)
+        stream_of.append(ids[key])
+        bases.append(base)
+        accesses.append(access)
+    private = all(_reads_own_writes(r, caps) for r in rules)
+    if private:
+        rules = [_fuse(_chain(_elide_copies(r), caps)) for r in rules]
+        batches = _batches(program.tasks, stream_of, bases, accesses, rules, caps)
+    else:
+        rules = [[(f, operands, 1) for f, operands in r] for r in rules]
+        batches = [[i] for i, s in enumerate(instrs_of) if s]
+
+    ops, scratch = [], {}
+    for members in batches:
+        first, n = members[0], len(members)
+        step = {b: bases[members[1]][b] - bases[first][b] for b in bases[first]} if n > 1 else {}
+        for f, operands, g in rules[stream_of[first]]:
+            rank = max(len(_shape(o)) for o in operands if isinstance(o, (TileRef, _GM)))
+            specs = []
+            for o in operands:
+                if isinstance(o, TileRef):
+                    specs.append(_tile_spec(o, n, g, rank, caps))
+                    scratch[o.space] = max(scratch.get(o.space, 0), n * caps[o.space])
+                elif isinstance(o, _GM):
+                    i = instrs_of[first][o.k]
+                    w = (i.dst, *i.srcs)[o.p]
+                    specs.append(_gm_spec(w, step.get(w.buf.name, 0), n, g, o.step, rank, gm_dtypes[w.buf.name]))
+                else:
+                    specs.append(o)
+            ops.append((f, tuple(specs)))
+    return Plan(ops, scratch, private, _unobserved(program.buffers, instrs_of))
