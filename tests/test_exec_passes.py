@@ -18,40 +18,11 @@ from pypto.ir.program import Program
 from pypto.sim.cost import base_cycles
 from pypto.sim.machine import get_machine
 from pypto.sim.timing import run_timing
-from common import byte_accesses
+from common import byte_accesses, layernorm, matmul, matmul_bias_gelu, softmax
 
 A2 = get_machine("a2a3")
 T = pypto.Tensor
 OFF = {"list_scheduling": False}
-
-
-# --- kernels (benchmarks/passes.py) ------------------------------------------------------------
-@pypto.jit
-def softmax(x, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
-
-
-@pypto.jit
-def layernorm(x, w, b, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    out[:] = pypto.layernorm(x, w, b)
-
-
-@pypto.jit
-def matmul(a, b, c, *, ML0: int = 128, NL0: int = 128, KL0: int = 64, KL1: int = 256):
-    pypto.set_cube_tile_shapes([ML0, ML0], [KL0, KL1], [NL0, NL0])
-    c[:] = pypto.matmul(a, b)
-
-
-@pypto.jit
-def matmul_bias_gelu(a, b, bias, c, *, ML0: int = 128, NL0: int = 128, KL0: int = 64, KL1: int = 256,
-                     VM: int = 32, VN: int = 128):
-    pypto.set_cube_tile_shapes([ML0, ML0], [KL0, KL1], [NL0, NL0])
-    pypto.set_vec_tile_shapes(VM, VN)
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
 
 
 def _data(rng, kind):

@@ -21,6 +21,7 @@ from pypto.sim import functional_plan
 from pypto.sim.functional import _gm_arrays, _outputs, run_functional
 from pypto.sim.functional_plan import plan_for
 from pypto.sim.machine import get_machine
+from common import softmax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32 = pypto.DT_FP16, pypto.DT_FP32
@@ -142,14 +143,6 @@ def compile_and_check(kernel, args, expected, rtol=1e-5, atol=1e-6, machine="a2a
 
 
 # --- kernels ----------------------------------------------------------------------------------
-
-@pypto.jit
-def softmax(x, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
-
 
 @pypto.jit
 def layernorm(x, w, b, out, *, TM: int = 32, TN: int = 128):

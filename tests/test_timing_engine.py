@@ -15,31 +15,12 @@ import pypto
 from pypto.sim import get_machine, simulate, timing, timing_fast
 from pypto.sim.timing import run_timing
 
-from common import softmax
+from common import layernorm, matmul, matmul_bias_gelu, softmax
 
 pytestmark = pytest.mark.skipif(not timing_fast.AVAILABLE, reason="numba is not installed")
 
 F16, F32 = pypto.DT_FP16, pypto.DT_FP32
 T = pypto.Tensor
-
-
-@pypto.jit
-def layernorm(x, w, b, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    out[:] = pypto.layernorm(x, w, b)
-
-
-@pypto.jit
-def matmul(a, b, c, *, ML0: int = 128, NL0: int = 128, KL0: int = 64, KL1: int = 256):
-    pypto.set_cube_tile_shapes([ML0, ML0], [KL0, KL1], [NL0, NL0])
-    c[:] = pypto.matmul(a, b)
-
-
-@pypto.jit
-def matmul_bias_gelu(a, b, bias, c, *, VM: int = 32, VN: int = 128):
-    pypto.set_cube_tile_shapes([128, 128], [64, 256], [128, 128])
-    pypto.set_vec_tile_shapes(VM, VN)
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
 
 
 TINY_L2 = get_machine("a2a3").replace(name="a2a3-l2-1mib", l2_mib=1)
