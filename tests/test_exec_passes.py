@@ -480,7 +480,8 @@ def test_pressure_table_of_a_matmul(rng):
 def test_shared_flags_need_the_very_same_stream():
     """insert_sync shares one flag plan between streams the scheduler found isomorphic; an entry
     of that side table for another object (e.g. a stale id) is not used."""
-    from pypto.compiler.sync import STREAM_SHAPES, insert_sync
+    from pypto.compiler.sync import insert_sync
+    from pypto.ir.exec import STREAM_SHAPES
     kernel, specs, consts = BENCH["matmul fp16 1024^3"]
     ck = kernel.compile(*specs, **consts)
     plain = _unsynced(ck.exec_graph)

@@ -252,3 +252,24 @@ def test_encoding_is_cached_and_the_state_holds_nothing_per_instruction():
     state = timing_fast._new_state(enc, record=False)
     per_instruction = [f for f, v in zip(state._fields, state) if v.size >= len(ck.program)]
     assert per_instruction == []
+
+
+def test_isomorphic_tasks_are_decoded_once_with_the_same_results():
+    """The compiler marks tasks of the same stream shape; the decoder copies their rows but for
+    the GM transfers, and the simulation is the same as decoding every task on its own."""
+    from pypto.ir.exec import STREAM_SHAPES
+    from pypto.ir.program import Program
+    ck = matmul.compile(T([1024, 1024], F16), T([1024, 1024], F16), T([1024, 1024], F16))
+    program = ck.program
+    shapes = {e[1] for e in program.__dict__[STREAM_SHAPES].values()}
+    assert len(shapes) < len(program.tasks)                       # some tasks share a shape
+    decoder = timing.Decoder(ck.machine)
+    shared = [decoder.task(t, program) for t in program.tasks]
+    assert len(decoder.shapes) == len(shapes)
+    alone = [timing.Decoder(ck.machine).task(t) for t in program.tasks]
+    assert shared == alone
+    bare = Program(program.name, program.buffers, program.tasks)    # no side table
+    for engine in ("python", "compiled"):
+        a = simulate(program, machine=ck.machine, mode="timing", engine=engine)
+        b = simulate(bare, machine=ck.machine, mode="timing", engine=engine)
+        assert (a.cycles, a.task_times, a.stats) == (b.cycles, b.task_times, b.stats)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
 from ..ir.gm import GMRef
 from ..sim.cost import base_cycles, is_vector
 from ..sim.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import STREAM_SHAPES, _accesses, plan_flags
+from .sync import _accesses, plan_flags
 
 
 class DynamicScheduler(OptimizationPass):

@@ -28,9 +28,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import VerificationError
-from ..ir.exec import SYNC_OPS, ExecGraph, TileRef
+from ..ir.exec import SYNC_OPS, ExecGraph, TileRef, stream_shape
 from .pipeline import Pass, PassContext
-from .sync import stream_shape      # isomorphic streams (see sync.STREAM_SHAPES)
 
 SPACE_ORDER = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
 

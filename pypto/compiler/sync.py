@@ -11,21 +11,10 @@ of their previous use.
 from __future__ import annotations
 
 from ..ir.core import Attrs
-from ..ir.exec import EVENTS_PER_PIPE_PAIR, ExecGraph, ExecTask, Instr, TileRef
+from ..ir.exec import EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, TileRef, stream_shape
 from ..ir.gm import GMRef
 from .pipeline import PassContext
 
-# A graph's side table {id(task.instrs): (task.instrs, shape id)}: streams of one shape id
-# (isomorphic tasks, scheduled alike) get the same flags and the same buffer pressure, so
-# insert_sync and buffer_pressure work them out once.  Only the passes that built a graph set
-# it; `stream_shape` checks the entry is for that very stream.
-STREAM_SHAPES = "_stream_shapes"
-
-
-def stream_shape(g: ExecGraph, instrs) -> int | None:
-    """The shape id the side table of `g` gives the stream `instrs`, or None."""
-    e = g.__dict__.get(STREAM_SHAPES, {}).get(id(instrs))
-    return e[1] if e is not None and e[0] is instrs else None
 
 
 def _accesses(ins: Instr, written_gm: set[str]):

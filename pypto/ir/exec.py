@@ -139,6 +139,20 @@ class ExecGraph(TextForm):
 
 
 
+# A graph's (or program's) side table {id(task.instrs): (task.instrs, shape id)}: streams of one
+# shape id (isomorphic tasks, scheduled alike) get the same flags and the same buffer pressure,
+# so insert_sync and buffer_pressure work them out once, and the simulator decodes them once.
+# Only the passes that built a graph set it; `stream_shape` checks the entry is for that very
+# stream.
+STREAM_SHAPES = "_stream_shapes"
+
+
+def stream_shape(g, instrs) -> int | None:
+    """The shape id the side table of `g` gives the stream `instrs`, or None."""
+    e = g.__dict__.get(STREAM_SHAPES, {}).get(id(instrs))
+    return e[1] if e is not None and e[0] is instrs else None
+
+
 def verify(g: ExecGraph) -> None:
     core_of: dict[int, str] = {}
     for t in g.tasks:

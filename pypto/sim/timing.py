@@ -30,7 +30,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from ..errors import PyptoError, SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES
+from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from .cost import base_cycles, dma_bytes, dma_path, is_vector
@@ -62,7 +62,7 @@ def _decode(program: Program, machine: Machine):
     cache = program.__dict__.setdefault("_timing_decode", {})
     if machine not in cache:
         decoder = Decoder(machine)
-        cache[machine] = [decoder.task(t) for t in program.tasks]
+        cache[machine] = [decoder.task(t, program) for t in program.tasks]
     return cache[machine]
 
 
@@ -79,8 +79,36 @@ class Decoder:
         self.sync_cycles: dict[str, int] = {}
         self.gm_paths: dict[tuple, tuple] = {}          # (src, dst) -> (path, bytes/cycle)
         self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (kind, cycles, bytes, path)
+        self.shapes: dict[int, tuple] = {}              # stream shape -> (rows, indices of its GM rows)
 
-    def task(self, task) -> list[tuple]:
+    def task(self, task, program=None) -> list[tuple]:
+        """The rows of a task's instructions.  Tasks the compiler found isomorphic (the same
+        stream shape, `compiler.sync.STREAM_SHAPES` on the program) share every row but their GM
+        transfers': those are decoded, the rest is copied from the first task of the shape."""
+        shape = stream_shape(program, task.instrs) if program is not None else None
+        known = self.shapes.get(shape) if shape is not None else None
+        if known is not None:
+            rows, gm_at = known
+            rows = list(rows)
+            for k in gm_at:
+                rows[k] = self._gm_row(task.instrs[k])
+            return rows
+        rows = self._rows(task)
+        if shape is not None:
+            self.shapes[shape] = (rows, [k for k, r in enumerate(rows) if r[0] == GM_LOAD or r[0] == GM_STORE])
+        return rows
+
+    def _gm_row(self, ins) -> tuple:
+        sd = dma_path(ins)
+        path = self.gm_paths.get(sd)
+        if path is None:
+            path = self.gm_paths[sd] = (f"{sd[0]}->{sd[1]}", self.machine.dma_bytes_per_cycle(*sd))
+        # no base cycles: GM transfers are timed when they run (L2, HBM)
+        if ins.op == "TLOAD":
+            return (GM_LOAD, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.srcs[0])
+        return (GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.dst)
+
+    def _rows(self, task) -> list[tuple]:
         rows = []
         append = rows.append
         for ins in task.instrs:
@@ -101,15 +129,7 @@ class Decoder:
                 append((CROSS_SET if setting else CROSS_WAIT, ins.pipe, cyc, ins.attrs["slot"] if setting else None,
                         0, None, None, None))
             elif (op == "TLOAD" or op == "TSTORE") and (isinstance(dst, GMRef) or isinstance(srcs[0], GMRef)):
-                sd = dma_path(ins)
-                path = self.gm_paths.get(sd)
-                if path is None:
-                    path = self.gm_paths[sd] = (f"{sd[0]}->{sd[1]}", self.machine.dma_bytes_per_cycle(*sd))
-                # no base cycles: GM transfers are timed when they run (L2, HBM)
-                if op == "TLOAD":
-                    append((GM_LOAD, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], srcs[0]))
-                else:
-                    append((GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], dst))
+                append(self._gm_row(ins))
             else:
                 ck = (op, id(dst), *map(id, srcs))
                 c = self.computes.get(ck)

@@ -142,7 +142,7 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     for i, t in enumerate(tasks):
         if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
             return None
-        rows = decoder.task(t)
+        rows = decoder.task(t, program)
         ioff[i + 1] = ioff[i] + len(rows)
         if not rows:
             continue
