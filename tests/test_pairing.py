@@ -204,3 +204,25 @@ def test_an_epilogue_without_tile_shapes_gets_a_tile_nested_in_the_cube_tile(rng
     assert vec.tile == (32, 64)                          # half a cube tile: one for each AIV
     assert sum(1 for t in ck.program.tasks if t.pair) == 4
     np.testing.assert_allclose(ck.simulate(a, b, c).outputs["c"], 1 / (1 + np.exp(-(a @ b))), rtol=1e-4, atol=1e-4)
+
+
+@pypto.jit
+def mm_two_epilogues(a, b, c, d):
+    pypto.set_cube_tile_shapes([64, 64], [32, 64], [64, 64])
+    pypto.set_vec_tile_shapes(32, 64)
+    m = pypto.matmul(a, b)
+    c[:] = pypto.sigmoid(m)
+    d[:] = pypto.exp(m * 0.1)
+
+
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_a_cube_task_pairs_with_one_epilogue_group(rng, engine):
+    a, b, _, c = _inputs(rng)
+    d = np.zeros_like(c)
+    ck = mm_two_epilogues.compile(a, b, c, d, machine="teach")
+    vector_groups = {t.group for t in ck.program.tasks if t.core_type == "AIV"}
+    paired_groups = {t.group for t in ck.program.tasks if t.pair}
+    assert len(vector_groups) == 2 and len(paired_groups) == 1
+    res = pypto.sim.simulate(ck.program, a, b, c, d, machine="teach", check=True, engine=engine)
+    np.testing.assert_allclose(res.outputs["c"], 1 / (1 + np.exp(-(a @ b))), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(res.outputs["d"], np.exp((a @ b) * 0.1), rtol=1e-4, atol=1e-4)

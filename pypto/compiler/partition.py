@@ -1,14 +1,13 @@
 """Tile -> Block lowering and Block-level passes: partitioning, dependencies, dependency pruning,
 wavefronts.
 
-Mixed kernels (a matmul whose result a vector group finishes: bias, activation, ...) follow the
+Mixed kernels (a matmul whose result a vector group finishes: an activation, ...) follow the
 machine's 1 AIC : 2 AIV pairing: the vector iterations that read the tiles one cube task stores
 become two tasks, one per AIV of the pair (each takes half of every cube tile, in the order the
-cube task stores them), marked `pair=(cube task, slot)`;
-the dispatcher runs them on the two AIVs coupled with the AIC that ran the cube task, once its
-tiles are in GM (an L2-resident workspace).  (One cube task per output tile would let the
-epilogue start per tile, but costs the AIC its pipelining across tiles: on matmul+bias+gelu
-1024^3 that lost more than it gained.)
+cube task stores them), marked `pair=(cube task, slot)`.  The dispatcher runs them on the two
+AIVs coupled with the AIC that runs the cube task, and the `cross_core_sync` pass lets them
+start on each tile as soon as it is in GM (an L2-resident workspace).  A cube group pairs with
+one vector group at most (the first that reads it).
 """
 from __future__ import annotations
 
@@ -80,14 +79,15 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
             grid = grids.get(n.attrs["gm"].buf.name)
             if grid is not None:
                 found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
-    out = {}
+    out, paired = {}, set()
     for info in g.groups:
         its = found.get(info.id)
         if not its or len(its) != info.n_outer or any(len(s) != 1 or None in s for s in its.values()):
             continue
         tiles = {o: next(iter(s)) for o, s in its.items()}
         cubes = {c for c, _ in tiles.values()}
-        if len(cubes) == 1:
+        if len(cubes) == 1 and not cubes & paired:
+            paired |= cubes
             out[info.id] = (cubes.pop(), {o: co for o, (_, co) in tiles.items()})
     return out
 
