@@ -354,9 +354,9 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInf
                     if bias is not None and k1 == 0:
                         # persistent: slots of their own (per output tile), so the operand loads
                         # never wait for the bias row to leave L1
-                        b1 = em.emit("TLOAD", [], (1, nl0), (1, nv), bias.dtype, "?", "bias1", m.loc,
-                                     persistent=True, gm=_bias_row(bias, n0, nv))
-                        bt = em.emit("TMOV", [b1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
+                        bias_l1 = em.emit("TLOAD", [], (1, nl0), (1, nv), bias.dtype, "?", "bias1", m.loc,
+                                          persistent=True, gm=_bias_row(bias, n0, nv))
+                        bt = em.emit("TMOV", [bias_l1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
                                      persistent=True)
                     a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
                                  gm=_sub2d(A, la, m0, kb, mv, kv1))
