@@ -273,3 +273,12 @@ def test_isomorphic_tasks_are_decoded_once_with_the_same_results():
         a = simulate(program, machine=ck.machine, mode="timing", engine=engine)
         b = simulate(bare, machine=ck.machine, mode="timing", engine=engine)
         assert (a.cycles, a.task_times, a.stats) == (b.cycles, b.task_times, b.stats)
+
+
+def test_compiled_kernels_simulate_on_either_engine(rng):
+    x = rng.standard_normal((256, 512)).astype("float32")
+    ck = softmax.compile(x, x * 0)
+    runs = [ck.simulate(x, x * 0, engine=e) for e in ("python", "compiled")]
+    assert runs[0].cycles == runs[1].cycles and runs[0].trace == runs[1].trace and runs[0].ok and runs[1].ok
+    with pytest.raises(pypto.PyptoError, match="engine"):
+        ck.simulate(x, x * 0, engine="fast")

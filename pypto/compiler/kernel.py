@@ -70,17 +70,19 @@ class CompiledKernel:
             return evaluate(self.traced, self.bind(args))
 
     def simulate(self, *args, machine=None, mode: str = "full", check: bool = True,
-                 checked: bool = False, trace: bool = True) -> SimResult:
+                 checked: bool = False, trace: bool = True, engine: str = "auto") -> SimResult:
         """Simulate on a machine (default: the one compiled for).
 
         `check` compares the outputs with the numpy reference of the kernel; `checked` runs the
-        simulator's checked mode (races, uninitialised reads, event reuse raise SimulationError).
+        simulator's checked mode (races, uninitialised reads, event reuse raise SimulationError);
+        `engine` picks the timing engine (see `pypto.sim.simulate`).
         """
         if machine is not None and machine != self.machine.name and machine != self.machine:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
-                                                          trace=trace)
+                                                          trace=trace, engine=engine)
         arrays = self.bind(args) if mode != "timing" else {}
-        res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace)
+        res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace,
+                      engine=engine)
         if check and mode != "timing":
             res.check = compare(res.outputs, self.reference(*args), self.traced)
         return res
