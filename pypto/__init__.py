@@ -8,7 +8,7 @@ from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoErr
                      SimulationError, TileShapeError, UnsupportedError, VerificationError)
 from .compiler.api import CompilerPipeline
 from .frontend.jit import JitKernel, jit
-from .frontend.ops import (abs, add, amax, amin, assemble, cast, div, exp, gelu, layer_norm, layernorm,
+from .frontend.ops import (abs, add, amax, amin, assemble, cast, conv2d, div, exp, gelu, layer_norm, layernorm,
                            log, loop, matmul, maximum, mean, minimum, mul, neg, reciprocal, relu, reshape,
                            rms_norm, rsqrt, set_cube_tile_shapes, set_vec_tile_shapes, sigmoid, softmax,
                            sqrt, sub, sum, tanh, transpose, view)
@@ -52,7 +52,7 @@ __all__ = [
     "CompilerPipeline", "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
     "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add", "amax", "amin",
-    "assemble", "cast", "compare", "report", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
+    "assemble", "cast", "compare", "conv2d", "report", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
     "matmul", "maximum", "mean", "minimum", "mul", "neg", "reciprocal", "relu", "reshape", "rms_norm",
     "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "softmax", "sqrt", "sub", "sum",
     "tanh", "transpose", "view",

@@ -17,8 +17,9 @@
    so no conversion node is inserted and no cycles are added; NZ -> ND of the result happens
    in the L0C -> GM store (FIX pipe).  The attribute records the layout for readers of the IR.
 
-There is no convolution op in pypto (yet), so NHWC/NCHW conversions have nothing to act on:
-they would be chains of transposes, which (1) already folds.
+NHWC / NCHW: `pypto.conv2d` reads an NCHW tensor channels-last through transposed views and
+transposes its result back, so NHWC <-> NCHW conversions are transpose chains; between two
+stacked NCHW convolutions they cancel (folded here, or by simplify's transpose-pair rule).
 
 `ctx.options["layout"] = False` turns the pass off.  Dead transposes left behind are removed
 by dce.

@@ -199,6 +199,41 @@ def view(x, shape, offsets=None):
     return _ctx(x, "view").add("view", [x], shape, x.dtype, shape=shape, offsets=offsets)
 
 
+def conv2d(x, weight, layout: str = "NCHW"):
+    """2-D convolution, stride 1, no padding: `x` [N, C, H, W] with `weight` [F, C, KH, KW]
+    (layout "NCHW"), or `x` [N, H, W, C] with `weight` [KH, KW, C, F] (layout "NHWC").
+
+    It runs on the cube as KH x KW matmuls, one per kernel position: the output rows of a window
+    of `x` (channels last) times that position's [C, F] weights, summed.  An NCHW tensor is read
+    channels-last through transposed views (NCHW <-> NHWC is a change of strides, not a copy),
+    and the result is transposed back; the `layout` pass folds the transposes two stacked NCHW
+    convolutions would otherwise apply twice."""
+    x, weight = _tensor(x, "conv2d"), _tensor(weight, "conv2d")
+    if layout not in ("NCHW", "NHWC"):
+        raise UnsupportedError("conv2d: unknown layout", loc=user_loc(), expected="NCHW or NHWC", got=repr(layout))
+    if x.ndim != 4 or weight.ndim != 4:
+        raise ShapeError("conv2d: input and weight must be 4-D", loc=user_loc(),
+                         expected=f"{layout} input and its weight", got=f"{list(x.shape)} and {list(weight.shape)}")
+    if layout == "NCHW":
+        x = transpose(transpose(x, 1, 2), 2, 3)                            # N, H, W, C
+        weight = transpose(transpose(transpose(weight, 0, 2), 1, 3), 2, 3)   # KH, KW, C, F
+    n, h, w, c = x.shape
+    kh_, kw_, wc, f = weight.shape
+    if wc != c or kh_ > h or kw_ > w:
+        raise ShapeError("conv2d: weight does not fit the input", loc=user_loc(),
+                         expected=f"{c} input channels and a kernel of at most {h}x{w}",
+                         got=f"{wc} channels, kernel {kh_}x{kw_}")
+    oh, ow = h - kh_ + 1, w - kw_ + 1
+    out = None
+    for kh in range(kh_):
+        for kw in range(kw_):
+            part = matmul(view(x, (n, oh, ow, c), (0, kh, kw, 0)), view(weight, (1, 1, c, f), (kh, kw, 0, 0)))
+            out = part if out is None else add(out, part)
+    if layout == "NCHW":
+        out = transpose(transpose(out, 2, 3), 1, 2)                        # N, F, OH, OW
+    return out
+
+
 def _window(x: Tensor, key) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
     """Offsets and shape of `x[key]` (basic slicing, step 1) and the dims an integer index drops."""
     if not isinstance(key, tuple):

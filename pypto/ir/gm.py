@@ -53,7 +53,9 @@ class GMRef:
         return prod(self.shape) * self.buf.dtype.itemsize
 
     def is_contiguous(self) -> bool:
-        return self.strides == natural_strides(self.shape) or prod(self.shape) <= 1
+        """The window's elements are one run of memory (the stride of a size-1 dim is irrelevant)."""
+        nat = natural_strides(self.shape)
+        return all(s == n for s, n, d in zip(self.strides, nat, self.shape) if d != 1) or prod(self.shape) <= 1
 
     def window(self, offsets, shape) -> "GMRef":
         off = self.offset + sum(o * s for o, s in zip(offsets, self.strides))

@@ -1,0 +1,89 @@
+"""conv2d: NCHW and NHWC, on the cube as one matmul per kernel position, against numpy."""
+import numpy as np
+import pytest
+
+import pypto
+
+
+def conv_nhwc(x, w):
+    """Reference: x [N,H,W,C], w [KH,KW,C,F], stride 1, no padding."""
+    kh_, kw_, _, f = w.shape
+    n, h, wd, _ = x.shape
+    out = np.zeros((n, h - kh_ + 1, wd - kw_ + 1, f), np.float64)
+    for kh in range(kh_):
+        for kw in range(kw_):
+            out += np.einsum("nhwc,cf->nhwf", x[:, kh:kh + out.shape[1], kw:kw + out.shape[2]].astype(np.float64),
+                             w[kh, kw].astype(np.float64))
+    return out
+
+
+@pypto.jit
+def conv_relu_nhwc(x, w, y):
+    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
+    y[:] = pypto.relu(pypto.conv2d(x, w, layout="NHWC"))
+
+
+@pypto.jit
+def conv_nchw(x, w, y):
+    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
+    y[:] = pypto.conv2d(x, w)
+
+
+@pypto.jit
+def two_convs_nchw(x, w1, w2, y):
+    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
+    y[:] = pypto.conv2d(pypto.conv2d(x, w1), w2)
+
+
+def test_conv_relu_nhwc(rng):
+    x = rng.standard_normal((2, 10, 36, 16)).astype(np.float32)
+    w = rng.standard_normal((3, 3, 16, 32)).astype(np.float32)
+    y = np.zeros((2, 8, 34, 32), np.float32)
+    ck = conv_relu_nhwc.compile(x, w, y, machine="teach")
+    assert sum(n.op == "matmul" for n in ck.tensor_graph.nodes) == 9
+    res = ck.simulate(x, w, y)
+    np.testing.assert_allclose(res.outputs["y"], np.maximum(conv_nhwc(x, w), 0), rtol=1e-4, atol=1e-3)
+
+
+def test_conv_nchw_reads_channels_last_through_views(rng):
+    x = rng.standard_normal((1, 16, 12, 20)).astype(np.float32)        # N, C, H, W
+    w = rng.standard_normal((24, 16, 3, 3)).astype(np.float32)         # F, C, KH, KW
+    y = np.zeros((1, 24, 10, 18), np.float32)
+    ck = conv_nchw.compile(x, w, y, machine="teach")
+    # the NCHW input is never copied to NHWC: the matmuls load strided windows of x
+    assert not any(n.op == "copy" and n.inputs and ck.tensor_graph.node(n.inputs[0]).op == "input"
+                   for n in ck.tensor_graph.nodes)
+    want = conv_nhwc(x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0)).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(ck.simulate(x, w, y).outputs["y"], want, rtol=1e-4, atol=1e-3)
+
+
+def test_stacked_nchw_convs_drop_the_transposes_between_them(rng):
+    x = rng.standard_normal((1, 8, 10, 12)).astype(np.float32)
+    w1 = rng.standard_normal((16, 8, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    y = np.zeros((1, 8, 6, 8), np.float32)
+    ck = two_convs_nchw.compile(x, w1, w2, y, machine="teach")
+
+    def transposes(g):
+        return sum(n.op == "transpose" for n in g.nodes)
+    # traced: per conv 2 transposes of the input, 3 of the weight, 2 of the result; the result's
+    # NHWC -> NCHW after the first conv and the NCHW -> NHWC before the second cancel out
+    assert transposes(ck.traced) == 14 and transposes(ck.tensor_graph) == 10
+    mid = conv_nhwc(x.transpose(0, 2, 3, 1), w1.transpose(2, 3, 1, 0))
+    want = conv_nhwc(mid, w2.transpose(2, 3, 1, 0)).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(ck.simulate(x, w1, w2, y).outputs["y"], want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("wshape, message", [((3, 3, 8, 4), "weight does not fit the input"),
+                                             ((3, 3, 16), "input and weight must be 4-D")])
+def test_conv_errors_name_the_line(rng, wshape, message):
+    x = np.zeros((1, 6, 6, 16), np.float32)
+    w = np.zeros(wshape, np.float32)
+
+    @pypto.jit
+    def k(x, w, y):
+        y[:] = pypto.conv2d(x, w, layout="NHWC")
+
+    with pytest.raises(pypto.ShapeError, match=message) as e:
+        k.compile(x, w, np.zeros((1, 4, 4, 4), np.float32))
+    assert "pypto.conv2d(x, w" in str(e.value)
