@@ -30,56 +30,12 @@ import pypto
 from pypto.compiler import AutoTilingPass, CompilerPipeline
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import softmax  # noqa: E402  (the tutorial softmax, tiles TM x TN = 64 x 256 by default)
+from kernels import (layernorm, layernorm_auto, matmul, matmul_auto, matmul_bias_gelu,  # noqa: E402
+                     matmul_bias_gelu_auto, softmax, softmax_auto)
 
 MACHINE = "a2a3"
 F16, F32 = pypto.DT_FP16, pypto.DT_FP32
 T = pypto.Tensor
-
-
-# --- kernels: one with tile-shape constants, one that sets none (for AutoTilingPass) -----------
-# (softmax, with constants TM and TN, comes from kernels.py)
-
-@pypto.jit
-def softmax_auto(x, out):
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
-
-
-@pypto.jit
-def layernorm(x, w, b, out, *, TM: int = 64, TN: int = 256):
-    pypto.set_vec_tile_shapes(TM, TN)
-    out[:] = pypto.layernorm(x, w, b)
-
-
-@pypto.jit
-def layernorm_auto(x, w, b, out):
-    out[:] = pypto.layernorm(x, w, b)
-
-
-@pypto.jit
-def matmul(a, b, c, *, ML0: int = 128, NL0: int = 128, KL0: int = 64, KL1: int = 256):
-    pypto.set_cube_tile_shapes([ML0, ML0], [KL0, KL1], [NL0, NL0])
-    c[:] = pypto.matmul(a, b)
-
-
-@pypto.jit
-def matmul_auto(a, b, c):
-    c[:] = pypto.matmul(a, b)
-
-
-@pypto.jit
-def matmul_bias_gelu(a, b, bias, c, *, ML0: int = 128, NL0: int = 128, KL0: int = 64, KL1: int = 256,
-                     VM: int = 32, VN: int = 128):
-    pypto.set_cube_tile_shapes([ML0, ML0], [KL0, KL1], [NL0, NL0])
-    pypto.set_vec_tile_shapes(VM, VN)
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
-
-
-@pypto.jit
-def matmul_bias_gelu_auto(a, b, bias, c):
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
 
 
 # --- the grids of the exhaustive sweeps ---------------------------------------------------------

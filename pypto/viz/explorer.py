@@ -184,6 +184,15 @@ def _tile_bound(g, node, tile, pos):
     return (min(lo, dim), dim)
 
 
+
+def _running_loop():
+    """The kernel's asyncio loop when there is one (a live notebook), else None (scripts, tests)."""
+    import asyncio
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
 class Explorer:
     """Compile + simulate `kernel(*args)`; show every level; recompile when a control changes.
 
@@ -484,11 +493,7 @@ class Explorer:
     def _schedule_check(self, hit):
         """In a live kernel the check runs right after the view is sent (the slider feels
         instant); without an event loop (scripts, tests) it runs now."""
-        import asyncio
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = _running_loop()
         if loop is None:
             self._finish_check(hit)
         else:
@@ -539,11 +544,7 @@ class Explorer:
     def _schedule(self, cfg):
         """Apply a change from a control: at once without an event loop (tests, scripts), else
         debounced on the kernel's loop (see the module docstring)."""
-        import asyncio
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = _running_loop()
         if loop is None:
             self._apply(cfg)
             return

@@ -123,6 +123,16 @@ def occupancy(trace, n_cores: dict[str, int]):
     return out
 
 
+def _figure_and_axes(ax, n_rows: int):
+    """The given axes and their figure, or a new timeline figure sized for `n_rows` rows."""
+    if ax is not None:
+        return ax.figure, ax
+    fig = _figure_class()(figsize=(11, timeline_height(n_rows)))
+    ax = fig.add_subplot()
+    fit_margins(fig)
+    return fig, ax
+
+
 def plot_occupancy(res, ax=None, title=None):
     """All cores at once: per core type and pipe, the share of cores busy over time (0-100%)."""
     from matplotlib.patches import Patch
@@ -130,12 +140,7 @@ def plot_occupancy(res, ax=None, title=None):
     occ = occupancy(res.trace, n_cores)
     order = {p: k for k, p in enumerate(("MTE2", "MTE1", "M", "FIX", "V", "MTE3", "S"))}
     rows = sorted(occ, key=lambda k: (k[0] != "AIC", order.get(k[1], 99)))
-    if ax is None:
-        fig = _figure_class()(figsize=(11, timeline_height(len(rows))))
-        ax = fig.add_subplot()
-        fit_margins(fig)
-    else:
-        fig = ax.figure
+    fig, ax = _figure_and_axes(ax, len(rows))
     used = set()
     for k, key in enumerate(rows):
         t, busy = occ[key]
@@ -171,12 +176,7 @@ def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggr
     trace = res.trace
     shown, hidden = _pick_cores(trace, cores, max_cores)
     rows = timeline_rows(trace, shown)
-    if ax is None:
-        fig = _figure_class()(figsize=(11, timeline_height(len(rows))))
-        ax = fig.add_subplot()
-        fit_margins(fig)
-    else:
-        fig = ax.figure
+    fig, ax = _figure_and_axes(ax, len(rows))
     row_of = {r: k for k, r in enumerate(rows)}
     # One PolyCollection per instruction class: a handful of artists instead of one per bar.
     bars: dict[int, list[tuple[int, int, int]]] = {}
