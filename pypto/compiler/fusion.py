@@ -76,7 +76,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             source_group[n.id] = grp.id
             epilogue[n.id] = ""
             if ctx is not None:
-                cube_tile[n.id] = matmul_cube_tile(g, n, ctx.machine)
+                ml0, _, nl0, _ = matmul_cube_tile(g, n, ctx.machine)
+                cube_tile[n.id] = (ml0, nl0)
         elif join and (tail := _epilogue_of(g, n, epilogue, users)) is not None:
             gid = group_of[tail]
             groups[gid].members.append(n.id)

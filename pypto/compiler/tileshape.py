@@ -31,16 +31,15 @@ def epilogue_vec_tile(domain: tuple[int, ...], dtype: DType, cube_tile: tuple[in
     return (1,) * (len(domain) - 2) + (min(rows, domain[-2]), cols)
 
 
-def matmul_cube_tile(g, n, machine) -> tuple[int, int]:
-    """(mL0, nL0) the tiling will use for matmul node n of tensor graph g."""
+def matmul_cube_tile(g, n, machine) -> tuple[int, int, int, int]:
+    """(mL0, kL0, nL0, kL1) of matmul node n of tensor graph g: the kernel's, or the default."""
     a = g.node(n.inputs[0])
     k = a.shape[-2] if n.attrs["a_trans"] else a.shape[-1]
     m_, n_ = n.shape[-2:]
     batch = 1
     for d in n.shape[:-2]:
         batch *= d
-    ml0, _, nl0, _ = normalize_cube_tile(n.attrs.get("tile"), m_, k, n_, a.dtype, n.loc, machine, batch)
-    return ml0, nl0
+    return normalize_cube_tile(n.attrs.get("tile"), m_, k, n_, a.dtype, n.loc, machine, batch)
 
 
 def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:

@@ -20,7 +20,7 @@ from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
 from .pipeline import PassContext
-from .tileshape import normalize_cube_tile
+from .tileshape import matmul_cube_tile
 
 UNARY_TILE_OPS = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "abs": "TABS",
                   "neg": "TNEG", "relu": "TRELU", "recip": "TRECIP"}
@@ -331,7 +331,7 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInf
     N = B.shape[-1]
     dtype = a.dtype
     batch = m.shape[:-2]
-    ml0, kl0, nl0, kl1 = normalize_cube_tile(m.attrs.get("tile"), M, K, N, dtype, m.loc, machine, prod(batch))
+    ml0, kl0, nl0, kl1 = matmul_cube_tile(g, m, machine)
     acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
     outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
