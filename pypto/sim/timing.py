@@ -8,10 +8,12 @@ come first served, and every transfer is also limited by its path's bandwidth.  
 several requests in flight: a load occupies its pipe only while its bytes stream, and its data is
 ready an L2 hit (or miss) latency later; a SET_FLAG waits until every earlier instruction of its
 pipe has its data ready, so the consumer behind the flag sees the latency once per batch of loads,
-not once per load.  Tasks start when
-their dependencies are done, on the free core of their type with the lowest id, after a dispatch
-overhead.  Events are ordered by (cycle, sequence number), so the same program always gives the
-same cycles and trace.
+not once per load.  Tasks start when their dependencies are done, on the free core of their type
+with the lowest id, after a dispatch overhead; a vector task paired with a cube task (1 AIC :
+2 AIV) starts on AIV 2k + slot once its cube task has started on AIC k, and its
+CROSS_WAIT_FLAGs consume, in order, the CROSS_SET_FLAGs that cube task makes for its slot.
+Events are ordered by (cycle, sequence number), so the same program always gives the same
+cycles and trace.
 
 Two engines run this model with identical results: the event loop below (the reference), and
 `timing_fast`, the same loop compiled with numba over an array encoding of the program, some
