@@ -4,6 +4,7 @@ from .autocast import AUTOCAST_PASSES
 from .autotile import AutoTilingPass
 from .crosscore import CROSS_CORE_SYNC
 from .fusion import FUSION_PASSES
+from .l1reuse import L1_REUSE
 from .layout import LAYOUT_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
@@ -20,7 +21,7 @@ def default_passes() -> list[Pass]:
     primitives decompose and legalize leave; simplify, cse and dce clean up after them."""
     decompose, legalize, *cleanup = TENSOR_PASSES
     return [decompose, legalize, *AUTOCAST_PASSES, *LAYOUT_PASSES, *cleanup, *FUSION_PASSES, TILING,
-            *TILE_PASSES, PARTITION, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, CODEGEN]
+            *TILE_PASSES, PARTITION, L1_REUSE, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, CODEGEN]
 
 
 PASSES = {p.name: p for p in default_passes()}

@@ -64,11 +64,12 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                     f"the tiles of group {info.id} do not fit {space} (tile {fmt_shape(info.tile)})",
                     loc=info.loc, expected=f"at most {caps[space] // 1024} KiB of {space}",
                     got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile")
+            copies = _ring_copies(sl, nodes, nbuf, caps[space] - total)
             off = 0
-            for s in sl:
+            for s, n_copies in zip(sl, copies):
                 for k in s["keys"]:
-                    placement[(info.id, k)] = (off, s["size"], nbuf)
-                off += s["size"] * nbuf
+                    placement[(info.id, k)] = (off, s["size"], n_copies)
+                off += s["size"] * n_copies
     out = []
     for n in g.nodes:
         if n.space and n.space != "?":
@@ -76,6 +77,23 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
             n = n.replace(attrs=n.attrs.replace(buf=off + (n.attrs["par"] % nbuf) * size, nbuf=nbuf))
         out.append(n)
     return g.replace(out)
+
+
+def _ring_copies(slots: list[dict], nodes: list[TileNode], nbuf: int, spare: int) -> list[int]:
+    """Copies per slot: `nbuf`, except that slots holding a `ring` key (an operand panel whose
+    tiles pick their copy by K chunk, see tiling._lower_matmul) share the spare bytes of the space,
+    up to one copy per chunk: every extra copy keeps one more chunk for the next output tile."""
+    chunks: dict[str, set] = {}
+    for n in nodes:
+        if n.attrs.get("ring"):
+            chunks.setdefault(n.key, set()).add(n.attrs["par"])
+    copies = []
+    for s in slots:
+        want = max((len(chunks[k]) for k in s["keys"] if k in chunks), default=0)
+        extra = min(max(0, want - nbuf), spare // s["size"]) if want else 0
+        spare -= extra * s["size"]
+        copies.append(nbuf + extra)
+    return copies
 
 
 def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2) -> dict[str, int]:

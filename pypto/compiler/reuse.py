@@ -28,7 +28,7 @@ from ..ir.tile import TileGraph, TileNode
 from .pipeline import Pass, PassContext
 
 
-def _load_key(n: TileNode) -> tuple:
+def load_key(n: TileNode) -> tuple:
     w = n.attrs["gm"]        # plain ints and strings: cheap to hash (the pass sees every load)
     return (w.buf.name, w.offset, w.shape, w.strides, n.shape, n.valid, n.dtype.name, n.space)
 
@@ -41,7 +41,7 @@ def find_redundant_loads(g: TileGraph) -> dict[int, int]:
     for n in g.nodes:
         if n.op == "TLOAD":
             cache = seen.setdefault((n.group, n.outer), {})
-            k = _load_key(n)
+            k = load_key(n)
             first = cache.get(k)
             if first is None:
                 cache[k] = n.id

@@ -66,14 +66,18 @@ def k0_of(dtype: DType) -> int:
 
 
 def default_cube_tile(m: int, k: int, n: int, dtype: DType, machine=None, batch: int = 1):
-    """128 x 128 output tiles, or, given the machine, the output tile (128x128, 128x256 or
-    256x128) with the least estimated time (below); K streams in kL0 = 128 bytes of A per row."""
+    """128 x 128 output tiles streaming K in kL1 = 4 kL0, or, given the machine, the output tile
+    (128x128, 128x256 or 256x128) and kL1 (2 or 4 kL0) with the least estimated time (below).
+    kL0 = 128 bytes of A per row."""
     k0 = k0_of(dtype)
     kl0 = min(round_up(k, k0), 128 // dtype.itemsize)      # 64 fp16, 32 fp32, 128 int8
-    kl1 = min(round_up(k, kl0), kl0 * 4)
-    shapes = [(128, 128)] if machine is None else [(128, 128), (128, 256), (256, 128)]
-    fits = [s for s in shapes if s == (128, 128) or _acc_bytes(s) <= machine.l0c_kib * 1024]
-    ml0, nl0 = min(fits, key=lambda s: (_estimate(s, m, k, n, kl1, dtype, machine, batch), s))
+    if machine is None:
+        return ((128, 128), (kl0, min(round_up(k, kl0), kl0 * 4)), (128, 128))
+    cands = [(mn, min(round_up(k, kl0), kl0 * f))
+             for mn in ((128, 128), (128, 256), (256, 128)) for f in (4, 2)
+             if mn == (128, 128) or _acc_bytes(mn) <= machine.l0c_kib * 1024]
+    (ml0, nl0), kl1 = min(cands, key=lambda c: (_estimate(c[0], m, k, n, c[1], dtype, machine, batch),
+                                                -c[1], c[0]))
     ml0, nl0 = min(round_up(m, 16), ml0), min(round_up(n, 16), nl0)
     return ((ml0, ml0), (kl0, kl1), (nl0, nl0))
 
@@ -84,21 +88,30 @@ def _acc_bytes(mn) -> int:
 
 def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     """Cycles of a matmul with output tiles mn: waves of tiles over the cube cores, each tile
-    streaming K in kL1 chunks at the slower of the cube and the GM->L1 load of its operands
-    (MTE2 overlaps the cube with double buffering), plus the L0C drain when L0C has no room
-    for a second accumulator (the next tile waits for the store)."""
-    if machine is None:
-        return 0.0
+    taking the longer of its cube time and the GM->L1 load of its operands (MTE2 overlaps the
+    cube with double buffering), plus the L0C drain when L0C has no room for a second
+    accumulator (the next tile waits for the store).
+
+    The operand panel consecutive tiles share (A along a row of tiles) is not loaded again for
+    the K chunks still in L1 (see the `l1_reuse` pass): as many chunks as fit next to two
+    chunks of the other operand."""
     from ..sim.cost import cube_cycles
     ml0, nl0 = mn
-    tiles = batch * -(-m // ml0) * -(-n // nl0)
-    waves = -(-tiles // machine.n_aic)
-    chunk = max(cube_cycles(ml0, kl1, nl0, dtype.itemsize, machine),
-                (ml0 + nl0) * kl1 * dtype.itemsize / machine.dma_bytes_per_cycle("GM", "L1"))
+    nm, nn = -(-m // ml0), -(-n // nl0)
+    waves = -(-(batch * nm * nn) // machine.n_aic)
+    nk1 = -(-k // kl1)
+    a_chunk, b_chunk = ml0 * kl1 * dtype.itemsize, kl1 * nl0 * dtype.itemsize
+    shared, other = (a_chunk, b_chunk) if nn > 1 else (b_chunk, a_chunk) if nm > 1 else (0, a_chunk + b_chunk)
+    kept = 0
+    if shared:
+        kept = min(nk1, max(2, (machine.l1_kib * 1024 - 2 * other) // shared)) * shared
+    loaded = nk1 * (a_chunk + b_chunk) - kept
+    tile = max(nk1 * cube_cycles(ml0, kl1, nl0, dtype.itemsize, machine),
+               loaded / machine.dma_bytes_per_cycle("GM", "L1"))
     drain = 0.0
     if 2 * _acc_bytes(mn) > machine.l0c_kib * 1024:
         drain = ml0 * nl0 * dtype.itemsize / machine.dma_bytes_per_cycle("L0C", "GM")
-    return waves * (-(-k // kl1) * chunk + drain)
+    return waves * (tile + drain)
 
 
 def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc, machine=None, batch: int = 1):

@@ -63,7 +63,8 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     for gid in sorted(members):
         ms = members[gid]
         if ms[0].op == "matmul":
-            info = _lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine)
+            info = _lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine,
+                                 ctx.options.get("l1_reuse", True))
             cube_tile_of[ms[-1].id] = (info.tile[0], info.tile[2])
         else:
             info = _lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid),
@@ -313,8 +314,15 @@ def _bias_row(ref: GMRef, n0: int, nv: int) -> GMRef:
     return GMRef(ref.buf, ref.offset + n0 * step, (1, nv), (nv * step, step))
 
 
-def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInfo:
-    """`ms`: the matmul, then its cube epilogue (fusion.py): a bias add and/or a ReLU."""
+def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: bool = True) -> GroupInfo:
+    """`ms`: the matmul, then its cube epilogue (fusion.py): a bias add and/or a ReLU.
+
+    With `l1_reuse`, K is walked forward in even output tiles and backward in odd ones
+    (serpentine), and the operand panel consecutive output tiles share (A along a row of tiles,
+    B down a single column of them) is loaded into a ring of L1 slots chosen by its K chunk
+    (`ring`: `allocate` gives it the L1 left over).  The last chunks one tile loads are then the
+    first the next one needs, still in their slots: the `l1_reuse` block pass drops those loads.
+    """
     m, result = ms[0], ms[-1]
     bias = None
     for x in ms[1:]:
@@ -335,6 +343,7 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInf
     acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
     outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
+    shared = None if not l1_reuse else "a1" if nn > 1 else "b1" if nm > 1 else None
     o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
         la = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(A.shape[:-2]):], A.shape[:-2]))
@@ -345,13 +354,18 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInf
                 m0, n0 = mi * ml0, ni * nl0
                 mv, nv = min(ml0, M - m0), min(nl0, N - n0)
                 c = None
-                for k1 in range(nk1):
-                    em.inner, em.lin = k1, lin
+                backward = shared is not None and o % 2 == 1
+                for step in range(nk1):
+                    k1 = nk1 - 1 - step if backward else step
+                    em.inner, em.lin = step, lin
                     lin += 1
                     kb = k1 * kl1
                     kv1 = min(kl1, K - kb)
+                    ring = {"a1": {}, "b1": {}}
+                    if shared is not None:
+                        ring[shared] = {"par": k1, "ring": True}
                     bt = None
-                    if bias is not None and k1 == 0:
+                    if bias is not None and step == 0:
                         # persistent: slots of their own (per output tile), so the operand loads
                         # never wait for the bias row to leave L1
                         bias_l1 = em.emit("TLOAD", [], (1, nl0), (1, nv), bias.dtype, "?", "bias1", m.loc,
@@ -359,9 +373,9 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine) -> GroupInf
                         bt = em.emit("TMOV", [bias_l1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
                                      persistent=True)
                     a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
-                                 gm=_sub2d(A, la, m0, kb, mv, kv1))
+                                 gm=_sub2d(A, la, m0, kb, mv, kv1), **ring["a1"])
                     b1 = em.emit("TLOAD", [], (kl1, nl0), (kv1, nv), dtype, "?", "b1", m.loc,
-                                 gm=_sub2d(B, lb, kb, n0, kv1, nv))
+                                 gm=_sub2d(B, lb, kb, n0, kv1, nv), **ring["b1"])
                     for k0 in range(ceil_div(kv1, kl0)):
                         kv = min(kl0, kv1 - k0 * kl0)
                         # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other

@@ -58,6 +58,7 @@ def verify(g: BlockGraph) -> None:
     covered: set[int] = set()
     core_of: dict[int, str] = {}
     kinds = {i.id: i.core_type for i in g.tiles.groups}
+    tiles = g.tiles.by_id()
     for t in g.tasks:
         if any(d not in seen for d in t.deps):
             raise VerificationError(f"block graph task {t.id}: depends on a later or unknown task",
@@ -73,6 +74,12 @@ def verify(g: BlockGraph) -> None:
             raise VerificationError(f"block graph task {t.id}: tile ops assigned to two tasks")
         covered.update(t.nodes)
         seen.add(t.id)
+        mine = set(t.nodes)
+        for i in t.nodes:
+            stray = [j for j in tiles[i].inputs if j not in mine]
+            if stray:
+                raise VerificationError(f"block graph task {t.id}: tile op {i} reads tile {stray[0]} "
+                                        "of another task (tasks do not share on-chip buffers)")
     if len(covered) != len(g.tiles.nodes):
         raise VerificationError(f"block graph {g.name}: tile ops left out of every task",
                                 expected=len(g.tiles.nodes), got=len(covered))

@@ -1,0 +1,77 @@
+"""Block-level pass `l1_reuse`: a tile still in its on-chip slot is not loaded again.
+
+A task runs its outer iterations one after another on one core, so its buffers carry over from
+one output tile to the next.  Tiling arranges for that to pay off in matmuls: K runs serpentine
+(forward, then backward) and the operand panel consecutive output tiles share sits in a ring of
+L1 slots picked by K chunk, so the chunks one tile loaded last are the ones the next tile needs
+first (see tiling._lower_matmul).  The same holds for any load whose slot happens to still hold
+its window, e.g. a vector kernel's weight row reloaded for every row block.
+
+The pass replays each task's tile ops in program order, tracking what every slot holds: a TLOAD
+puts its GM window in its slot, any other on-chip write clears what it overwrites, and a TSTORE
+to GM clears the slots holding windows it overlaps.  A TLOAD whose slot already holds the same
+window (same tile shape, valid shape, dtype and layout) is dropped and its users read the tile
+that is there.  The exactness of that replay is what makes the pass safe: it never depends on
+how the slots were chosen.  `options={"l1_reuse": False}` turns off both this pass and the
+serpentine order.
+"""
+from __future__ import annotations
+
+from ..ir.block import BlockGraph, Task
+from ..ir.tile import tile_bytes
+from .pipeline import Pass, PassContext
+from .reuse import load_key
+
+
+def reused_loads(g: BlockGraph) -> dict[int, int]:
+    """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}."""
+    nodes = g.tiles.by_id()
+    dup: dict[int, int] = {}
+    for t in g.tasks:
+        held: dict[tuple[str, int], tuple[int, tuple, int]] = {}   # (space, addr) -> (end, key, load id)
+        for i in t.nodes:
+            n = nodes[i]
+            if n.op == "TSTORE":
+                w = n.attrs["gm"]
+                for slot, (_, key, ld) in list(held.items()):
+                    if key[0] == w.buf.name and nodes[ld].attrs["gm"].overlaps(w):
+                        del held[slot]
+                continue
+            if not n.space or "buf" not in n.attrs:
+                continue
+            lo = n.attrs["buf"]
+            hi = lo + tile_bytes(n.shape, n.dtype)
+            if n.op == "TLOAD":
+                key = load_key(n)
+                have = held.get((n.space, lo))
+                if have is not None and have[0] == hi and have[1] == key:
+                    dup[n.id] = have[2]
+                    continue
+            for (space, a), (b, _, _) in list(held.items()):
+                if space == n.space and a < hi and lo < b:
+                    del held[(space, a)]
+            if n.op == "TLOAD":
+                held[(n.space, lo)] = (hi, key, n.id)
+    return dup
+
+
+def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
+    if ctx is not None and not ctx.options.get("l1_reuse", True):
+        return g
+    dup = reused_loads(g)
+    if not dup:
+        return g
+    tiles = []
+    for n in g.tiles.nodes:
+        if n.id in dup:
+            continue
+        if any(i in dup for i in n.inputs):
+            n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
+        tiles.append(n)
+    tasks = [Task(t.id, t.group, t.core_type, t.outer, tuple(i for i in t.nodes if i not in dup), t.deps,
+                  t.level, t.pair) for t in g.tasks]
+    return BlockGraph(g.name, g.tiles.replace(tiles), tuple(tasks))
+
+
+L1_REUSE = Pass("l1_reuse", "block", l1_reuse,
+                "drop a load whose on-chip slot still holds its window from an earlier tile of the task")
