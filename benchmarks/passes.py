@@ -4,7 +4,8 @@ automatic tiling against the best tile shape of an exhaustive sweep.
 For every kernel: the cycles with the default pipeline, with fusion off
 (`options={"fusion": False}`), with double buffering off (`options={"double_buffer": False}`),
 with redundant-load elimination removed from the pipeline
-(`CompilerPipeline().remove("eliminate_redundant_loads")`), with list scheduling off
+(`CompilerPipeline().remove("eliminate_redundant_loads")`), with L1 reuse across output tiles off
+(`options={"l1_reuse": False}`: no serpentine K, every operand chunk reloaded), with list scheduling off
 (`options={"list_scheduling": False}`) and with the tile-by-tile streaming of paired epilogues off
 (`options={"cross_core_sync": False}`: whole-task dependencies instead); then `AutoTilingPass()` on a version
 of the kernel that sets no tile shapes, against the fastest tile shape of a small grid tried
@@ -140,6 +141,7 @@ def measure(case: Case) -> dict:
     row["double_buffer_off"] = cycles_of(case.kernel, case.specs, options={"double_buffer": False}, **case.consts)
     row["rle_off"] = cycles_of(case.kernel, case.specs,
                                pipeline=CompilerPipeline().remove("eliminate_redundant_loads"), **case.consts)
+    row["l1_reuse_off"] = cycles_of(case.kernel, case.specs, options={"l1_reuse": False}, **case.consts)
     row["sched_off"] = cycles_of(case.kernel, case.specs, options={"list_scheduling": False}, **case.consts)
     row["stream_off"] = cycles_of(case.kernel, case.specs, options={"cross_core_sync": False}, **case.consts)
     row["tile"] = tile_of(ck)
@@ -159,12 +161,12 @@ def measure(case: Case) -> dict:
 
 def table(rows: list[dict]) -> str:
     lines = ["| kernel (a2a3, cycles) | default | fusion off | double buffering off | "
-             "redundant-load elim. off | list scheduling off | cross-core streaming off | cube util |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "redundant-load elim. off | L1 reuse off | list scheduling off | cross-core streaming off | cube util |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         d = r["default"]
         util = "" if r["cube_util"] is None else f"{r['cube_util']:.1f}%"
-        off = [r[k] for k in ("fusion_off", "double_buffer_off", "rle_off", "sched_off", "stream_off")]
+        off = [r[k] for k in ("fusion_off", "double_buffer_off", "rle_off", "l1_reuse_off", "sched_off", "stream_off")]
         lines.append(f"| {r['label']} ({r['tile']}) | {d} | " + " | ".join(f"{c} ({pct(c, d)})" for c in off)
                      + f" | {util} |")
     lines += ["", "| kernel without tile shapes (a2a3, cycles) | pypto heuristic | AutoTilingPass() | "
