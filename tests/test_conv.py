@@ -41,8 +41,38 @@ def test_conv_relu_nhwc(rng):
     y = np.zeros((2, 8, 34, 32), np.float32)
     ck = conv_relu_nhwc.compile(x, w, y, machine="teach")
     assert sum(n.op == "matmul" for n in ck.tensor_graph.nodes) == 9
-    res = ck.simulate(x, w, y)
+    # the seeds' Conv+ReLU: one cube group, the 9 kernel positions accumulate in L0C and the FIX
+    # pipe applies the ReLU on the way out; no vector core takes part
+    assert [g.kind for g in ck.tile_graph.groups] == ["cube"]
+    assert ck.tile_graph.groups[0].n_inner == 9
+    ops = [i for t in ck.program.tasks for i in t.instrs]
+    assert {t.core_type for t in ck.program.tasks} == {"AIC"}
+    assert all(i.attrs.get("act") == "relu" for i in ops if i.op == "TSTORE")
+    res = ck.simulate(x, w, y, checked=True)
     np.testing.assert_allclose(res.outputs["y"], np.maximum(conv_nhwc(x, w), 0), rtol=1e-4, atol=1e-3)
+    unfused = conv_relu_nhwc.compile(x, w, y, machine="teach", options={"fusion": False})
+    assert len(unfused.tile_graph.groups) == 9 + 8 + 1          # matmuls, the adds, the ReLU
+    assert res.cycles < unfused.simulate(x, w, y).cycles
+
+
+@pypto.jit
+def two_matmuls(a, b, c, d, out):
+    pypto.set_cube_tile_shapes([64, 64], [64, 128], [64, 64])
+    out[:] = pypto.matmul(a, b) + pypto.matmul(c, d)
+
+
+@pytest.mark.parametrize("k2, groups", [(128, ["cube"]), (192, ["cube", "cube", "vector"])])
+def test_a_sum_of_matmuls_accumulates_in_l0c_when_k_matches(rng, k2, groups):
+    a = rng.standard_normal((128, 128)).astype(np.float32)
+    b = rng.standard_normal((128, 96)).astype(np.float32)
+    c = rng.standard_normal((128, k2)).astype(np.float32)
+    d = rng.standard_normal((k2, 96)).astype(np.float32)
+    out = np.zeros((128, 96), np.float32)
+    ck = two_matmuls.compile(a, b, c, d, out, machine="teach")
+    assert [g.kind for g in ck.tile_graph.groups] == groups
+    res = ck.simulate(a, b, c, d, out, checked=True)
+    np.testing.assert_allclose(res.outputs["out"], a.astype(np.float64) @ b + c.astype(np.float64) @ d,
+                               rtol=1e-4, atol=1e-3)
 
 
 def test_conv_nchw_reads_channels_last_through_views(rng):

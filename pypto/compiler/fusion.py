@@ -65,6 +65,11 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             source_group[n.id] = ensure_gm(n.inputs[0])
         elif kind in ("const", "store"):
             continue
+        elif n.op == "matmul" and join and (into := _accumulates_into(g, n, groups, group_of, epilogue, users, ctx)) is not None:
+            for i in n.inputs:
+                ensure_gm(i)
+            groups[group_of[into]].members.append(n.id)     # its sum with `into` follows
+            group_of[n.id] = group_of[into]
         elif n.op == "matmul":
             for i in n.inputs:
                 ensure_gm(i)
@@ -78,18 +83,19 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if ctx is not None:
                 ml0, _, nl0, _ = matmul_cube_tile(g, n, ctx.machine)
                 cube_tile[n.id] = (ml0, nl0)
-        elif join and (tail := _epilogue_of(g, n, epilogue, users)) is not None:
+        elif join and (tail := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
             gid = group_of[tail]
             groups[gid].members.append(n.id)
             group_of[n.id] = gid
             for i in n.inputs:
-                if i != tail:
+                if i != tail and group_of.get(i) != gid:
                     ensure_gm(i)            # the bias row
             materialize.discard(tail)       # its only user is n: the group's result moves on
             del source_group[tail]
             materialize.add(n.id)
             source_group[n.id] = gid
-            epilogue[n.id] = "bias" if n.op == "add" else "relu"
+            epilogue[n.id] = "relu" if n.op == "relu" else "sum" if group_of.get(
+                next(i for i in n.inputs if i != tail)) == gid else "bias"
             del epilogue[tail]
             if tail in cube_tile:
                 cube_tile[n.id] = cube_tile.pop(tail)
@@ -161,17 +167,44 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     tile_of[n.id] = chosen.tile
 
 
-def _epilogue_of(g, n, epilogue, users) -> int | None:
+def _accumulates_into(g, n, groups, group_of, epilogue, users, ctx) -> int | None:
+    """The cube group result matmul n is summed with, when the sum can accumulate in L0C
+    (None otherwise): n's only user adds it to a group result that is still a matmul or a sum
+    of them (no bias or ReLU yet), of the same shape and dtype, with the same K, operand dtype
+    and cube tile.  A convolution traces as such a sum, one matmul per kernel position."""
+    us = users[n.id]
+    u = g.node(us[0]) if len(us) == 1 else None
+    if u is None or u.op != "add" or len(u.inputs) != 2:
+        return None
+    other = next(i for i in u.inputs if i != n.id)
+    if epilogue.get(other) not in ("", "sum") or len(users[other]) != 1:
+        return None
+    first = g.node(groups[group_of[other]].members[0])          # the group's first matmul
+    if (g.node(other).shape != n.shape or g.node(other).dtype != n.dtype or u.dtype != n.dtype
+            or _k_of(g, first) != _k_of(g, n) or g.node(first.inputs[0]).dtype != g.node(n.inputs[0]).dtype):
+        return None
+    if ctx is not None and matmul_cube_tile(g, first, ctx.machine) != matmul_cube_tile(g, n, ctx.machine):
+        return None
+    return other
+
+
+def _k_of(g, mm) -> int:
+    a = g.node(mm.inputs[0])
+    return a.shape[-2] if mm.attrs["a_trans"] else a.shape[-1]
+
+
+def _epilogue_of(g, n, epilogue, group_of, users) -> int | None:
     """The cube group result that n finishes on the cube core (None when n is not an epilogue):
-    a bias row added to a matmul (before any ReLU), or a ReLU of it; the result must have no
-    other user and keep its dtype."""
+    its sum with another matmul of the group (accumulated in L0C), a bias row added to it
+    (before any ReLU), or a ReLU of it; the result must have no other user and keep its dtype."""
     if n.op == "relu":
         tail = n.inputs[0]
-        ok = epilogue.get(tail) in ("", "bias")
+        ok = epilogue.get(tail) in ("", "sum", "bias")
     elif n.op == "add":
         tail = next((i for i in n.inputs if i in epilogue), None)
         other = [i for i in n.inputs if i != tail]
-        ok = tail is not None and epilogue[tail] == "" and len(other) == 1 and _is_bias_row(g, other[0], n)
+        ok = (tail is not None and len(other) == 1 and epilogue[tail] in ("", "sum")
+              and (_is_bias_row(g, other[0], n) or group_of.get(other[0]) == group_of[tail]))
     else:
         return None
     if not ok or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:

@@ -314,8 +314,26 @@ def _bias_row(ref: GMRef, n0: int, nv: int) -> GMRef:
     return GMRef(ref.buf, ref.offset + n0 * step, (1, nv), (nv * step, step))
 
 
+def _operands(g, mm, homes) -> tuple[GMRef, GMRef]:
+    """The GM windows of a matmul's A [.., M, K] and B [.., K, N], transposes applied."""
+    A, B = (homes[i] for i in mm.inputs)
+    if mm.attrs["a_trans"]:
+        A = A.transpose(len(A.shape) - 2, len(A.shape) - 1)
+    if mm.attrs["b_trans"]:
+        B = B.transpose(len(B.shape) - 2, len(B.shape) - 1)
+    return A, B
+
+
+def _lead(bi: tuple[int, ...], ref: GMRef) -> tuple[int, ...]:
+    """The leading (batch) index of `ref` for batch index bi, broadcast over its size-1 dims."""
+    dims = ref.shape[:-2]
+    return tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(dims):], dims))
+
+
 def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: bool = True) -> GroupInfo:
-    """`ms`: the matmul, then its cube epilogue (fusion.py): a bias add and/or a ReLU.
+    """`ms`: the matmul, then its cube epilogue (fusion.py): matmuls summed with it (each adds
+    its K chunks to the same L0C accumulator: a convolution's kernel positions), a bias add
+    and/or a ReLU.
 
     With `l1_reuse`, K is walked forward in even output tiles and backward in odd ones
     (serpentine), and the operand panel consecutive output tiles share (A along a row of tiles,
@@ -324,20 +342,17 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     first the next one needs, still in their slots: the `l1_reuse` block pass drops those loads.
     """
     m, result = ms[0], ms[-1]
+    members = {y.id for y in ms}
     bias = None
     for x in ms[1:]:
-        if x.op == "add":
-            bias = homes[next(i for i in x.inputs if i not in {y.id for y in ms})]
+        if x.op == "add" and not set(x.inputs) <= members:
+            bias = homes[next(i for i in x.inputs if i not in members)]
     act = {"act": "relu"} if any(x.op == "relu" for x in ms[1:]) else {}
-    a, b = (g.node(i) for i in m.inputs)
-    A, B = homes[a.id], homes[b.id]
-    if m.attrs["a_trans"]:
-        A = A.transpose(len(A.shape) - 2, len(A.shape) - 1)
-    if m.attrs["b_trans"]:
-        B = B.transpose(len(B.shape) - 2, len(B.shape) - 1)
+    terms = [_operands(g, x, homes) for x in ms if x.op == "matmul"]   # summed in L0C (fusion.py)
+    A, B = terms[0]
     M, K = A.shape[-2:]
     N = B.shape[-1]
-    dtype = a.dtype
+    dtype = g.node(m.inputs[0]).dtype
     batch = m.shape[:-2]
     ml0, kl0, nl0, kl1 = matmul_cube_tile(g, m, machine)
     acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
@@ -346,24 +361,26 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     shared = None if not l1_reuse else "a1" if nn > 1 else "b1" if nm > 1 else None
     o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
-        la = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(A.shape[:-2]):], A.shape[:-2]))
-        lb = tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(B.shape[:-2]):], B.shape[:-2]))
+        leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
         for mi in range(nm):
             for ni in range(nn):
                 em.outer = o
                 m0, n0 = mi * ml0, ni * nl0
                 mv, nv = min(ml0, M - m0), min(nl0, N - n0)
                 c = None
-                backward = shared is not None and o % 2 == 1
-                for step in range(nk1):
-                    k1 = nk1 - 1 - step if backward else step
+                chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
+                if shared is not None and o % 2 == 1:
+                    chunks.reverse()
+                for step, (t, k1) in enumerate(chunks):
+                    A, B = terms[t]
+                    la, lb = leads[t]
                     em.inner, em.lin = step, lin
                     lin += 1
                     kb = k1 * kl1
                     kv1 = min(kl1, K - kb)
-                    ring = {"a1": {}, "b1": {}}
+                    load_attrs = {"a1": {}, "b1": {}}
                     if shared is not None:
-                        ring[shared] = {"par": k1, "ring": True}
+                        load_attrs[shared] = {"par": t * nk1 + k1, "ring": True}
                     bt = None
                     if bias is not None and step == 0:
                         # persistent: slots of their own (per output tile), so the operand loads
@@ -373,9 +390,9 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                         bt = em.emit("TMOV", [bias_l1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
                                      persistent=True)
                     a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
-                                 gm=_sub2d(A, la, m0, kb, mv, kv1), **ring["a1"])
+                                 gm=_sub2d(A, la, m0, kb, mv, kv1), **load_attrs["a1"])
                     b1 = em.emit("TLOAD", [], (kl1, nl0), (kv1, nv), dtype, "?", "b1", m.loc,
-                                 gm=_sub2d(B, lb, kb, n0, kv1, nv), **ring["b1"])
+                                 gm=_sub2d(B, lb, kb, n0, kv1, nv), **load_attrs["b1"])
                     for k0 in range(ceil_div(kv1, kl0)):
                         kv = min(kl0, kv1 - k0 * kl0)
                         # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
@@ -398,6 +415,6 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                     em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,
                             gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act)
                 o += 1
-    return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, nk1, m.loc)
+    return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, len(terms) * nk1, m.loc)
 
 
