@@ -100,12 +100,19 @@ def test_race_between_tasks_when_a_dependency_is_removed(compiled):
     ck, x, out = compiled
     text = ck.program.text()
     consumer = next(t for t in ck.program.tasks if t.deps)
-    head = f".task {consumer.id} AIV group={consumer.group} deps={list(consumer.deps)}"
+    head = f".task {consumer.id} AIV group={consumer.group} deps={list(consumer.deps)} core={consumer.core}"
     assert head in text
+    # without its dependency and its core (it would wait for the producer's core), the consumer
+    # starts at once on a free core, while the producer still writes what it reads
     bad = pypto.Program.parse(text.replace(head, f".task {consumer.id} AIV group={consumer.group} deps=[]"))
     with pytest.raises(pypto.SimulationError) as ei:
         simulate(bad, x, out, machine="teach", check=True)
     assert "race between tasks" in str(ei.value) and "a dependency is missing" in str(ei.value)
+    # pinned to the producer's core, the consumer waits for it: no race (no SimulationError)
+    assert len(consumer.deps) == 1
+    pinned = pypto.Program.parse(text.replace(head, f".task {consumer.id} AIV group={consumer.group} deps=[] "
+                                                    f"core={ck.program.tasks[consumer.deps[0]].core}"))
+    simulate(pinned, x, out, machine="teach", check=True)
 
 
 def test_set_flag_never_waited_for(compiled):

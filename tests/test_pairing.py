@@ -66,7 +66,7 @@ def test_epilogue_tasks_pair_with_their_cube_task(rng):
 def test_pairing_is_printed_parsed_and_shown(rng):
     ck = mm_bias_sigmoid.compile(*_inputs(rng), machine="teach")
     text = ck.program.text()
-    assert ".task 2 AIV group=1 deps=[] pair=0:0" in text
+    assert ".task 2 AIV group=1 deps=[] core=0 pair=0:0" in text
     assert "CROSS_SET_FLAG     FIX -> AIV1, EVENT_ID0" in text and "CROSS_WAIT_FLAG    AIC -> MTE2, EVENT_ID0" in text
     assert Program.parse(text).text() == text
     assert "paired with task 0 (AIV slot 1)" in ck.levels["exec"].text()

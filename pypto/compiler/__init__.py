@@ -2,6 +2,7 @@
 from .api import CompilerPipeline, OptimizationPass, default_pipeline
 from .autocast import AUTOCAST_PASSES
 from .autotile import AutoTilingPass
+from .cores import ASSIGN_CORES
 from .crosscore import CROSS_CORE_SYNC
 from .fusion import FUSION_PASSES
 from .l1reuse import L1_REUSE
@@ -21,7 +22,7 @@ def default_passes() -> list[Pass]:
     primitives decompose and legalize leave; simplify, cse and dce clean up after them."""
     decompose, legalize, *cleanup = TENSOR_PASSES
     return [decompose, legalize, *AUTOCAST_PASSES, *LAYOUT_PASSES, *cleanup, *FUSION_PASSES, TILING,
-            *TILE_PASSES, PARTITION, L1_REUSE, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, CODEGEN]
+            *TILE_PASSES, PARTITION, L1_REUSE, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, ASSIGN_CORES, CODEGEN]
 
 
 PASSES = {p.name: p for p in default_passes()}

@@ -104,6 +104,9 @@ class ExecTask:
     level: int
     instrs: tuple[Instr, ...]
     pair: tuple[int, int] | None = None     # see ir.block.Task.pair
+    # the core (index among the machine's cores of core_type) the task runs on, set by the
+    # assign_cores pass; None: the dispatcher picks a free one when the task is ready
+    core: int | None = None
 
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -131,7 +134,8 @@ class ExecGraph(TextForm):
         for t in self.tasks:
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
             syncs = sum(i.op in SYNC_OPS for i in t.instrs)
-            lines.append(f"  launch task {t.id} on {t.core_type} after {list(t.deps)}: "
+            core = t.core_type + ("" if t.core is None else str(t.core))
+            lines.append(f"  launch task {t.id} on {core} after {list(t.deps)}: "
                          f"{len(t.instrs)} instrs ({pc}; {syncs} sync)"
                          + (f", paired with task {t.pair[0]} (AIV slot {t.pair[1]})" if t.pair else ""))
         lines.append("}")

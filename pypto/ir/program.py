@@ -30,6 +30,7 @@ class Program:
         shown = self.tasks if max_tasks is None else self.tasks[:max_tasks]
         for t in shown:
             lines.append(f".task {t.id} {t.core_type} group={t.group} deps={list(t.deps)}"
+                         + (f" core={t.core}" if t.core is not None else "")
                          + (f" pair={t.pair[0]}:{t.pair[1]}" if t.pair else ""))
             lines.extend("  " + i.text() for i in t.instrs)
         if len(shown) < len(self.tasks):

@@ -124,7 +124,7 @@ _FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\
 _CROSS_SET = re.compile(r"^(?P<src>\w+)\s*->\s*AIV(?P<slot>\d+)\s*,\s*EVENT_ID(?P<event>\d+)$")
 _CROSS_WAIT = re.compile(r"^AIC\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
 _TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]"
-                   r"(\s+pair=(?P<cube>\d+):(?P<slot>\d+))?$")
+                   r"(\s+core=(?P<pin>\d+))?(\s+pair=(?P<cube>\d+):(?P<slot>\d+))?$")
 _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
 _HEADER = re.compile(r"^//\s*PTO program\s+(?P<name>\S+?):")
 _LOC = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
@@ -521,7 +521,7 @@ def parse_program(text: str, machine=None):
     def close():
         if cur is not None:
             tasks.append(ExecTask(cur["id"], cur["group"], cur["core"], cur["deps"], cur["level"],
-                                  tuple(cur["instrs"]), cur["pair"]))
+                                  tuple(cur["instrs"]), cur["pair"], cur["pin"]))
 
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -558,7 +558,7 @@ def parse_program(text: str, machine=None):
             m = _TASK.match(line)
             if not m:
                 raise PTOSyntaxError("bad .task line", line=lineno, text=raw,
-                                     expected=".task ID AIC|AIV group=G deps=[..] [pair=T:S]", got=line)
+                                     expected=".task ID AIC|AIV group=G deps=[..] [core=K] [pair=T:S]", got=line)
             close()
             tid, core = int(m["id"]), m["core"]
             if core not in CORE_PIPES:
@@ -584,7 +584,7 @@ def parse_program(text: str, machine=None):
             level = 1 + max((levels[d] for d in deps), default=-1)
             levels[tid] = level
             cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level, "instrs": [],
-                   "pair": pair}
+                   "pair": pair, "pin": int(m["pin"]) if m["pin"] is not None else None}
             continue
         if line.startswith("."):
             raise PTOSyntaxError(f"unknown directive '{line.split()[0]}'", line=lineno, text=raw,
@@ -631,6 +631,7 @@ def verify_program(program, machine=None) -> None:
             problem = f"machine {m.name} has no 1 AIC : 2 AIV pairs ({m.n_aic} AIC, {m.n_aiv} AIV)"
         if problem:
             raise PTOSyntaxError(problem, task=t.id, expected="pair=CUBE_TASK:0|1 on an AIV task", got=t.pair)
+        _check_core(program, t, m)
         for k, ins in enumerate(t.instrs):
             try:
                 check_instr(ins, t.core_type, capacities)
@@ -641,3 +642,21 @@ def verify_program(program, machine=None) -> None:
                 raise PTOSyntaxError(e.message, task=t.id, index=k, op=ins.op, text=ins.text(),
                                      kernel_loc=ins.loc, expected=e.expected, got=e.got) from None
         core_of[t.id] = t.core_type
+
+
+def _check_core(program, t, m) -> None:
+    """A task's `core=` must exist on the machine, and a paired epilogue's must be the AIV of its
+    cube task's AIC (2k + slot)."""
+    if t.core is None:
+        return
+    if m is not None:
+        n = m.n_aic if t.core_type == "AIC" else m.n_aiv
+        if t.core >= n:
+            raise PTOSyntaxError(f"task {t.id} is assigned to {t.core_type}{t.core}, which machine {m.name} "
+                                 f"does not have", task=t.id, expected=f"core < {n} (or compile for {m.name})",
+                                 got=f"core={t.core}")
+    cube = program.tasks[t.pair[0]] if t.pair else None
+    if cube is not None and cube.core is not None and t.core != 2 * cube.core + t.pair[1]:
+        raise PTOSyntaxError(f"task {t.id} is paired with task {cube.id} on AIC{cube.core}, so it runs on "
+                             f"AIV{2 * cube.core + t.pair[1]}", task=t.id,
+                             expected=f"core={2 * cube.core + t.pair[1]}", got=f"core={t.core}")

@@ -272,13 +272,18 @@ def _run_timing(program: Program, machine: Machine, trace: bool, record_times: b
 
 
 def _core_for(task, free: list[int], core_of: dict[int, int]) -> int | None:
-    """The core a ready task starts on: the free one with the lowest id, or for an epilogue
-    paired with a cube task (1 AIC : 2 AIV) the AIV `slot` of the AIC that runs or ran it;
-    None: it waits (no free core, its AIV is busy, or its cube task has not started)."""
+    """The core a ready task starts on: the one the program assigns it (`core=`), else the free
+    one with the lowest id, or for an epilogue paired with a cube task (1 AIC : 2 AIV) the AIV
+    `slot` of the AIC that runs or ran it; None: it waits (no free core, its core is busy, or,
+    for an epilogue, its cube task has not started)."""
+    if task.pair is not None and task.pair[0] not in core_of:
+        return None
+    if task.core is not None:
+        return task.core if task.core in free else None
     if task.pair is None:
         return free[0] if free else None
     cube, slot = task.pair
-    core = 2 * core_of[cube] + slot if cube in core_of else None
+    core = 2 * core_of[cube] + slot
     return core if core in free else None
 
 

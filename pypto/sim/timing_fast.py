@@ -75,6 +75,7 @@ _Enc = namedtuple("_Enc", [
     "xslot",                     # per instruction: the AIV slot a CROSS_SET_FLAG signals (-1: other)
     "ioff", "task_ct", "n_deps", "dep_off", "dependents",       # per task (dependents: CSR)
     "pair_task", "pair_slot",    # per task: the cube task an epilogue pairs with (-1: none), AIV slot
+    "pin",                       # per task: the core the program assigns it (-1: any free one)
     "x_off",                     # per (cube task, slot): CSR offsets of its cross-core sets
     "qorder", "qstart",          # per (task, local pipe): instruction indices in pipe order
     "path_bpc", "mi", "mf"])
@@ -193,6 +194,7 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
                   np.frombuffer(xslot, np.int8), ioff, task_ct, n_deps, dep_off, flat,
                   np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
                   np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64),
+                  np.array([-1 if t.core is None else t.core for t in tasks], np.int64),
                   np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64), qorder, qstart,
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
     return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1)
@@ -356,7 +358,13 @@ def _run(e, s, budget, checked):
                         break
                     slot = lowest
                     cube = e.pair_task[tid]
-                    if cube >= 0:       # an epilogue runs on its AIV of the AIC of its cube task
+                    if e.pin[tid] >= 0:                 # the core the program assigns it
+                        if cube >= 0 and s.task_slot[cube] < 0:
+                            continue                    # an epilogue starts after its cube task
+                        if not s.core_free[slot_base[c] + e.pin[tid]]:
+                            continue                    # it waits; later tasks may go
+                        slot = slot_base[c] + e.pin[tid]
+                    elif cube >= 0:     # an epilogue runs on its AIV of the AIC of its cube task
                         slot = -1
                         if s.task_slot[cube] >= 0:
                             want = 2 * s.task_slot[cube] + e.pair_slot[tid]
