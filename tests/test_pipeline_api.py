@@ -176,3 +176,23 @@ def test_options_turn_fusion_and_double_buffering_off(xo):
     cycles = {name: c.simulate(x, out) for name, c in (("base", base), ("unfused", unfused), ("single", single))}
     assert all(r.ok for r in cycles.values())
     assert cycles["base"].cycles < cycles["unfused"].cycles and cycles["base"].cycles < cycles["single"].cycles
+
+
+def test_a_misspelt_option_is_an_error_naming_the_known_ones(xo):
+    with pytest.raises(pypto.PyptoError, match="unknown compile option 'l1reuse'") as e:
+        softmax.compile(*xo, options={"l1reuse": False})
+    assert "l1_reuse" in e.value.expected and "core_assignment" in e.value.expected
+    assert set(pypto.compiler.OPTIONS) >= {"fusion", "double_buffer", "l1_reuse", "core_assignment"}
+
+
+def test_a_user_pass_may_read_options_of_its_own(xo):
+    class ReadsOption(OptimizationPass):
+        level = "tensor"
+        seen = None
+
+        def apply(self, graph, ctx):
+            ReadsOption.seen = ctx.options.get("my_option")
+            return graph
+
+    CompilerPipeline([("reads_option", ReadsOption())]).compile(softmax, *xo, options={"my_option": 3})
+    assert ReadsOption.seen == 3

@@ -9,7 +9,7 @@ from .l1reuse import L1_REUSE
 from .layout import LAYOUT_PASSES
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
-from .pipeline import BUILTIN_PASSES, LEVELS, Pass, PassContext, PassLog, PassRecord, Pipeline
+from .pipeline import BUILTIN_PASSES, LEVELS, OPTIONS, Pass, PassContext, PassLog, PassRecord, Pipeline
 from .pressure import PressureTable, buffer_pressure
 from .schedule import CODEGEN, EXEC_PASSES, SELECT, DynamicScheduler
 from .tensor_passes import TENSOR_PASSES
@@ -28,6 +28,6 @@ def default_passes() -> list[Pass]:
 PASSES = {p.name: p for p in default_passes()}
 BUILTIN_PASSES.update(PASSES.values())
 
-__all__ = ["LEVELS", "PASSES", "AutoTilingPass", "CompilerPipeline", "DynamicScheduler", "OptimizationPass", "Pass",
+__all__ = ["LEVELS", "OPTIONS", "PASSES", "AutoTilingPass", "CompilerPipeline", "DynamicScheduler", "OptimizationPass", "Pass",
            "PassContext", "PassLog", "PassRecord", "Pipeline", "PressureTable", "buffer_pressure", "default_passes",
            "default_pipeline"]

@@ -31,6 +31,30 @@ class Pass:
         return "->" in self.level
 
 
+# what `compile(..., options={...})` can turn off (every option defaults to True)
+OPTIONS = {
+    "fusion": "fuse elementwise chains, reductions and cube epilogues into groups",
+    "autocast": "compute fp16/bf16 math in fp32 where precision needs it",
+    "layout": "fold transposes and give cube operands the NZ layout",
+    "double_buffer": "two buffers per loaded tile, so loads overlap compute",
+    "l1_reuse": "serpentine K and operand chunks kept in L1 across the output tiles of a task",
+    "pairing": "vector epilogues on the two AIVs paired with their cube task's AIC",
+    "list_scheduling": "reorder each task's instructions across pipes (DynamicScheduler)",
+    "cross_core_sync": "paired epilogues start on each stored tile, not after the whole cube task",
+    "core_assignment": "fix each task's core in the program (else the simulator dispatches)",
+}
+
+
+def check_options(options: dict, passes) -> None:
+    """Unknown option names are an error (a misspelt option would silently change nothing),
+    unless the pipeline has passes of the user's, which may read options of their own."""
+    unknown = sorted(k for k in options if k not in OPTIONS)
+    if unknown and all(p in BUILTIN_PASSES for p in passes):
+        from ..errors import PyptoError
+        raise PyptoError(f"unknown compile option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+                         expected="some of " + ", ".join(OPTIONS), got=", ".join(unknown))
+
+
 @dataclass
 class PassContext:
     machine: Any

@@ -50,7 +50,8 @@ class JitKernel:
         """Compile for these argument shapes/dtypes and constants; cached.
 
         `pipeline` (a CompilerPipeline or Pipeline) overrides the kernel's own for this compile;
-        `options` are read by passes, e.g. {"fusion": False, "double_buffer": False}."""
+        `options` turn optimisations off, e.g. {"fusion": False, "double_buffer": False}; the names
+        are those of `pypto.compiler.OPTIONS`."""
         try:
             return self._compile(args, machine, snapshots or self.debug, consts, pipeline, options)
         except PyptoError as e:
@@ -58,6 +59,7 @@ class JitKernel:
 
     def _compile(self, args, machine, snapshots, consts, pipeline=None, options=None):
         from ..compiler import Pipeline, PassContext, default_passes
+        from ..compiler.pipeline import check_options
         from ..compiler.kernel import CompiledKernel
         m = get_machine(machine)
         specs = self._specs(args)
@@ -71,8 +73,9 @@ class JitKernel:
         hit = self._cache.get(key)
         if hit is not None:
             return hit
-        traced = self._trace(specs, values)
         pipeline = pipeline or Pipeline(default_passes())
+        check_options(options or {}, pipeline.passes)
+        traced = self._trace(specs, values)
         levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {})), verify="each" if self.debug else "levels",
                                           snapshots=snapshots)
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
