@@ -405,6 +405,20 @@ def test_a_chain_of_swaps_becomes_the_fewest_swaps(rng):
     np.testing.assert_array_equal(res.outputs["out"], _exp32(x.transpose(2, 1, 0)))
 
 
+@pypto.jit
+def around(a, b, out):
+    out[:] = pypto.relu(pypto.matmul(a, b).transpose(0, 1)).transpose(0, 1)
+
+
+def test_transposes_of_a_matmul_sink_below_elementwise_ops_and_cancel(rng):
+    a, b = rng.standard_normal((64, 32)).astype(np.float32), rng.standard_normal((32, 48)).astype(np.float32)
+    ck, res = _run(around, a, b, np.zeros((64, 48), np.float32))
+    assert _ops(ck.traced)["transpose"] == 2
+    assert _ops(ck.tensor_graph)["transpose"] == 0           # relu reads the matmul itself ...
+    assert [g.kind for g in ck.tile_graph.groups] == ["cube"]  # ... and joins it on the cube core
+    np.testing.assert_allclose(res.outputs["out"], np.maximum(a @ b, 0), rtol=1e-5, atol=1e-5)
+
+
 def test_random_transpose_chains_keep_the_reference_result():
     rng = np.random.default_rng(11)
     shape = (2, 3, 4, 5)

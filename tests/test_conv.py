@@ -117,3 +117,28 @@ def test_conv_errors_name_the_line(rng, wshape, message):
     with pytest.raises(pypto.ShapeError, match=message) as e:
         k.compile(x, w, np.zeros((1, 4, 4, 4), np.float32))
     assert "pypto.conv2d(x, w" in str(e.value)
+
+
+@pypto.jit
+def conv_relu_conv_nchw(x, w1, w2, y):
+    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
+    y[:] = pypto.conv2d(pypto.relu(pypto.conv2d(x, w1)), w2)
+
+
+def test_nchw_conv_relu_conv_keeps_the_relu_on_the_cube(rng):
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    w1 = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    w2 = rng.standard_normal((16, 32, 3, 3)).astype(np.float32)
+    y = np.zeros((1, 16, 8, 8), np.float32)
+    ck = conv_relu_conv_nchw.compile(x, w1, w2, y, machine="teach")
+    # the ReLU reads the first conv channels-last (its transposes sink below it and cancel with
+    # the second conv's): it joins the first cube group, and only the NCHW result is copied
+    assert [g.kind for g in ck.tile_graph.groups] == ["cube", "cube", "vector"]
+    first = ck.tile_graph.nodes
+    assert any(n.op == "TSTORE" and n.attrs.get("act") == "relu" for n in first if n.group == 0)
+    res = ck.simulate(x, w1, w2, y, checked=True)
+    nhwc = x.transpose(0, 2, 3, 1)
+    mid = np.maximum(conv_nhwc(nhwc, w1.transpose(2, 3, 1, 0)), 0)
+    want = conv_nhwc(mid, w2.transpose(2, 3, 1, 0)).transpose(0, 3, 1, 2)
+    np.testing.assert_allclose(res.outputs["y"], want, rtol=1e-4, atol=1e-2)
+

@@ -26,7 +26,7 @@ by dce.
 """
 from __future__ import annotations
 
-from ..ir.tensor import TensorGraph
+from ..ir.tensor import OPS, TensorGraph
 from .pipeline import Pass, PassContext
 from .tensor_passes import Rewriter
 
@@ -80,6 +80,18 @@ def layout(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.map[n.id] = out
             if out != base:
                 chain[out] = (base, perm, length)
+        elif _sinks(n, rw, chain):
+            # the elementwise op reads the matmul result untransposed (and can join it on the
+            # cube core); its transposes follow it and may meet the next chain
+            base, perm, _ = chain[rw.map[n.inputs[0]]]
+            out = src = rw.emit(n.op, [base], rw.shape(base), n.dtype, n.attrs, n.loc)
+            steps = swaps(perm)
+            for a, b in steps:
+                shape = list(rw.shape(out))
+                shape[a], shape[b] = shape[b], shape[a]
+                out = rw.emit("transpose", [out], shape, n.dtype, {"dim0": a, "dim1": b}, n.loc)
+            rw.map[n.id] = out
+            chain[out] = (src, perm, len(steps))
         elif n.op == "matmul":
             ins, attrs = [rw.map[i] for i in n.inputs], dict(n.attrs)
             for k, flag in ((0, "a_trans"), (1, "b_trans")):
@@ -94,6 +106,26 @@ def layout(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.keep(n)
         rw.loc = None
     return rw.graph()
+
+
+def _sinks(n, rw, chain) -> bool:
+    """Whether a transpose chain n reads sinks below it: n is elementwise (not a copy, which
+    legalize made to materialise a view for a store) and the chain's source is a cube result —
+    a matmul, a sum of matmuls, or an elementwise op over one whose chain sank already.  From
+    any other source the op keeps reading the strided view: moving the transposes below it
+    would cost a copy at the store."""
+    if OPS[n.op].kind not in ("unary", "cast") or n.op == "copy" or rw.map[n.inputs[0]] not in chain:
+        return False
+    i = chain[rw.map[n.inputs[0]]][0]
+    while True:
+        src = rw.nodes[i]
+        if src.op == "matmul":
+            return True
+        if src.op == "add":
+            return all(rw.nodes[j].op in ("matmul", "add") for j in src.inputs)
+        if OPS[src.op].kind not in ("unary", "cast") or src.op == "copy":
+            return False
+        i = src.inputs[0]
 
 
 LAYOUT = Pass("layout", "tensor", layout,

@@ -222,6 +222,8 @@ def _simplified(rw: Rewriter, n: TNode, users, origin) -> int | None:
         return rw.shape(i) == n.shape and rw.dtype(i) == n.dtype
 
     kind = OPS[n.op].kind
+    if n.op == "copy" and same(ins[0]) and OPS[rw.nodes[ins[0]].op].kind not in ("input", "layout", "const"):
+        return ins[0]       # a copy of a computed value is that value (layout may have made one)
     if kind == "binary":
         a, b = ins
         ca, cb = _cval(rw, a), _cval(rw, b)
@@ -278,7 +280,8 @@ def simplify(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     it is NaN for inf/NaN x); neg(neg(x)) -> x; a cast to x's own dtype, or a lossless round
     trip (fp16 -> fp32 -> fp16) -> x; const op const -> one const (numpy, in the node's dtype);
     (x*c1)*c2 -> x*(c1*c2) when nothing else reads x*c1; reshape(reshape(x)) -> one reshape
-    (none if the shape is x's); transpose(transpose(x)) of the same dims -> x.  A store whose
+    (none if the shape is x's); transpose(transpose(x)) of the same dims -> x; copy(x) -> x when
+    x is a computed value (not an input or a view).  A store whose
     value becomes a kernel input or GM view stores a copy of it (as legalize does).  Replaced
     nodes may leave dead values behind: dce removes them.
     """
