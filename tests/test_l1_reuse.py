@@ -102,6 +102,15 @@ def test_bias_and_relu_start_the_backward_tiles():
     assert res.check["c"]["ok"], res.check
 
 
+def test_the_diff_of_the_pass_names_the_dropped_loads():
+    ck = mm.compile(*_specs(256, 512, 512), machine=TWO_CORES, snapshots=True)
+    d = ck.diff("l1_reuse")
+    dropped = [r for r in d.removed if "] TLOAD(" in r]        # (and the extracts rewired to earlier loads)
+    assert len(dropped) == 2 * 3 * 4                       # per task, the A chunks of tiles 2..4
+    assert all("GM a[" in r for r in dropped)
+    assert "120 tile ops" in d.text and "132 tile ops" in d.text
+
+
 def test_pass_log_and_default_pipeline_name_the_pass():
     assert "l1_reuse" in pypto.compiler.PASSES
     assert pypto.compiler.PASSES["l1_reuse"].level == "block"

@@ -148,7 +148,8 @@ class PassDiff:
     what produces them (`sub(x, amax)`; a tile op also by its group and iteration:
     `group 1 [0.2] TROWEXPANDSUB(TLOAD[0.2], TLOAD[0.0]) ...`), so that renumbering alone is no
     change and a rewired input is.  A node whose line changed is one removed plus one added.
-    Block, execution and PTO levels compare their printed lines (tasks, instructions).
+    Block, execution and PTO levels compare their printed lines (tasks, instructions); a block
+    pass that also edits the tile ops (l1_reuse drops loads) lists those too.
 
     A lowering (level "a->b") goes from one level to another: a line diff would mean nothing, so
     `is_lowering` is True, `text` holds both texts one after the other, and `added`/`removed`
@@ -178,6 +179,9 @@ class PassDiff:
         lines = difflib.unified_diff(a.splitlines(), b.splitlines(), f"before {name}", f"after {name}",
                                      lineterm="", n=context)
         db, da = describe_nodes(before), describe_nodes(after)
+        tiles_b, tiles_a = getattr(before, "tiles", None), getattr(after, "tiles", None)
+        if tiles_b is not None and tiles_b is not tiles_a:     # a block pass that edits tile ops
+            db, da = db + describe_nodes(tiles_b), da + describe_nodes(tiles_a)
         gone = collections.Counter(d for _, d in db) - collections.Counter(d for _, d in da)
         new = collections.Counter(d for _, d in da) - collections.Counter(d for _, d in db)
         return cls(name, level, before, after, a, b, "\n".join(lines), added=tuple(_take(da, new)),
