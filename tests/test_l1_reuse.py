@@ -140,3 +140,26 @@ def test_a_task_reading_another_tasks_tile_fails_verification():
     tail = Task(len(g.tasks), t0.group, t0.core_type, t0.outer[1:], t0.nodes[per_tile + 9:])
     with pytest.raises(VerificationError, match="of another task"):
         block.verify(g.replace([head, *g.tasks[1:], tail]))
+
+
+@pypto.jit
+def batched(a, b, c):
+    pypto.set_cube_tile_shapes([64, 64], [64, 128], [64, 64])
+    c[:] = pypto.matmul(a, b)
+
+
+def test_a_weight_broadcast_over_the_batch_is_loaded_once_per_task():
+    # one 64 x 64 tile per batch index, the same B for all: B is the shared panel (as a
+    # convolution's weights are across output rows)
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((8, 64, 256)).astype(np.float16)
+    b = rng.standard_normal((256, 64)).astype(np.float16)
+    c = np.zeros((8, 64, 64), np.float16)
+    on = batched.compile(a, b, c, machine=TWO_CORES)
+    off = batched.compile(a, b, c, machine=TWO_CORES, options=OFF)
+    names = [i.srcs[0].buf.name for i in _loads(on, 0)]
+    assert names.count("b") == 2 and names.count("a") == 4 * 2     # B's 2 K chunks once; A per tile
+    assert len(_loads(off, 0)) == 4 * (2 + 2)
+    res = on.simulate(a, b, c, checked=True)
+    assert res.check["c"]["ok"], res.check
+    assert res.cycles < off.simulate(a, b, c).cycles

@@ -330,14 +330,29 @@ def _lead(bi: tuple[int, ...], ref: GMRef) -> tuple[int, ...]:
     return tuple(i if s != 1 else 0 for i, s in zip(bi[len(bi) - len(dims):], dims))
 
 
+def _shared_operand(nm: int, nn: int, terms, batch) -> str | None:
+    """The operand panel consecutive output tiles share: A along a row of tiles, B down a
+    column; with one tile per batch index, the operand broadcast over the batch (a
+    convolution's weights)."""
+    if nn > 1:
+        return "a1"
+    if nm > 1:
+        return "b1"
+    if prod(batch) > 1:
+        for key, k in (("b1", 1), ("a1", 0)):
+            if all(all(d == 1 for d in t[k].shape[:-2]) for t in terms):
+                return key
+    return None
+
+
 def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: bool = True) -> GroupInfo:
     """`ms`: the matmul, then its cube epilogue (fusion.py): matmuls summed with it (each adds
     its K chunks to the same L0C accumulator: a convolution's kernel positions), a bias add
     and/or a ReLU.
 
     With `l1_reuse`, K is walked forward in even output tiles and backward in odd ones
-    (serpentine), and the operand panel consecutive output tiles share (A along a row of tiles,
-    B down a single column of them) is loaded into a ring of L1 slots chosen by its K chunk
+    (serpentine), and the operand panel consecutive output tiles share (`_shared_operand`) is
+    loaded into a ring of L1 slots chosen by its K chunk
     (`ring`: `allocate` gives it the L1 left over).  The last chunks one tile loads are then the
     first the next one needs, still in their slots: the `l1_reuse` block pass drops those loads.
     """
@@ -358,7 +373,7 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
     outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
-    shared = None if not l1_reuse else "a1" if nn > 1 else "b1" if nm > 1 else None
+    shared = _shared_operand(nm, nn, terms, batch) if l1_reuse else None
     o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
         leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
