@@ -68,7 +68,7 @@ def test_tensor_graph_nodes_clusters_and_tooltips(ck):
     assert 'label="x\nfp32[256,1024]"' in src                  # the parameter box
     assert "store out[0:256,0:1024]" in src                     # the output box
     assert "tile [32,256]" in src                               # tooltip names the tile
-    assert re.search(r'tooltip="exp\nfp32\[256,1024\]\ntile \[32,256\]\nline common\.py:\d+"', src)
+    assert re.search(r'tooltip="exp\nfp32\[256,1024\]\ntile \[32,256\]\nline kernels\.py:\d+"', src)
     # A node per op, but the parameter `out` only appears as the store box.
     ops = [n for n in ck.tensor_graph.nodes if n.op not in ("const",)]
     assert len(node_names(dg, "t")) == len(ops) - 1
@@ -287,7 +287,7 @@ def test_pto_html_colours_opcodes_operands_and_syncs(ck):
     assert "<span class='pto-sync' style='color:#b3261e'>SET_FLAG</span>" in out
     assert re.search(r"<span class='pto-space-UB' style='color:#1a5fb4'>UB\[0x[0-9a-f]+\]:fp32\[32,256\]</span>", out)
     assert "<span class='pto-space-GM' style='color:#5f5f5f'>GM:x[0:32,0:256]</span>" in out
-    assert re.search(r"<span class='pto-comment' [^>]*>\s+; common\.py:\d+</span>", out)
+    assert re.search(r"<span class='pto-comment' [^>]*>\s+; kernels\.py:\d+</span>", out)
     assert "<span class='pto-directive'" in out and "<span class='pto-event'" in out
     plain = re.sub(r"<[^>]+>", "", out.split("<pre", 1)[1].split(">", 1)[1])
     import html as _html
@@ -317,9 +317,9 @@ def test_zoom_svg_scales_the_drawing(ck):
 
 def test_graph_nodes_have_tooltips_in_svg(ck, mm_args):
     svg = graphs.to_svg(graphs.tensor_graph(ck.tensor_graph))
-    assert re.search(r'xlink:title="exp&#10;fp32\[256,1024\]&#10;tile \[32,256\]&#10;line common\.py:\d+"', svg)
+    assert re.search(r'xlink:title="exp&#10;fp32\[256,1024\]&#10;tile \[32,256\]&#10;line kernels\.py:\d+"', svg)
     svg = graphs.to_svg(graphs.tile_graph(ck.tile_graph))
-    assert re.search(r'xlink:title="TLOAD&#10;UB@0x[0-9a-f]+ fp32\[32,256\]&#10;GM x\[0:32,0:256\]&#10;line common\.py:\d+"', svg)
+    assert re.search(r'xlink:title="TLOAD&#10;UB@0x[0-9a-f]+ fp32\[32,256\]&#10;GM x\[0:32,0:256\]&#10;line kernels\.py:\d+"', svg)
     small = mm_abs.compile(*mm_args)
     svg = graphs.to_svg(graphs.exec_graph(small.exec_graph))
     assert re.search(r'xlink:title="task 0: group 0 on AIC&#10;deps \[\], wave 0&#10;line test_viz\.py:\d+"', svg)
