@@ -155,7 +155,7 @@ def test_exec_graph_lists_pipe_and_sync_counts(ck, mm_args):
     small = mm_abs.compile(*mm_args).exec_graph
     src = graphs.exec_graph(small).source
     assert len(re.findall(r"^\s*k\d+ \[", src, re.M)) == len(small.tasks)
-    assert re.search(r"task 0 on AIC\n.*M \d+.*\n\d+ sync", src)
+    assert re.search(r"task 0 on AIC0\n.*M \d+.*\n\d+ sync", src)        # its core (assign_cores)
 
 
 def test_level_graph_dispatch(ck):

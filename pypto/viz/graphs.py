@@ -254,7 +254,8 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
         return "  ".join(f"{p} {c}" for p, c in sorted(pipes.items())) + f"\n{syncs} sync"
 
     def label(t):
-        return f"task {t.id} on {t.core_type}\n{counts([t])}"
+        core = t.core_type + ("" if getattr(t, "core", None) is None else str(t.core))    # assign_cores
+        return f"task {t.id} on {core}\n{counts([t])}"
 
     def merged(tasks):
         t = tasks[0]
