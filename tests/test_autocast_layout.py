@@ -573,3 +573,23 @@ def _instrs(program):
 
 def _exp32(x):
     return np.exp(x).astype(np.float32)
+
+
+def test_transpose_source_and_the_cube_tile_through_it():
+    from pypto.compiler.layout import transpose_source
+    from pypto.compiler.tileshape import cube_nest, epilogue_vec_tile
+    shape = (2, 16, 16, 128)                              # N, H, W, C
+    nodes = [TNode(0, "input", (), shape, DT_FP32, Attrs({"param": "x"}))]
+    cur = shape
+    for a, b in ((2, 3), (1, 2)):                         # -> N, C, H, W
+        s = list(cur)
+        s[a], s[b] = s[b], s[a]
+        cur = tuple(s)
+        nodes.append(TNode(len(nodes), "transpose", (len(nodes) - 1,), cur, DT_FP32, Attrs({"dim0": a, "dim1": b})))
+    g = TensorGraph("k", (Param("x", shape, DT_FP32),), tuple(nodes))
+    src, perm = transpose_source(g, 2)
+    assert src == 0 and perm == (0, 3, 1, 2) and tuple(shape[p] for p in perm) == cur
+    assert cube_nest((16, 128), perm) == (1, 128, 1, 16)
+    assert epilogue_vec_tile(cur, DT_FP32, (1, 128, 1, 16)) == (1, 64, 1, 16)
+    assert epilogue_vec_tile((4, 256), DT_FP32, (128, 128)) == (4, 128)           # as before: rows halved
+    assert epilogue_vec_tile((512, 100), DT_FP32, (128, 4)) is None               # 16-byte rows

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from ..ir.core import broadcast_shapes, ceil_div
 from ..ir.tensor import OPS, TensorGraph
 from .pipeline import Pass, PassContext
-from .tileshape import epilogue_vec_tile, matmul_cube_tile, normalize_vec_tile
+from .layout import transpose_source
+from .tileshape import cube_nest, epilogue_vec_tile, matmul_cube_tile, normalize_vec_tile
 
 
 @dataclass
@@ -100,8 +101,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if tail in cube_tile:
                 cube_tile[n.id] = cube_tile.pop(tail)
         else:
-            nest = next((cube_tile[i] for i in n.inputs if i in cube_tile), None)
-            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join, nest=nest)
+            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
+                          nest=_epilogue_nest(g, n, cube_tile))
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -117,15 +118,26 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     return g.replace(nodes)
 
 
+def _epilogue_nest(g, n, cube_tile) -> tuple[int, ...] | None:
+    """The output tile of the cube group whose result n reads (directly or through transposes,
+    as an NCHW convolution's result is), over n's dims; None when n reads none."""
+    for i in n.inputs:
+        src, perm = transpose_source(g, i)
+        if src in cube_tile and g.node(i).shape == n.shape:
+            return cube_nest(cube_tile[src], perm)
+    return None
+
+
 def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None):
-    """`nest`: the output tile of the cube group whose result n reads; without a tile of the
-    kernel's, a group n starts gets a tile nested in it (its cube tiles are then finished by
-    whole vector tiles, which lets the epilogue pair with the cube task)."""
+    """`nest`: the output tile of the cube group whose result n reads, over n's dims; without
+    a tile of the kernel's, a group n starts gets a tile nested in it (its cube tiles are then
+    finished by whole vector tiles, which lets the epilogue pair with the cube task)."""
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind == "cast" else n.dtype
+    own_tile = None
     if nest is not None and "tile" not in n.attrs and len(dom) >= 2 and OPS[n.op].kind != "reduce":
         own_tile = epilogue_vec_tile(dom, dtype, nest)
-    else:
+    if own_tile is None:
         own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own

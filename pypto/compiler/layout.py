@@ -52,6 +52,18 @@ def swaps(perm: tuple[int, ...]) -> list[tuple[int, int]]:
     return out
 
 
+def transpose_source(g: TensorGraph, i: int) -> tuple[int, tuple[int, ...]]:
+    """The value a chain of transposes ending in value i reads, and the permutation it applies:
+    axis k of i is axis perm[k] of the source (i itself and the identity when i is no transpose)."""
+    n = g.node(i)
+    perm = tuple(range(len(n.shape)))
+    while n.op == "transpose":
+        a, b = n.attrs["dim0"], n.attrs["dim1"]
+        perm = tuple(b if d == a else a if d == b else d for d in perm)
+        n = g.node(n.inputs[0])
+    return n.id, perm
+
+
 def layout(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     """Fold transpose chains, fold transposes into matmul flags, mark cube operands NZ."""
     if ctx is not None and not ctx.options.get("layout", True):

@@ -19,16 +19,34 @@ def default_vec_tile(domain: tuple[int, ...], dtype: DType) -> tuple[int, ...]:
     return (1,) * (len(domain) - 2) + (rows, last)
 
 
-def epilogue_vec_tile(domain: tuple[int, ...], dtype: DType, cube_tile: tuple[int, int]) -> tuple[int, ...]:
-    """The default tile of a vector group finishing a matmul's tiles: at most about 16 KiB and
-    half the rows of the cube's output tile (mL0, nL0), nested in it, so that each cube tile is
-    finished by whole vector tiles, half of them on each AIV of the pair."""
-    ml0, nl0 = cube_tile
-    cols = min(nl0, domain[-1])
-    rows = 1
-    while rows * 4 <= ml0 and ml0 % (rows * 4) == 0 and rows * 2 * cols * dtype.itemsize <= TILE_TARGET_BYTES:
-        rows *= 2
-    return (1,) * (len(domain) - 2) + (min(rows, domain[-2]), cols)
+def cube_nest(cube_tile: tuple[int, int], perm: tuple[int, ...]) -> tuple[int, ...]:
+    """A cube group's output tile (mL0, nL0) over the dims of a value that reads its result
+    through transposes (axis k = axis perm[k] of the result): mL0 and nL0 where the result's
+    last two axes went, 1 along its batch axes."""
+    r = len(perm)
+    return tuple(cube_tile[0] if d == r - 2 else cube_tile[1] if d == r - 1 else 1 for d in perm)
+
+
+def epilogue_vec_tile(domain: tuple[int, ...], dtype: DType, nest: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The default tile of a vector group finishing a matmul's tiles, `nest` being the cube's
+    output tile over the domain's dims (`cube_nest`): at most about 16 KiB, nested in the cube
+    tile and half of it along its largest dim but the last, so that each cube tile is finished
+    by whole vector tiles, half of them on each AIV of the pair.  None when the tile's rows
+    would not be 32-byte aligned."""
+    tile = [min(t, d) for t, d in zip(nest, domain)]
+    if tile[-1] < domain[-1] and (tile[-1] * dtype.itemsize) % 32:
+        return None
+    split = max(range(len(tile) - 1), key=lambda k: (nest[k], k), default=None)
+    if split is not None and nest[split] > 1:
+        rest = 1
+        for k, t in enumerate(tile):
+            rest *= t if k != split else 1
+        rows = 1
+        while (rows * 4 <= nest[split] and nest[split] % (rows * 4) == 0
+               and rows * 2 * rest * dtype.itemsize <= TILE_TARGET_BYTES):
+            rows *= 2
+        tile[split] = min(rows, domain[split])
+    return tuple(tile)
 
 
 def matmul_cube_tile(g, n, machine) -> tuple[int, int, int, int]:

@@ -20,7 +20,8 @@ from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
 from .pipeline import PassContext
-from .tileshape import matmul_cube_tile
+from .layout import transpose_source
+from .tileshape import cube_nest, matmul_cube_tile
 
 UNARY_TILE_OPS = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "abs": "TABS",
                   "neg": "TNEG", "relu": "TRELU", "recip": "TRECIP"}
@@ -68,7 +69,7 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
             cube_tile_of[ms[-1].id] = (info.tile[0], info.tile[2])
         else:
             info = _lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid),
-                                 _epilogue_block(g, ms, cube_tile_of))
+                                 _epilogue_order(g, ms, cube_tile_of))
         infos.append(info)
     return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
 
@@ -144,22 +145,32 @@ def _projection(vshape, domain, start, extent, tile):
     return tuple(offsets), tuple(valid), tuple(shape)
 
 
-def _epilogue_block(g, ms, cube_tile_of) -> tuple[int, int] | None:
-    """For a vector group reading a cube group's result: the cube tile in vector tiles (rows,
-    cols), so that the group can walk its tiles cube tile by cube tile (an epilogue then
-    finishes each cube tile as soon as it is stored); None when the tiles do not nest."""
+def _epilogue_order(g, ms, cube_tile_of):
+    """For a vector group reading a cube group's result (directly or through transposes): a
+    sort key of its outer tile indices that walks the cube's tiles in the order the cube stores
+    them, row-major within each (an epilogue then finishes each cube tile as soon as it is
+    stored); None when the vector tiles do not nest in the cube tiles."""
     tile = ms[0].attrs["tile"]
     member_ids = {m.id for m in ms}
     for m in ms:
         for i in m.inputs:
-            if i in cube_tile_of and i not in member_ids and len(tile) >= 2:
-                (ml0, nl0), (tm, tn) = cube_tile_of[i], tile[-2:]
-                if ml0 % tm == 0 and nl0 % tn == 0 and g.node(i).shape[-2:] == m.shape[-2:]:
-                    return ml0 // tm, nl0 // tn
+            if i in member_ids or len(tile) < 2:
+                continue
+            src, perm = transpose_source(g, i)
+            if src not in cube_tile_of or g.node(i).shape[-2:] != m.shape[-2:] or len(perm) != len(tile):
+                continue
+            nest = cube_nest(cube_tile_of[src], perm)
+            if any(c % t for c, t in zip(nest, tile) if c > 1):
+                continue
+            axis_of = {d: k for k, d in enumerate(perm)}      # result axis -> axis of the group
+
+            def key(ix, tile=tile, nest=nest, axis_of=axis_of):
+                return (*(ix[axis_of[d]] * tile[axis_of[d]] // nest[axis_of[d]] for d in range(len(ix))), *ix)
+            return key
     return None
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, block=None) -> GroupInfo:
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> GroupInfo:
     first = ms[0]
     domain = g.node(first.inputs[0]).shape if OPS[first.op].kind == "reduce" else first.shape
     tile = first.attrs["tile"]
@@ -170,9 +181,8 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, block=None) -> 
     outer_dims = [d for d in range(r) if d != pd]
     n_inner = ntiles[pd] if pd is not None else 1
     outer_space = list(itertools.product(*[range(ntiles[d]) for d in outer_dims]))
-    if block is not None and pd is None:       # cube tile by cube tile (row-major within each)
-        bm, bn = block
-        outer_space.sort(key=lambda ix: (*ix[:-2], ix[-2] // bm, ix[-1] // bn, ix[-2], ix[-1]))
+    if order is not None and pd is None:       # cube tile by cube tile (row-major within each)
+        outer_space.sort(key=order)
     acc: dict[int, int] = {}
     to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
 
