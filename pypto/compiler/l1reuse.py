@@ -17,10 +17,12 @@ serpentine order.
 """
 from __future__ import annotations
 
-from ..ir.block import BlockGraph, Task
+import dataclasses
+
+from ..ir.block import BlockGraph
 from ..ir.tile import tile_bytes
 from .pipeline import Pass, PassContext
-from .reuse import load_key
+from .reuse import load_key, without_loads
 
 
 def reused_loads(g: BlockGraph) -> dict[int, int]:
@@ -61,16 +63,8 @@ def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     dup = reused_loads(g)
     if not dup:
         return g
-    tiles = []
-    for n in g.tiles.nodes:
-        if n.id in dup:
-            continue
-        if any(i in dup for i in n.inputs):
-            n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
-        tiles.append(n)
-    tasks = [Task(t.id, t.group, t.core_type, t.outer, tuple(i for i in t.nodes if i not in dup), t.deps,
-                  t.level, t.pair) for t in g.tasks]
-    return BlockGraph(g.name, g.tiles.replace(tiles), tuple(tasks))
+    tasks = [dataclasses.replace(t, nodes=tuple(i for i in t.nodes if i not in dup)) for t in g.tasks]
+    return BlockGraph(g.name, g.tiles.replace(list(without_loads(g.tiles.nodes, dup))), tuple(tasks))
 
 
 L1_REUSE = Pass("l1_reuse", "block", l1_reuse,

@@ -96,13 +96,19 @@ def _keys_with_two_tiles(g: TileGraph, dup: dict[int, int], pinned: set) -> set:
     return {(grp, key) for (grp, key, _), c in count.items() if c > 1}
 
 
-def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
-    out = []
-    for n in g.nodes:
+def without_loads(nodes, dup: dict[int, int]):
+    """The tile nodes without the loads in `dup`, their users reading the kept loads instead."""
+    for n in nodes:
         if n.id in dup:
             continue
         if any(i in dup for i in n.inputs):
             n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
+        yield n
+
+
+def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
+    out = []
+    for n in without_loads(g.nodes, dup):
         if n.space != "" and (n.group, n.key) in pinned:
             n = n.replace(attrs=n.attrs.replace(persistent=True, par=n.outer))
         out.append(n)
