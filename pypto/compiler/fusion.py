@@ -19,7 +19,7 @@ from ..ir.core import broadcast_shapes, ceil_div
 from ..ir.tensor import OPS, TensorGraph
 from .pipeline import Pass, PassContext
 from .layout import transpose_source
-from .tileshape import cube_nest, epilogue_vec_tile, matmul_cube_tile, normalize_vec_tile
+from .tileshape import cube_nest, epilogue_vec_tile, matmul_cube_tile, matmul_k, normalize_vec_tile
 
 
 @dataclass
@@ -84,7 +84,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if ctx is not None:
                 ml0, _, nl0, _ = matmul_cube_tile(g, n, ctx.machine)
                 cube_tile[n.id] = (ml0, nl0)
-        elif join and (tail := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
+        elif join and (found := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
+            tail, kind = found
             gid = group_of[tail]
             groups[gid].members.append(n.id)
             group_of[n.id] = gid
@@ -95,8 +96,7 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             del source_group[tail]
             materialize.add(n.id)
             source_group[n.id] = gid
-            epilogue[n.id] = "relu" if n.op == "relu" else "sum" if group_of.get(
-                next(i for i in n.inputs if i != tail)) == gid else "bias"
+            epilogue[n.id] = kind
             del epilogue[tail]
             if tail in cube_tile:
                 cube_tile[n.id] = cube_tile.pop(tail)
@@ -193,35 +193,30 @@ def _accumulates_into(g, n, groups, group_of, epilogue, users, ctx) -> int | Non
         return None
     first = g.node(groups[group_of[other]].members[0])          # the group's first matmul
     if (g.node(other).shape != n.shape or g.node(other).dtype != n.dtype or u.dtype != n.dtype
-            or _k_of(g, first) != _k_of(g, n) or g.node(first.inputs[0]).dtype != g.node(n.inputs[0]).dtype):
+            or matmul_k(g, first) != matmul_k(g, n) or g.node(first.inputs[0]).dtype != g.node(n.inputs[0]).dtype):
         return None
     if ctx is not None and matmul_cube_tile(g, first, ctx.machine) != matmul_cube_tile(g, n, ctx.machine):
         return None
     return other
 
 
-def _k_of(g, mm) -> int:
-    a = g.node(mm.inputs[0])
-    return a.shape[-2] if mm.attrs["a_trans"] else a.shape[-1]
-
-
-def _epilogue_of(g, n, epilogue, group_of, users) -> int | None:
-    """The cube group result that n finishes on the cube core (None when n is not an epilogue):
-    its sum with another matmul of the group (accumulated in L0C), a bias row added to it
-    (before any ReLU), or a ReLU of it; the result must have no other user and keep its dtype."""
-    if n.op == "relu":
-        tail = n.inputs[0]
-        ok = epilogue.get(tail) in ("", "sum", "bias")
+def _epilogue_of(g, n, epilogue, group_of, users) -> tuple[int, str] | None:
+    """(the cube group result that n finishes on the cube core, what n is: "sum", "bias" or
+    "relu"), or None when n is not an epilogue: its sum with another matmul of the group
+    (accumulated in L0C), a bias row added to it (before any ReLU), or a ReLU of it; the result
+    must have no other user and keep its dtype."""
+    kind = None
+    if n.op == "relu" and epilogue.get(n.inputs[0]) in ("", "sum", "bias"):
+        tail, kind = n.inputs[0], "relu"
     elif n.op == "add":
         tail = next((i for i in n.inputs if i in epilogue), None)
         other = [i for i in n.inputs if i != tail]
-        ok = (tail is not None and len(other) == 1 and epilogue[tail] in ("", "sum")
-              and (_is_bias_row(g, other[0], n) or group_of.get(other[0]) == group_of[tail]))
-    else:
+        if tail is not None and len(other) == 1 and epilogue[tail] in ("", "sum"):
+            kind = ("sum" if group_of.get(other[0]) == group_of[tail]
+                    else "bias" if _is_bias_row(g, other[0], n) else None)
+    if kind is None or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:
         return None
-    if not ok or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:
-        return None
-    return tail
+    return tail, kind
 
 
 def _is_bias_row(g, i, n) -> bool:

@@ -52,12 +52,18 @@ def epilogue_vec_tile(domain: tuple[int, ...], dtype: DType, nest: tuple[int, ..
 def matmul_cube_tile(g, n, machine) -> tuple[int, int, int, int]:
     """(mL0, kL0, nL0, kL1) of matmul node n of tensor graph g: the kernel's, or the default."""
     a = g.node(n.inputs[0])
-    k = a.shape[-2] if n.attrs["a_trans"] else a.shape[-1]
+    k = matmul_k(g, n)
     m_, n_ = n.shape[-2:]
     batch = 1
     for d in n.shape[:-2]:
         batch *= d
     return normalize_cube_tile(n.attrs.get("tile"), m_, k, n_, a.dtype, n.loc, machine, batch)
+
+
+def matmul_k(g, n) -> int:
+    """The reduced dim K of matmul node n of tensor graph g."""
+    a = g.node(n.inputs[0])
+    return a.shape[-2] if n.attrs["a_trans"] else a.shape[-1]
 
 
 def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:
