@@ -110,13 +110,25 @@ def _acc_bytes(mn) -> int:
     return mn[0] * mn[1] * 4        # L0C accumulates in fp32 / int32
 
 
+def shared_panel(nm: int, nn: int, batch: int = 1, broadcast: str | None = None) -> str | None:
+    """The operand ("a" or "b") whose panel consecutive output tiles of a task share, walked
+    row by row over nm x nn tiles: A along a row of tiles, B down a single column; with one tile
+    per batch index, the operand broadcast over the batch (`broadcast`: a convolution's
+    weights).  None: no panel is shared."""
+    if nn > 1:
+        return "a"
+    if nm > 1:
+        return "b"
+    return broadcast if batch > 1 else None
+
+
 def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     """Cycles of a matmul with output tiles mn: waves of tiles over the cube cores, each tile
     taking the longer of its cube time and the GM->L1 load of its operands (MTE2 overlaps the
     cube with double buffering), plus the L0C drain when L0C has no room for a second
     accumulator (the next tile waits for the store).
 
-    The operand panel consecutive tiles share (A along a row of tiles) is not loaded again for
+    The operand panel consecutive tiles share (`shared_panel`) is not loaded again for
     the K chunks still in L1 (see the `l1_reuse` pass): as many chunks as fit next to two
     chunks of the other operand."""
     from ..sim.cost import cube_cycles
@@ -125,7 +137,8 @@ def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     waves = -(-(batch * nm * nn) // machine.n_aic)
     nk1 = -(-k // kl1)
     a_chunk, b_chunk = ml0 * kl1 * dtype.itemsize, kl1 * nl0 * dtype.itemsize
-    shared, other = (a_chunk, b_chunk) if nn > 1 else (b_chunk, a_chunk) if nm > 1 else (0, a_chunk + b_chunk)
+    panel = shared_panel(nm, nn)
+    shared, other = {"a": (a_chunk, b_chunk), "b": (b_chunk, a_chunk)}.get(panel, (0, a_chunk + b_chunk))
     kept = 0
     if shared:
         kept = min(nk1, max(2, (machine.l1_kib * 1024 - 2 * other) // shared)) * shared

@@ -21,7 +21,7 @@ from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
 from .pipeline import PassContext
 from .layout import transpose_source
-from .tileshape import cube_nest, matmul_cube_tile
+from .tileshape import cube_nest, matmul_cube_tile, shared_panel
 
 UNARY_TILE_OPS = {"exp": "TEXP", "log": "TLOG", "sqrt": "TSQRT", "rsqrt": "TRSQRT", "abs": "TABS",
                   "neg": "TNEG", "relu": "TRELU", "recip": "TRECIP"}
@@ -341,18 +341,12 @@ def _lead(bi: tuple[int, ...], ref: GMRef) -> tuple[int, ...]:
 
 
 def _shared_operand(nm: int, nn: int, terms, batch) -> str | None:
-    """The operand panel consecutive output tiles share: A along a row of tiles, B down a
-    column; with one tile per batch index, the operand broadcast over the batch (a
-    convolution's weights)."""
-    if nn > 1:
-        return "a1"
-    if nm > 1:
-        return "b1"
-    if prod(batch) > 1:
-        for key, k in (("b1", 1), ("a1", 0)):
-            if all(all(d == 1 for d in t[k].shape[:-2]) for t in terms):
-                return key
-    return None
+    """The tile key ("a1", "b1") of the operand panel consecutive output tiles share
+    (`tileshape.shared_panel`), or None."""
+    broadcast = next((name for name, k in (("b", 1), ("a", 0))
+                      if all(all(d == 1 for d in t[k].shape[:-2]) for t in terms)), None)
+    panel = shared_panel(nm, nn, prod(batch), broadcast)
+    return None if panel is None else panel + "1"
 
 
 def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: bool = True) -> GroupInfo:
