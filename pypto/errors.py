@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import linecache
+import os
 import sys
-from dataclasses import dataclass
+import sysconfig
+from dataclasses import dataclass, field
 
 
 @functools.lru_cache(maxsize=256)
@@ -28,11 +30,19 @@ def _cell_name(file: str) -> str | None:
 
 @dataclass(frozen=True)
 class SourceLoc:
-    """A place in the user's source: file, line and (optionally) the function."""
+    """A place in the user's source: file, line, (optionally) the function, and (optionally) the
+    columns of the failing call on that line.
+
+    `col` / `end_col` are Python's 0-based UTF-8 byte offsets on `line` (what `co_positions()` and
+    `traceback.FrameSummary` give); `end_col=None` with a `col` means "to the end of the line" (a
+    call that continues on the next lines).  They take no part in equality, hashing or `short()`:
+    printed IR and programs name `file.py:12` only."""
 
     file: str
     line: int
     func: str = ""
+    col: int | None = field(default=None, compare=False, repr=False)
+    end_col: int | None = field(default=None, compare=False, repr=False)
 
     def short(self) -> str:
         """`file.py:12`: stable across runs, used in printed IR and programs."""
@@ -48,12 +58,81 @@ class SourceLoc:
     def source_line(self) -> str:
         return linecache.getline(self.file, self.line).rstrip("\n")
 
+    def span(self, text: str | None = None) -> tuple[int, int] | None:
+        """(start, end) character offsets of the call on the source line, or None when unknown."""
+        if self.col is None:
+            return None
+        text = self.source_line() if text is None else text
+        raw = text.encode("utf-8")
+        start = len(raw[:self.col].decode("utf-8", errors="ignore"))
+        end = len(text) if self.end_col is None else len(raw[:self.end_col].decode("utf-8", errors="ignore"))
+        if end <= start:
+            end = start + 1
+        return start, end
+
     def __str__(self) -> str:
         return self.short()
 
 
+def code_loc(code, lasti: int, line: int | None = None, func: str | None = None) -> SourceLoc:
+    """The location of the instruction at byte offset `lasti` of `code` (a frame's `f_lasti`):
+    its line and the columns of the expression it evaluates (Python >= 3.11)."""
+    col = end_col = None
+    lineno = line
+    try:
+        positions = code.co_positions()
+        for _ in range(lasti // 2):
+            next(positions)
+        start, end_line, c, e = next(positions)
+        if start is not None and c is not None:
+            lineno, col = start, c
+            end_col = e if end_line == start else None
+    except (AttributeError, StopIteration, TypeError, ValueError):
+        pass
+    if lineno is None:
+        lineno = code.co_firstlineno
+    return SourceLoc(code.co_filename, lineno, func if func is not None else code.co_name, col, end_col)
+
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+@functools.lru_cache(maxsize=1)
+def _library_dirs() -> tuple[str, ...]:
+    paths = sysconfig.get_paths()
+    dirs = {os.path.abspath(paths[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+            if paths.get(k)}
+    return tuple(sorted(dirs))
+
+
+def caller_loc(depth: int = 1) -> SourceLoc | None:
+    """The user's line that called into pypto: the innermost frame (from `depth` frames up)
+    outside the pypto package, the standard library and installed packages (IPython, pytest),
+    with the columns of the call.  None when there is none (pypto called by a library only)."""
+    f = sys._getframe(depth)
+    libs = _library_dirs()
+    while f is not None:
+        name = f.f_code.co_filename
+        path = os.path.abspath(name)
+        if not path.startswith(_PKG_DIR) and not path.startswith(libs) and not name.startswith("<frozen"):
+            return code_loc(f.f_code, f.f_lasti, f.f_lineno)
+        f = f.f_back
+    return None
+
+
+def located(err: "PyptoError", depth: int = 2) -> "PyptoError":
+    """`err` itself when it has a location, else the same error pointing at the user's call
+    (see `caller_loc`): for errors of the public API outside a kernel (machines, options,
+    passes, program text)."""
+    if err.loc is not None:
+        return err
+    loc = caller_loc(depth)
+    return err.relocated(loc) if loc is not None else err
+
+
 def format_location(loc: SourceLoc | None) -> str:
-    """`file:line` followed by the source line and a caret under its first character."""
+    """`file:line` followed by the source line and carets under the failing call (under the
+    whole statement when the columns are not known)."""
     if loc is None:
         return ""
     text = loc.source_line()
@@ -64,19 +143,30 @@ def format_location(loc: SourceLoc | None) -> str:
     if not text.strip():
         return where
     stripped = text.lstrip()
+    shift = len(text) - len(stripped)
+    span = loc.span(text)
+    if span is None:
+        start, end = 0, len(stripped.rstrip())
+    else:
+        start, end = max(span[0] - shift, 0), max(span[1] - shift, 1)
+        end = min(max(end, start + 1), max(len(stripped.rstrip()), start + 1))
     indent = "    "
-    return f"{where}\n{indent}{stripped}\n{indent}^"
+    return f"{where}\n{indent}{stripped.rstrip()}\n{indent}{' ' * start}{'^' * (end - start)}"
 
 
 class PyptoError(Exception):
-    """Base class of every error pypto raises on purpose."""
+    """Base class of every error pypto raises on purpose.
+
+    `hint` (optional) says how to fix it; it is printed after expected/got and is not part of
+    `message` (the one-line statement some callers print alone)."""
 
     def __init__(self, message: str, *, loc: SourceLoc | None = None,
-                 expected: object = None, got: object = None):
+                 expected: object = None, got: object = None, hint: str | None = None):
         self.message = message
         self.loc = loc
         self.expected = expected
         self.got = got
+        self.hint = hint
         super().__init__(self._compose())
 
     def _compose(self) -> str:
@@ -86,7 +176,16 @@ class PyptoError(Exception):
             parts.append(format_location(self.loc))
         if self.expected is not None or self.got is not None:
             parts.append(f"  expected: {self.expected}\n  got:      {self.got}")
+        if self.hint:
+            parts.append(f"  hint:     {self.hint}")
         return "\n".join(parts)
+
+    def relocated(self, loc: SourceLoc | None) -> "PyptoError":
+        """The same error (same class and fields) pointing at `loc`."""
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        PyptoError.__init__(new, self.message, loc=loc, expected=self.expected, got=self.got, hint=self.hint)
+        return new
 
 
 class KernelSignatureError(PyptoError):

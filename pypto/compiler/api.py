@@ -19,8 +19,21 @@ from __future__ import annotations
 import inspect
 import re
 
-from ..errors import PyptoError
+import functools
+
+from ..errors import PyptoError, located
 from .pipeline import LEVELS, Pass, Pipeline
+
+
+def _at_caller(fn):
+    """Errors of pipeline editing point at the user's line that made the edit."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PyptoError as e:
+            raise located(e).with_traceback(None) from None
+    return wrapper
 
 
 class OptimizationPass:
@@ -42,6 +55,7 @@ class OptimizationPass:
 
         def run(graph, ctx):
             return self.apply(graph, ctx) if takes_ctx else self.apply(graph)
+        run.user_fn = self.apply
         doc = self.description or (inspect.getdoc(type(self)) or "").split("\n")[0]
         return Pass(name or self.default_name, self.level, run, doc)
 
@@ -53,10 +67,18 @@ def as_pass(name: str, p) -> Pass:
     if isinstance(p, OptimizationPass):
         return p.as_pass(name)
     if callable(p) and isinstance(getattr(p, "level", None), str):
-        return Pass(name, p.level, lambda g, ctx: p(g), (inspect.getdoc(p) or "").split("\n")[0])
+        def run(g, ctx):
+            return p(g)
+        run.user_fn = p
+        return Pass(name, p.level, run, (inspect.getdoc(p) or "").split("\n")[0])
+    if isinstance(p, type) and issubclass(p, OptimizationPass):
+        raise PyptoError(f"pipeline entry '{name}' is a pass class, not a pass",
+                         expected="an instance of the pass", got=f"the class {p.__name__}",
+                         hint=f"write ({name!r}, {p.__name__}())")
     raise PyptoError(f"pipeline entry '{name}' is not a pass",
                      expected="a pypto.compiler.OptimizationPass (or a function with a .level)",
-                     got=type(p).__name__)
+                     got=type(p).__name__,
+                     hint="subclass pypto.compiler.OptimizationPass, set `level` and define apply(self, graph)")
 
 
 def _level_of(p: Pass) -> tuple[str, str]:
@@ -68,6 +90,7 @@ def _level_of(p: Pass) -> tuple[str, str]:
 class CompilerPipeline:
     """An editable list of named passes, checked so that levels follow each other."""
 
+    @_at_caller
     def __init__(self, entries=(), base: bool = True):
         from . import default_passes
         self._passes: list[Pass] = default_passes() if base else []
@@ -86,6 +109,7 @@ class CompilerPipeline:
             raise PyptoError(f"no pass named '{name}' in the pipeline", expected=", ".join(self.names),
                              got=name) from None
 
+    @_at_caller
     def add(self, name: str, p) -> "CompilerPipeline":
         """Replace the pass of that name, or put the pass at the end of its level."""
         new = as_pass(name, p)
@@ -98,18 +122,22 @@ class CompilerPipeline:
         pos = max((i + 1 for i, q in enumerate(self._passes) if _level_of(q)[1] == src), default=0)
         return self._edit(lambda ps: ps.insert(pos, new))
 
+    @_at_caller
     def insert_before(self, name: str, new_name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.insert(i, as_pass(new_name, p)))
 
+    @_at_caller
     def insert_after(self, name: str, new_name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.insert(i + 1, as_pass(new_name, p)))
 
+    @_at_caller
     def remove(self, name: str) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.pop(i))
 
+    @_at_caller
     def replace(self, name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.__setitem__(i, as_pass(name, p)))
@@ -126,6 +154,7 @@ class CompilerPipeline:
     def pipeline(self) -> Pipeline:
         return Pipeline(list(self._passes))
 
+    @_at_caller
     def compile(self, kernel, *args, machine="a2a3", snapshots: bool = False, options=None, **consts):
         """Compile `kernel` (a @pypto.jit kernel) with this pipeline: a CompiledKernel."""
         return kernel.compile(*args, machine=machine, snapshots=snapshots, pipeline=self, options=options,

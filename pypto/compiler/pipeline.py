@@ -51,8 +51,12 @@ def check_options(options: dict, passes) -> None:
     unknown = sorted(k for k in options if k not in OPTIONS)
     if unknown and all(p in BUILTIN_PASSES for p in passes):
         from ..errors import PyptoError
+        import difflib
+        close = difflib.get_close_matches(unknown[0], list(OPTIONS), n=1)
         raise PyptoError(f"unknown compile option{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
-                         expected="some of " + ", ".join(OPTIONS), got=", ".join(unknown))
+                         expected="some of " + ", ".join(OPTIONS), got=", ".join(unknown),
+                         hint=f"did you mean {close[0]!r}?" if close else
+                         "options turn built-in optimisations off: options={'fusion': False}")
 
 
 @dataclass
@@ -92,6 +96,32 @@ class PassLog(list):
         p.text(self.text())
 
 
+def _raising_line(tb):
+    """The innermost line of user code (outside pypto) in traceback `tb`, with its columns."""
+    import os
+    import traceback
+    from ..errors import SourceLoc
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    loc = None
+    for fs in traceback.extract_tb(tb):
+        if not os.path.abspath(fs.filename).startswith(pkg):
+            end = fs.end_colno if getattr(fs, "end_lineno", fs.lineno) == fs.lineno else None
+            loc = SourceLoc(fs.filename, fs.lineno, fs.name, getattr(fs, "colno", None), end)
+    return loc
+
+
+def _pass_loc(p: Pass):
+    """The `def` line of a user pass's function (its `apply`), or None for a built-in."""
+    from ..errors import SourceLoc
+    fn = getattr(p.fn, "user_fn", None)
+    if p in BUILTIN_PASSES or fn is None:
+        return None
+    code = getattr(fn, "__code__", None) or getattr(getattr(fn, "__func__", None), "__code__", None)
+    if code is None:
+        return None
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)
+
+
 def _verifier(level: str):
     from ..ir import block, exec as exec_ir, tensor, tile
     return {"tensor": lambda g, ctx: tensor.verify(g),
@@ -125,12 +155,22 @@ class Pipeline:
             except PyptoError:
                 raise
             except Exception as e:  # a pass bug: say which pass, keep the cause chained
-                raise PyptoError(f"pass '{p.name}' ({p.level}) failed: {type(e).__name__}: {e}") from e
+                user = p not in BUILTIN_PASSES
+                raise PyptoError(f"pass '{p.name}' ({p.level}) failed: {type(e).__name__}: {e}",
+                                 loc=_raising_line(e.__traceback__) if user else None,
+                                 hint="the exception was raised by this pass (a pass of yours); nothing was "
+                                      "cached" if user else None) from e
             ms = (time.perf_counter() - t0) * 1e3
             want = p.level.split("->")[-1]
             if getattr(out, "level", None) != want:
-                raise PyptoError(f"pass '{p.name}' returned a {getattr(out, 'level', type(out).__name__)} "
-                                 f"graph", expected=f"a {want} graph", got=type(out).__name__)
+                got = "None" if out is None else (f"a {out.level} graph" if hasattr(out, "level")
+                                                  else type(out).__name__)
+                hint = None
+                if out is None:
+                    hint = "apply(graph) must end with `return graph` (or the new graph it built)"
+                raise PyptoError(f"pass '{p.name}' returned {got}"
+                                 , loc=_pass_loc(p),
+                                 expected=f"a {want} graph", got=got, hint=hint)
             if verify == "each" or (verify == "levels" and (last_of_level[want] == i or p not in BUILTIN_PASSES)):
                 check = _verifier(want)
                 if check is not None:

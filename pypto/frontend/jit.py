@@ -1,17 +1,20 @@
 """`@pypto.jit`: trace a Python kernel, compile it through the five levels, cache, simulate."""
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import numbers
+import textwrap
 import traceback
 
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import DTypeError, KernelSignatureError, PyptoError, SourceLoc
+from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
+                      located)
 from ..sim.machine import get_machine
-from .tracer import Tensor, TraceContext, _PKG_DIR
+from .tracer import Tensor, TraceContext, in_package
 
 
 class JitKernel:
@@ -35,6 +38,23 @@ class JitKernel:
         self.loc = SourceLoc(fn.__code__.co_filename, fn.__code__.co_firstlineno, fn.__name__)
         self._source_hash = _source_hash(fn)
         self._cache: dict = {}
+        self._def = None            # _DefInfo, parsed on the first error that needs it
+
+    def _def_info(self) -> "_DefInfo":
+        if self._def is None:
+            self._def = _DefInfo.of(self.fn)
+        return self._def
+
+    def sig_loc(self, param: str | None = None) -> SourceLoc:
+        """Where a signature error points: the `def` line, the carets under parameter `param`
+        (under the whole parameter list without one)."""
+        info = self._def_info()
+        span = info.params.get(param) if param else None
+        span = span or info.param_list
+        if span is None:
+            return self.loc
+        line, col, end = span
+        return SourceLoc(self.loc.file, line, self.loc.func, col, end)
 
     @property
     def int_constants(self) -> dict[str, int]:
@@ -55,7 +75,7 @@ class JitKernel:
         try:
             return self._compile(args, machine, snapshots or self.debug, consts, pipeline, options)
         except PyptoError as e:
-            raise e.with_traceback(None) from None
+            raise located(e).with_traceback(None) from None
 
     def _compile(self, args, machine, snapshots, consts, pipeline=None, options=None):
         from ..compiler import Pipeline, PassContext, default_passes
@@ -86,45 +106,84 @@ class JitKernel:
     def _specs(self, args) -> list[Tensor]:
         if len(args) != len(self.tensor_params):
             raise KernelSignatureError(
-                f"{self.name} takes {len(self.tensor_params)} tensor arguments", loc=self.loc,
-                expected=f"({', '.join(self.tensor_params)})", got=f"{len(args)} arguments")
+                f"{self.name} takes {len(self.tensor_params)} tensor arguments", loc=self.sig_loc(),
+                expected=f"{len(self.tensor_params)}: ({', '.join(self.tensor_params)})", got=f"{len(args)} arguments",
+                hint=("give every tensor parameter an array (outputs too: the kernel writes them in place)"
+                      if len(args) < len(self.tensor_params) else
+                      "constants are keyword-only: kernel(x, out, TM=64)"))
         specs = []
         for name, a in zip(self.tensor_params, args):
+            loc = self.sig_loc(name)
             if isinstance(a, Tensor) and a._node is None:
                 specs.append(Tensor(a.shape, a.dtype, name))
                 continue
+            if isinstance(a, Tensor):
+                raise KernelSignatureError(
+                    f"argument '{name}' of {self.name} is a value of a kernel being traced", loc=loc,
+                    expected="a numpy array or pypto.Tensor(shape, dtype)", got=repr(a),
+                    hint="call a kernel from Python, not from inside another kernel")
             if hasattr(a, "detach") and hasattr(a, "numpy"):
                 a = a.detach().numpy()
             if not isinstance(a, np.ndarray):
+                hint = None
+                if isinstance(a, (list, tuple)):
+                    hint = "wrap it: np.asarray(value, dtype=np.float32)"
+                elif isinstance(a, numbers.Number):
+                    hint = "a scalar argument: make it a keyword-only constant (def k(x, out, *, alpha: float))"
                 raise KernelSignatureError(
-                    f"argument '{name}' of {self.name} is not a tensor", loc=self.loc,
+                    f"argument '{name}' of {self.name} is not a tensor", loc=loc,
                     expected="a numpy array (or torch tensor, or pypto.Tensor(shape, dtype))",
-                    got=f"{type(a).__name__} {a!r}"[:80])
+                    got=f"{type(a).__name__} {a!r}"[:80], hint=hint)
             d = dt.from_numpy(a.dtype)
             if d is None:
-                raise DTypeError(f"argument '{name}' of {self.name} has an unsupported dtype", loc=self.loc,
-                                 expected=dt.supported_names(), got=str(a.dtype))
+                raise DTypeError(f"argument '{name}' of {self.name} has an unsupported dtype", loc=loc,
+                                 expected=dt.supported_names(), got=str(a.dtype), hint=_dtype_hint(a.dtype))
             if a.ndim == 0:
-                raise KernelSignatureError(f"argument '{name}' of {self.name} is a 0-d array", loc=self.loc,
-                                           expected="at least one dimension", got="shape ()")
+                raise KernelSignatureError(f"argument '{name}' of {self.name} is a 0-d array", loc=loc,
+                                           expected="at least one dimension", got="shape ()",
+                                           hint="np.reshape(value, (1,)) makes it a 1-element tensor")
+            if 0 in a.shape:
+                raise ShapeError(f"argument '{name}' of {self.name} is empty: empty tensors are not supported",
+                                 loc=loc, expected="at least one element along every dim",
+                                 got=f"shape {list(a.shape)}",
+                                 hint="a kernel over no data has nothing to compute; skip the call")
             specs.append(Tensor(a.shape, d, name))
+        total = sum(s.size * s.dtype.itemsize for s in specs)
+        if total > MAX_GM_BYTES:
+            detail = ", ".join(f"{s.name} {s.dtype}{list(s.shape)} = {_bytes(s.size * s.dtype.itemsize)}"
+                               for s in specs)
+            raise ShapeError(f"the arguments of {self.name} do not fit the device memory", loc=self.sig_loc(),
+                             expected=f"at most {_bytes(MAX_GM_BYTES)} of tensor arguments in GM",
+                             got=f"{_bytes(total)} ({detail})"[:300],
+                             hint="compile for a smaller shape: the tiles of a problem this size would take "
+                                  "hours to compile and simulate")
         return specs
 
     def _constants(self, consts) -> dict:
         unknown = set(consts) - set(self.const_params)
         if unknown:
+            hint = None
+            if set(unknown) & set(self.tensor_params):
+                hint = "tensors are positional: kernel(x, out), not kernel(x=x, out=out)"
+            elif not self.const_params:
+                hint = f"declare it keyword-only in the kernel: def {self.name}(..., *, {sorted(unknown)[0]}: int = ...)"
+            else:
+                close = [c for c in self.const_params if c.lower() in {u.lower() for u in unknown}]
+                hint = f"did you mean {close[0]}?" if close else None
             raise KernelSignatureError(
-                f"unknown constant(s) for {self.name}: {', '.join(sorted(unknown))}", loc=self.loc,
-                expected=", ".join(self.const_params) or "no constants", got=", ".join(sorted(consts)))
+                f"unknown constant(s) for {self.name}: {', '.join(sorted(unknown))}", loc=self.sig_loc(),
+                expected=", ".join(self.const_params) or "no constants", got=", ".join(sorted(consts)),
+                hint=hint)
         values = {}
         for k, default in self.const_params.items():
             v = consts.get(k, default)
             if v is None:
-                raise KernelSignatureError(f"constant '{k}' of {self.name} has no value", loc=self.loc,
-                                           expected=f"{k}=<value>", got="nothing")
+                raise KernelSignatureError(f"constant '{k}' of {self.name} has no value", loc=self.sig_loc(k),
+                                           expected=f"{k}=<value>", got="nothing",
+                                           hint=f"pass it, kernel(..., {k}=...), or give it a default in the def")
             if isinstance(default, numbers.Integral) and not isinstance(default, bool) and (
                     not isinstance(v, numbers.Integral) or isinstance(v, bool)):
-                raise KernelSignatureError(f"constant '{k}' of {self.name} must be an integer", loc=self.loc,
+                raise KernelSignatureError(f"constant '{k}' of {self.name} must be an integer", loc=self.sig_loc(k),
                                            expected="int", got=f"{type(v).__name__} {v!r}")
             values[k] = v
         return values
@@ -133,18 +192,31 @@ class JitKernel:
         with TraceContext(self.name) as ctx:
             proxies = [ctx.input(s.name, s.shape, s.dtype, self.loc) for s in specs]
             try:
-                self.fn(*proxies, **values)
+                returned = self.fn(*proxies, **values)
             except PyptoError:
                 raise
             except Exception as e:
                 raise PyptoError(f"{type(e).__name__} while tracing {self.name}: {e}",
                                  loc=_user_frame(e.__traceback__) or self.loc) from e
         g = ctx.graph()
-        if not any(n.op == "store" for n in g.nodes):
+        writes = any(n.op == "store" for n in g.nodes)
+        if returned is not None:
+            outs = ", ".join(n for n in self.tensor_params[-1:])
+            what = repr(returned) if isinstance(returned, Tensor) else type(returned).__name__
             raise KernelSignatureError(
-                f"{self.name} writes no output", loc=self.loc,
+                f"{self.name} returns a value: the return value of a kernel is ignored"
+                + ("" if writes else ", and it writes no output"),
+                loc=self._def_info().return_loc(self.loc) or self.sig_loc(),
+                expected="no return value; outputs written in place into an argument",
+                got=f"return {what}"[:80],
+                hint=f"write the result into an output argument instead: {outs or 'out'}[:] = value")
+        if not writes:
+            raise KernelSignatureError(
+                f"{self.name} writes no output", loc=self.sig_loc(),
                 expected="a write such as out[:] = value or pypto.assemble(value, offsets, out)",
-                got="no write to any argument")
+                got="no write to any argument",
+                hint="kernels write their results in place into an output argument (out[:] = value)")
+        _check_tile_ranks(g)
         return g
 
     # --- run ----------------------------------------------------------------------------------
@@ -154,7 +226,7 @@ class JitKernel:
             ck = self._compile(args, machine, self.debug, consts)
             res = ck.simulate(*args, mode="functional", check=False)
         except PyptoError as e:
-            raise e.with_traceback(None) from None
+            raise located(e).with_traceback(None) from None
         from ..compiler.kernel import as_array
         for name, a in zip(self.tensor_params, args):
             if name in ck.traced.output_names:
@@ -176,11 +248,121 @@ def _source_hash(fn) -> str:
     return hashlib.sha1(src.encode()).hexdigest()
 
 
+# Tensor arguments above this many bytes in GM are refused at the signature: no device of the
+# class simulated has more HBM, and the tiles of such a problem take hours to compile.
+MAX_GM_BYTES = 64 * 2 ** 30
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if n >= size:
+            return f"{n / size:.4g} {unit}"
+    return f"{n} B"
+
+
+def _dtype_hint(np_dtype) -> str | None:
+    kind = np.dtype(np_dtype).kind
+    if kind == "f":
+        return "convert it: x.astype(np.float32) (or np.float16)"
+    if kind == "b":
+        return "booleans are not a pypto dtype: x.astype(np.int8) or x.astype(np.float32)"
+    if kind == "c":
+        return "complex numbers are not supported: pass the real and imaginary parts as two fp32 tensors"
+    if kind in "iu":
+        return "convert it: x.astype(np.int32) (or np.int8)"
+    if kind == "O":
+        return "an object array: build it with a numeric dtype, np.asarray(value, dtype=np.float32)"
+    return None
+
+
+def _check_tile_ranks(g) -> None:
+    """A vector tile spec with more dims than every tensor it tiles is a mistake (its leading
+    dims would be dropped silently)."""
+    ranks: dict[int, tuple] = {}
+    for n in g.nodes:
+        spec = n.attrs.get("tile") if n.op != "matmul" else None
+        if spec is not None and hasattr(spec, "dims"):
+            rank = max([len(n.shape)] + [len(g.node(i).shape) for i in n.inputs])
+            best = ranks.get(id(spec))
+            ranks[id(spec)] = (spec, max(rank, best[1] if best else 0))
+    for spec, rank in ranks.values():
+        if len(spec.dims) > rank:
+            raise TileShapeError(
+                f"vector tile {list(spec.dims)} has more dims than the tensors it tiles", loc=spec.loc,
+                expected=f"at most {rank} dims (the rank of the tensors of the ops that follow)",
+                got=f"{len(spec.dims)} dims",
+                hint=f"give the sizes of the last dims only, e.g. set_vec_tile_shapes"
+                     f"({', '.join(str(d) for d in spec.dims[-rank:])})")
+
+
+class _DefInfo:
+    """Columns in the kernel's source: the `def` line's parameters and the `return` statements
+    that return a value (for errors that point at the signature or at a return)."""
+
+    def __init__(self):
+        self.params: dict[str, tuple[int, int, int | None]] = {}
+        self.param_list: tuple[int, int, int | None] | None = None
+        self.returns: list[tuple[int, int, int | None]] = []
+
+    @classmethod
+    def of(cls, fn) -> "_DefInfo":
+        info = cls()
+        try:
+            lines, first = inspect.getsourcelines(fn)
+            src = "".join(lines)
+            dedented = textwrap.dedent(src)
+            shift = len(lines[0]) - len(dedented.splitlines(True)[0])
+            tree = ast.parse(dedented)
+        except Exception:  # noqa: BLE001 - no source (exec'd code): errors fall back to the def line
+            return info
+        node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == fn.__name__), None)
+        if node is None:
+            return info
+
+        def span(n):
+            line = first + n.lineno - 1
+            end = n.end_col_offset + shift if n.end_lineno == n.lineno else None
+            return (line, n.col_offset + shift, end)
+        a = node.args
+        args = [*a.posonlyargs, *a.args, *([a.vararg] if a.vararg else []), *a.kwonlyargs,
+                *([a.kwarg] if a.kwarg else [])]
+        for arg in args:
+            info.params[arg.arg] = span(arg)
+        if args:
+            lo, hi = span(args[0]), span(args[-1])
+            info.param_list = (lo[0], lo[1], hi[2] if hi[0] == lo[0] else None)
+        else:
+            info.param_list = (first + node.lineno - 1, node.col_offset + shift, None)
+        todo = list(node.body)
+        while todo:
+            n = todo.pop(0)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                continue
+            if isinstance(n, ast.Return) and n.value is not None and not (
+                    isinstance(n.value, ast.Constant) and n.value.value is None):
+                info.returns.append(span(n))
+            todo.extend(ast.iter_child_nodes(n))
+        info.returns.sort()
+        return info
+
+    def return_loc(self, kernel_loc: SourceLoc) -> SourceLoc | None:
+        if not self.returns:
+            return None
+        line, col, end = self.returns[0]
+        return SourceLoc(kernel_loc.file, line, kernel_loc.func, col, end)
+
+
 def _user_frame(tb) -> SourceLoc | None:
+    """The innermost frame of the user's code in traceback `tb`, with the failing expression's
+    columns."""
     loc = None
     for fs in traceback.extract_tb(tb):
-        if not fs.filename.startswith(_PKG_DIR):
-            loc = SourceLoc(fs.filename, fs.lineno, fs.name)
+        if not in_package(fs.filename):
+            col, end = getattr(fs, "colno", None), getattr(fs, "end_colno", None)
+            if getattr(fs, "end_lineno", fs.lineno) != fs.lineno:
+                end = None
+            loc = SourceLoc(fs.filename, fs.lineno, fs.name, col, end)
     return loc
 
 

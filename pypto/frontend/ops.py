@@ -4,7 +4,7 @@ from __future__ import annotations
 import numbers
 
 from .. import dtypes as dt
-from ..errors import DTypeError, ShapeError, UnsupportedError
+from ..errors import DTypeError, ShapeError, TileShapeError, UnsupportedError
 from ..ir.core import prod
 from ..ir.tensor import TileSpec
 from .tracer import Tensor, TraceContext, check_shape, user_loc
@@ -19,9 +19,14 @@ def _ctx(x: Tensor, what: str) -> TraceContext:
 def _tensor(x, what: str) -> Tensor:
     if isinstance(x, Tensor) and x._node is not None:
         return x
+    hint = None
+    if isinstance(x, (list, tuple)) or type(x).__module__ == "numpy":
+        hint = "data reaches a kernel through its arguments: pass the array as one more tensor argument"
+    elif isinstance(x, Tensor):
+        hint = "pypto.Tensor(shape, dtype) describes an argument; inside a kernel use the kernel's arguments"
     raise UnsupportedError(f"pypto.{what} expects a tensor of the kernel", loc=user_loc(),
                            expected="a traced Tensor (a kernel argument or a value computed from one)",
-                           got=type(x).__name__)
+                           got=type(x).__name__, hint=hint)
 
 
 def _const(ctx: TraceContext, value, like: Tensor) -> Tensor:
@@ -35,6 +40,10 @@ def _float_only(x: Tensor, op: str):
 
 
 def _binary(op: str, a, b) -> Tensor:
+    for v in (a, b):
+        if isinstance(v, (bool, complex)) or (isinstance(v, numbers.Number) and not isinstance(v, numbers.Real)):
+            raise DTypeError(f"{op}: a Python {type(v).__name__} operand is not supported", loc=user_loc(),
+                             expected="a tensor, an int or a float", got=repr(v))
     if isinstance(a, numbers.Number) and isinstance(b, Tensor):
         ctx = _ctx(b, op)
         a = _const(ctx, a, b)
@@ -53,7 +62,24 @@ def _binary(op: str, a, b) -> Tensor:
 def add(a, b): return _binary("add", a, b)
 def sub(a, b): return _binary("sub", a, b)
 def mul(a, b): return _binary("mul", a, b)
-def div(a, b): return _binary("div", a, b)
+def div(a, b):
+    """`a / b`, elementwise, with broadcasting.
+
+    As in torch, division is true division: on integer tensors (int8, int32) the operands are
+    cast to fp32 first and the result is fp32 (`x / 2` on int32 data [1, 2, 3] is fp32
+    [0.5, 1.0, 1.5]); an integer tensor divided by a float tensor takes the float's dtype.
+    Division by zero gives IEEE inf / nan, as numpy's fp32 division does (1/0 = inf,
+    -1/0 = -inf, 0/0 = nan).  int32 values above 2**24 are rounded by the cast to fp32."""
+    ta, tb = isinstance(a, Tensor), isinstance(b, Tensor)
+    da, db = (a.dtype if ta else None), (b.dtype if tb else None)
+    if (da is not None and not da.is_float) or (db is not None and not db.is_float):
+        floats = [d for d in (da, db) if d is not None and d.is_float]
+        target = floats[0] if floats else dt.DT_FP32
+        if ta and not da.is_float:
+            a = cast(a, target)
+        if tb and not db.is_float:
+            b = cast(b, target)
+    return _binary("div", a, b)
 def maximum(a, b): return _binary("maximum", a, b)
 def minimum(a, b): return _binary("minimum", a, b)
 
@@ -316,26 +342,51 @@ def _store(dst: Tensor, value: Tensor, offsets, shape) -> None:
     ctx.stored.add(dst._param)
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
 def set_vec_tile_shapes(*dims: int) -> None:
-    """Tile shape of the vector ops that follow (last dims of the tensors)."""
+    """Tile shape of the vector ops that follow: one size per dim, for the last dims of the
+    tensors (a tile with fewer dims than a tensor is 1 along its leading dims)."""
     ctx = TraceContext.current("pypto.set_vec_tile_shapes")
-    if not dims or any(not isinstance(d, numbers.Integral) or d < 1 for d in dims):
-        from ..errors import TileShapeError
+    if len(dims) == 1 and isinstance(dims[0], (list, tuple)):
+        dims = tuple(dims[0])                      # set_vec_tile_shapes([64, 256]) reads the same
+    if not dims or any(not _is_int(d) or d < 1 for d in dims):
+        bad = "no dims" if not dims else next(repr(d) for d in dims if not _is_int(d) or d < 1)
         raise TileShapeError("vector tile dims must be positive integers", loc=user_loc(),
-                             expected="e.g. set_vec_tile_shapes(64, 256)", got=dims)
+                             expected="e.g. set_vec_tile_shapes(64, 256)",
+                             got=f"{tuple(dims)!r} ({bad})" if dims else "no dims",
+                             hint="one positive size per tiled dim, for the last dims of the tensors")
     ctx.vec_tile = TileSpec(tuple(int(d) for d in dims), user_loc())
 
 
-def set_cube_tile_shapes(m, k, n) -> None:
-    """Cube tile shapes `[mL0, mL1], [kL0, kL1], [nL0, nL1]` of the matmuls that follow."""
+_CUBE_HINT = "set_cube_tile_shapes([mL0, mL1], [kL0, kL1], [nL0, nL1])"
+
+
+def set_cube_tile_shapes(*args, **kwargs) -> None:
+    """Cube tile shapes `[mL0, mL1], [kL0, kL1], [nL0, nL1]` of the matmuls that follow (m, k
+    and n may be given as keywords; a single int v means [v, v])."""
     ctx = TraceContext.current("pypto.set_cube_tile_shapes")
+    unknown = sorted(set(kwargs) - {"m", "k", "n"})
+    named = [kwargs[name] for name in ("m", "k", "n")[len(args):] if name in kwargs]
+    given = list(args) + named
+    if unknown or len(given) != 3 or any(name in kwargs for name in ("m", "k", "n")[:len(args)]):
+        raise TileShapeError("set_cube_tile_shapes takes three [L0, L1] pairs: for m, k and n",
+                             loc=user_loc(), expected="3 arguments (m, k, n)",
+                             got=f"{len(args) + len(kwargs)} argument{'s' if len(args) + len(kwargs) != 1 else ''}"
+                                 + (f" (unknown keyword {', '.join(unknown)})" if unknown else ""),
+                             hint=_CUBE_HINT)
     spec = []
-    for name, v in (("m", m), ("k", k), ("n", n)):
-        v = [v, v] if isinstance(v, numbers.Integral) else list(v)
-        if len(v) != 2 or any(not isinstance(x, numbers.Integral) or x < 1 for x in v) or v[1] % v[0]:
-            from ..errors import TileShapeError
+    for name, v in zip("mkn", given):
+        v = [v, v] if _is_int(v) else (list(v) if isinstance(v, (list, tuple)) else v)
+        if not isinstance(v, list) or len(v) != 2 or any(not _is_int(x) or x < 1 for x in v) or v[1] % v[0]:
+            why = ("not a pair" if not isinstance(v, list) or len(v) != 2 else
+                   "not positive integers" if any(not _is_int(x) or x < 1 for x in v) else
+                   f"L1 = {v[1]} is not a multiple of L0 = {v[0]}")
             raise TileShapeError(f"cube tile shape for {name} must be [L0, L1] with L1 a multiple of L0",
-                                 loc=user_loc(), expected="e.g. [128, 128]", got=v)
+                                 loc=user_loc(), expected="e.g. [128, 128]", got=f"{v!r} ({why})",
+                                 hint=_CUBE_HINT)
         spec.append((int(v[0]), int(v[1])))
     ctx.cube_tile = TileSpec(tuple(spec), user_loc())
 

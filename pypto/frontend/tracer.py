@@ -5,27 +5,58 @@ annotation or as a shape-only argument) and, while tracing, the proxy of a graph
 """
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 from typing import Sequence
 
 from .. import dtypes as dt
-from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError
+from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError, code_loc
 from ..ir.core import Attrs, fmt_shape
 from ..ir.tensor import OPS, Param, TileSpec, TNode, TensorGraph, infer_shape
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def in_package(fname: str) -> bool:
+    """Whether `fname` is a file of the pypto package itself (not the user's code)."""
+    return os.path.abspath(fname).startswith(_PKG_DIR + os.sep)
+
+
 def user_loc() -> SourceLoc | None:
-    """The innermost stack frame outside the pypto package: the user's kernel line."""
+    """The innermost stack frame outside the pypto package: the user's kernel line, with the
+    columns of the call (or operator) that is running there."""
     f = sys._getframe(1)
     while f is not None:
-        fname = f.f_code.co_filename
-        if not os.path.abspath(fname).startswith(_PKG_DIR + os.sep):
-            return SourceLoc(fname, f.f_lineno, f.f_code.co_name)
+        if not in_package(f.f_code.co_filename):
+            return code_loc(f.f_code, f.f_lasti, f.f_lineno)
         f = f.f_back
     return None
+
+
+def _check_dims(shape) -> tuple[int, ...]:
+    """A tensor shape as a tuple of positive ints (a ShapeError naming the bad dim otherwise)."""
+    if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
+        shape = (shape,)
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise ShapeError("a tensor shape must be a list of ints", loc=user_loc(),
+                         expected="e.g. pypto.Tensor([256, 1024], pypto.DT_FP32)",
+                         got=f"{type(shape).__name__} {shape!r}"[:80]) from None
+    for i, d in enumerate(dims):
+        if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+            raise ShapeError(f"dim {i} of the tensor shape is not an integer", loc=user_loc(),
+                             expected="positive ints (shapes are static: give the size to compile for)",
+                             got=f"{list(dims)!r}: {type(d).__name__} {d!r}"[:100])
+        if d < 0:
+            raise ShapeError(f"dim {i} of the tensor shape is negative", loc=user_loc(),
+                             expected="positive ints", got=list(dims))
+        if d == 0:
+            raise ShapeError(f"dim {i} of the tensor shape is 0: empty tensors are not supported",
+                             loc=user_loc(), expected="at least one element along every dim", got=list(dims),
+                             hint="a kernel over no data has nothing to compute; skip the call")
+    return tuple(int(d) for d in dims)
 
 
 class TraceContext:
@@ -93,7 +124,7 @@ class Tensor:
         if not isinstance(dtype, dt.DType):
             raise DTypeError("unsupported dtype", loc=user_loc(),
                              expected=dt.supported_names(), got=repr(dtype))
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = _check_dims(shape)
         self.dtype = dtype
         self.name = name
         self._ctx: TraceContext | None = None
@@ -102,8 +133,9 @@ class Tensor:
 
     @classmethod
     def _proxy(cls, ctx: TraceContext, node: TNode) -> "Tensor":
-        t = cls(node.shape, node.dtype)
-        t._ctx, t._node = ctx, node.id
+        t = cls.__new__(cls)
+        t.shape, t.dtype, t.name = tuple(node.shape), node.dtype, None
+        t._ctx, t._node, t._param = ctx, node.id, None
         return t
 
     # --- introspection -------------------------------------------------------------------
@@ -123,6 +155,9 @@ class Tensor:
         return f"{what}: {self.dtype}{fmt_shape(self.shape)}"
 
     def __len__(self):
+        if not self.shape:
+            raise UnsupportedError("len() of a 0-d tensor", loc=user_loc(),
+                                   expected="a tensor with at least one dim", got="shape []")
         return self.shape[0]
 
     def __bool__(self):
@@ -143,11 +178,60 @@ class Tensor:
     def __neg__(self): return _ops().neg(self)
     def __abs__(self): return _ops().abs(self)
     def __pow__(self, p):
-        if p == 2:
-            return _ops().mul(self, self)
-        if p == 0.5:
-            return _ops().sqrt(self)
-        raise UnsupportedError("only x**2 and x**0.5 are supported", loc=user_loc(), got=f"x**{p}")
+        if isinstance(p, numbers.Number) and not isinstance(p, bool):
+            if p == 1:
+                return self
+            if p == 2:
+                return _ops().mul(self, self)
+            if p == 0.5:
+                return _ops().sqrt(self)
+        raise UnsupportedError("only x**2 and x**0.5 are supported", loc=user_loc(),
+                               expected="x**2 or x**0.5", got=f"x**{p!r}"[:60],
+                               hint="write other powers as products (x * x * x) or with pypto.exp "
+                                    "and pypto.log (pypto.exp(p * pypto.log(x)) for x > 0)")
+
+    def __rpow__(self, p):
+        raise UnsupportedError("a number raised to a tensor power is not supported", loc=user_loc(),
+                               expected="x**2 or x**0.5", got=f"{p!r}**tensor"[:60],
+                               hint="for b**x (b > 0) write pypto.exp(x * math.log(b))")
+
+    # --- comparisons: not implemented yet (no boolean tensors); == and != keep identity
+    # semantics, since tensors are compared and hashed as objects (`in`, dict keys).
+    def _compare(self, op: str, other):
+        what = fmt_shape(self.shape)
+        rhs = repr(other) if isinstance(other, numbers.Number) else (
+            f"a tensor {fmt_shape(other.shape)}" if isinstance(other, Tensor) else type(other).__name__)
+        raise UnsupportedError(f"comparison `{op}` of a traced tensor is not supported", loc=user_loc(),
+                               expected="arithmetic ops on tensors; Python comparisons only on shapes "
+                                        "and constants", got=f"tensor {self.dtype}{what} {op} {rhs}"[:100],
+                               hint="a tensor's values are not known while tracing, so `while`/`if` cannot "
+                                    "test them; for clamps and masks use pypto.maximum, pypto.minimum or "
+                                    "pypto.relu; compare x.shape[...] to branch on sizes")
+
+    def __lt__(self, o): self._compare("<", o)
+    def __le__(self, o): self._compare("<=", o)
+    def __gt__(self, o): self._compare(">", o)
+    def __ge__(self, o): self._compare(">=", o)
+
+    __hash__ = object.__hash__
+
+    def _no_scalar(self, what: str):
+        raise UnsupportedError(f"a traced tensor cannot be converted to a Python {what}", loc=user_loc(),
+                               expected="a tensor used in pypto operations", got=f"{what}(tensor)",
+                               hint="its data is not known while compiling; shapes are: x.shape[0]")
+
+    def __float__(self): self._no_scalar("float")
+    def __int__(self): self._no_scalar("int")
+    def __index__(self): self._no_scalar("int")
+    def __complex__(self): self._no_scalar("complex")
+
+    def __iter__(self):
+        """Rows along the first dim (the loop is unrolled while tracing)."""
+        if not self.shape:
+            raise UnsupportedError("iterating over a 0-d tensor", loc=user_loc(),
+                                   expected="a tensor with at least one dim", got="shape []")
+        for i in range(self.shape[0]):
+            yield self[i]
 
     def exp(self): return _ops().exp(self)
     def log(self): return _ops().log(self)

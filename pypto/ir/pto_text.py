@@ -94,6 +94,18 @@ class PTOSyntaxError(PyptoError):
                 full += f"\n  kernel line {kernel_loc.line}: {src}"
         super().__init__(full, expected=expected, got=got)
 
+    def _compose(self) -> str:
+        """The program line first (`line 8 (task 0, ...): ...`), then where the user parsed it."""
+        parts = [self.message]
+        if self.loc is not None:
+            from ..errors import format_location
+            parts.append(f"  in {self.loc.display()}:\n" + format_location(self.loc))
+        if self.expected is not None or self.got is not None:
+            parts.append(f"  expected: {self.expected}\n  got:      {self.got}")
+        if self.hint:
+            parts.append(f"  hint:     {self.hint}")
+        return "\n".join(parts)
+
 
 def _kernel_source(loc: SourceLoc) -> str:
     try:
@@ -506,7 +518,19 @@ def _check_shapes(ins: Instr, kind: str) -> None:
 
 def parse_program(text: str, machine=None):
     """Program text -> Program.  With a machine (name, Machine or .toml path), tiles are also
-    checked against its buffer capacities."""
+    checked against its buffer capacities.  Errors name the program line and the user's line
+    that parsed it."""
+    from ..errors import PyptoError, located
+    try:
+        if not isinstance(text, str):
+            raise PTOSyntaxError("a program text must be a string", expected="str (e.g. ck.program.text())",
+                                 got=type(text).__name__)
+        return _parse_program(text, machine)
+    except PyptoError as e:
+        raise located(e).with_traceback(None) from None
+
+
+def _parse_program(text: str, machine=None):
     from .program import Program
     capacities = None
     if machine is not None:

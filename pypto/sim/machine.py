@@ -20,7 +20,21 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..errors import PyptoError
+import functools
+
+from ..errors import PyptoError, located
+
+
+def _at_caller(fn):
+    """A bad machine (unknown name, bad field, malformed TOML) is reported at the user's line
+    that asked for it (`located`), with no frame of this module."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PyptoError as e:
+            raise located(e).with_traceback(None) from None
+    return wrapper
 
 # DMA bandwidth per core and path, GiB/s (public figures of the a2a3 / 910B class).
 A2A3_BANDWIDTH = {
@@ -78,6 +92,7 @@ class Machine:
         return {"UB": self.ub_kib * 1024, "L1": self.l1_kib * 1024, "L0A": self.l0a_kib * 1024,
                 "L0B": self.l0b_kib * 1024, "L0C": self.l0c_kib * 1024, "BT": self.bt_kib * 1024}
 
+    @_at_caller
     def replace(self, **changes) -> "Machine":
         unknown = [k for k in changes if k not in FIELDS]
         if unknown:
@@ -115,11 +130,13 @@ class Machine:
 
     # --- files ------------------------------------------------------------------------
     @classmethod
+    @_at_caller
     def from_toml(cls, path) -> "Machine":
         """A machine described by a TOML file (see the module docstring)."""
         return _from_toml(os.fspath(path), ())
 
     @classmethod
+    @_at_caller
     def from_dict(cls, data: dict, *, where: str = "machine description", base_dir: str = ".") -> "Machine":
         """A machine from a mapping with the TOML file's keys (`base`, fields, `bandwidth_gibps`)."""
         return _from_dict(dict(data), where, base_dir, ())
@@ -207,7 +224,9 @@ def _load_toml(path: str) -> dict:
         raise PyptoError(f"machine file {path} not found", expected="an existing .toml file or a machine name",
                          got=path) from None
     except tomllib.TOMLDecodeError as e:
-        raise PyptoError(f"machine file {path} is not valid TOML: {e}") from None
+        raise PyptoError(f"machine file {path} is not valid TOML", expected="TOML: key = value lines, "
+                         "strings in quotes, [bandwidth_gibps] table", got=str(e),
+                         hint='e.g.  base = "a2a3"  then  ub_kib = 256') from None
 
 
 def _from_toml(path: str, seen: tuple) -> Machine:
@@ -224,8 +243,11 @@ def _from_dict(data: dict, where: str, base_dir: str, seen: tuple) -> Machine:
     base = data.pop("base", None)
     unknown = [k for k in data if k not in FIELDS]
     if unknown:
+        import difflib
+        close = difflib.get_close_matches(unknown[0], FIELDS, n=1)
         raise PyptoError(f"{where}: unknown field '{unknown[0]}'",
-                         expected="one of base, " + ", ".join(FIELDS), got=", ".join(unknown))
+                         expected="one of base, " + ", ".join(FIELDS), got=", ".join(unknown),
+                         hint=f"did you mean '{close[0]}'?" if close else None)
     if "bandwidth_gibps" in data and not isinstance(data["bandwidth_gibps"], dict):
         raise PyptoError(f"{where}: field 'bandwidth_gibps' must be a table of paths",
                          expected='[bandwidth_gibps] with keys like "GM->UB"', got=repr(data["bandwidth_gibps"]))
@@ -267,7 +289,7 @@ def _from_dict(data: dict, where: str, base_dir: str, seen: tuple) -> Machine:
     except PyptoError as e:
         if e.message.startswith(where):
             raise
-        raise PyptoError(f"{where}: {e.message}", expected=e.expected, got=e.got) from None
+        raise PyptoError(f"{where}: {e.message}", loc=e.loc, expected=e.expected, got=e.got, hint=e.hint) from None
 
 
 A2A3 = Machine("a2a3", n_aic=24, n_aiv=48, clock_ghz=1.85, ub_kib=192, l1_kib=512, l0a_kib=64,
@@ -287,6 +309,7 @@ A5 = A2A3.replace(name="a5", n_aic=32, n_aiv=64, clock_ghz=1.65, ub_kib=256, l0c
 MACHINES = {m.name: m for m in (A2A3, TEACH, A5)}
 
 
+@_at_caller
 def load_machine(path_or_name) -> Machine:
     """A built-in machine by name, or a machine described by a .toml file."""
     if isinstance(path_or_name, Machine):
@@ -297,8 +320,13 @@ def load_machine(path_or_name) -> Machine:
         p = os.fspath(path_or_name)
         if p.endswith(".toml") or os.path.isfile(p):
             return Machine.from_toml(p)
+    hint = None
+    if isinstance(path_or_name, str):
+        import difflib
+        close = difflib.get_close_matches(path_or_name.lower(), list(MACHINES), n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}?" if close else None
     raise PyptoError("unknown machine", expected=" or ".join(repr(k) for k in MACHINES) + " or a .toml file",
-                     got=repr(path_or_name))
+                     got=repr(path_or_name), hint=hint)
 
 
 def get_machine(machine) -> Machine:
