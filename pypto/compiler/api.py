@@ -66,15 +66,16 @@ def as_pass(name: str, p) -> Pass:
         return p if p.name == name else Pass(name, p.level, p.fn, p.doc)
     if isinstance(p, OptimizationPass):
         return p.as_pass(name)
+    if isinstance(p, type) and issubclass(p, OptimizationPass):
+        raise PyptoError(f"pipeline entry '{name}' is a pass class, not a pass",
+                         expected="an instance of the pass", got=f"the class {p.__name__}",
+                         hint=f"write ({name!r}, {p.__name__}())")
     if callable(p) and isinstance(getattr(p, "level", None), str):
         def run(g, ctx):
             return p(g)
         run.user_fn = p
         return Pass(name, p.level, run, (inspect.getdoc(p) or "").split("\n")[0])
-    if isinstance(p, type) and issubclass(p, OptimizationPass):
-        raise PyptoError(f"pipeline entry '{name}' is a pass class, not a pass",
-                         expected="an instance of the pass", got=f"the class {p.__name__}",
-                         hint=f"write ({name!r}, {p.__name__}())")
+
     raise PyptoError(f"pipeline entry '{name}' is not a pass",
                      expected="a pypto.compiler.OptimizationPass (or a function with a .level)",
                      got=type(p).__name__,

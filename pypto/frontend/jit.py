@@ -4,6 +4,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import math
 import numbers
 import textwrap
 import traceback
@@ -12,7 +13,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
-                      located)
+                      caller_loc, located)
 from ..sim.machine import get_machine
 from .tracer import Tensor, TraceContext, in_package
 
@@ -81,6 +82,15 @@ class JitKernel:
         from ..compiler import Pipeline, PassContext, default_passes
         from ..compiler.pipeline import check_options
         from ..compiler.kernel import CompiledKernel
+        by_name = [k for k in self.tensor_params if k in consts]
+        if by_name:
+            raise KernelSignatureError(
+                f"tensor argument{'s' if len(by_name) > 1 else ''} {', '.join(map(repr, by_name))} of {self.name} "
+                "given by keyword", loc=self.sig_loc(by_name[0]),
+                expected=f"positional tensors: {self.name}({', '.join(self.tensor_params)})",
+                got=", ".join(f"{k}=..." for k in by_name),
+                hint=f"tensors are positional: {self.name}({', '.join(self.tensor_params)}); "
+                     "keywords are for the constants")
         m = get_machine(machine)
         specs = self._specs(args)
         values = self._constants(consts)
@@ -96,8 +106,17 @@ class JitKernel:
         pipeline = pipeline or Pipeline(default_passes())
         check_options(options or {}, pipeline.passes)
         traced = self._trace(specs, values)
-        levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {})), verify="each" if self.debug else "levels",
-                                          snapshots=snapshots)
+        try:
+            levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {})),
+                                              verify="each" if self.debug else "levels", snapshots=snapshots)
+        except TileShapeError as e:
+            if e.hint or "do not fit" not in e.message:
+                raise
+            hint = _fitting_tile_hint(traced, e, pipeline, m, options)
+            if hint is None:
+                raise
+            err = TileShapeError(e.message, loc=e.loc, expected=e.expected, got=e.got, hint=hint)
+            raise err from None
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                             levels["exec"], levels["pto"], log, snaps, kernel=self)
         self._cache[key] = ck
@@ -119,7 +138,8 @@ class JitKernel:
                 continue
             if isinstance(a, Tensor):
                 raise KernelSignatureError(
-                    f"argument '{name}' of {self.name} is a value of a kernel being traced", loc=loc,
+                    f"argument '{name}' of {self.name} is a value of a kernel being traced",
+                    loc=caller_loc() or loc,
                     expected="a numpy array or pypto.Tensor(shape, dtype)", got=repr(a),
                     hint="call a kernel from Python, not from inside another kernel")
             if hasattr(a, "detach") and hasattr(a, "numpy"):
@@ -293,6 +313,91 @@ def _check_tile_ranks(g) -> None:
                 got=f"{len(spec.dims)} dims",
                 hint=f"give the sizes of the last dims only, e.g. set_vec_tile_shapes"
                      f"({', '.join(str(d) for d in spec.dims[-rank:])})")
+
+
+def _fitting_tile_hint(traced, err, pipeline, machine, options) -> str | None:
+    """For a tile that does not fit its on-chip buffer: the largest tile (halving the user's
+    tile, leading dims first; for a cube tile its largest dim first) with which the tile level
+    compiles, as the call that sets it.  None when the tile was not the user's or none fits."""
+    from ..compiler import PassContext, Pipeline
+    from ..ir.tensor import TileSpec
+    from ..dtypes import DType
+    spec = None
+    for n in traced.nodes:
+        t = n.attrs.get("tile")
+        if isinstance(t, TileSpec) and n.loc == err.loc:
+            spec, node = t, n
+            break
+    if spec is None:
+        return None
+    cube = node.op == "matmul"
+    dtype: DType = traced.node(node.inputs[0]).dtype if node.inputs else node.dtype
+    chain = _smaller_tiles(spec.dims, cube, dtype)
+    if not chain:
+        return None
+    cut = next((i for i, p in enumerate(pipeline.passes) if p.level == "tile->block"), len(pipeline.passes))
+    head = Pipeline(pipeline.passes[:cut])
+    elements = max(n.shape and math.prod(n.shape) or 1 for n in traced.nodes)
+
+    def fits(dims) -> bool:
+        per_tile = math.prod(d[0] if cube else d for d in dims)
+        if elements // max(per_tile, 1) > 50_000:       # too many tiles to try quickly
+            return False
+        new = TileSpec(dims, spec.loc)
+        g = traced.replace([n.replace(attrs=n.attrs.replace(tile=new)) if n.attrs.get("tile") is spec else n
+                            for n in traced.nodes])
+        try:
+            head.run(g, PassContext(machine, dict(options or {})), verify=False)
+        except TileShapeError:
+            return False
+        except Exception:  # noqa: BLE001 - the hint is best effort
+            return False
+        return True
+    lo, hi = 0, len(chain)          # binary search: chain is ordered largest first, fitting is monotone
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(chain[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == len(chain):
+        return None
+    best = chain[lo]
+    if cube:
+        call = "set_cube_tile_shapes(" + ", ".join(f"[{a}, {b}]" for a, b in best) + ")"
+    else:
+        call = "set_vec_tile_shapes(" + ", ".join(str(d) for d in best) + ")"
+    where = f" (the tile is set at line {spec.loc.line})" if spec.loc is not None and spec.loc != err.loc else ""
+    return f"the largest tile that fits is {call}{where}"
+
+
+def _smaller_tiles(dims, cube: bool, dtype) -> list:
+    """Ever smaller tiles from `dims` (excluded), each half the previous one: a vector tile's
+    leading dims first, then its last dim down to 32 bytes; a cube tile's largest L0 dim (and
+    its L1 alongside) down to the fractal."""
+    out = []
+    if cube:
+        cur = [list(p) for p in dims]
+        align = [16, 32 // dtype.itemsize, 16]
+        while True:
+            order = sorted(range(3), key=lambda i: -cur[i][0])
+            i = next((i for i in order if cur[i][0] // 2 >= align[i] and (cur[i][0] // 2) % align[i] == 0), None)
+            if i is None:
+                return out
+            ratio = max(cur[i][1] // cur[i][0], 1)
+            cur[i] = [cur[i][0] // 2, cur[i][0] // 2 * ratio]
+            out.append(tuple(tuple(p) for p in cur))
+    cur = list(dims)
+    align = max(32 // dtype.itemsize, 1)
+    while True:
+        i = next((i for i in range(len(cur) - 1) if cur[i] > 1), None)
+        if i is not None:
+            cur[i] //= 2
+        elif cur[-1] // 2 >= align and (cur[-1] // 2) % align == 0:
+            cur[-1] //= 2
+        else:
+            return out
+        out.append(tuple(cur))
 
 
 class _DefInfo:

@@ -29,8 +29,23 @@ def _tensor(x, what: str) -> Tensor:
                            got=type(x).__name__, hint=hint)
 
 
-def _const(ctx: TraceContext, value, like: Tensor) -> Tensor:
+def _const(ctx: TraceContext, value, like: Tensor, op: str = "op") -> Tensor:
+    if not like.dtype.is_float:
+        if value != int(value):        # a float that would be truncated: say so rather than compute x + 0
+            raise DTypeError(f"{op}: the float constant {value!r} would be truncated to the integer dtype of "
+                             f"the tensor", loc=user_loc(), expected=f"an integer constant for {like.dtype}",
+                             got=repr(value),
+                             hint=f"cast the tensor first: pypto.cast(x, pypto.DT_FP32) {_SYMBOL.get(op, op)} {value!r}")
+        info = like.dtype.np_dtype
+        import numpy as np
+        lo, hi = np.iinfo(info).min, np.iinfo(info).max
+        if not lo <= int(value) <= hi:
+            raise DTypeError(f"{op}: the constant {value!r} does not fit {like.dtype}", loc=user_loc(),
+                             expected=f"an integer in [{lo}, {hi}]", got=repr(value))
     return ctx.add("const", [], (), like.dtype, value=float(value) if like.dtype.is_float else int(value))
+
+
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
 def _float_only(x: Tensor, op: str):
@@ -46,10 +61,10 @@ def _binary(op: str, a, b) -> Tensor:
                              expected="a tensor, an int or a float", got=repr(v))
     if isinstance(a, numbers.Number) and isinstance(b, Tensor):
         ctx = _ctx(b, op)
-        a = _const(ctx, a, b)
+        a = _const(ctx, a, b, op)
     elif isinstance(b, numbers.Number) and isinstance(a, Tensor):
         ctx = _ctx(a, op)
-        b = _const(ctx, b, a)
+        b = _const(ctx, b, a, op)
     a, b = _tensor(a, op), _tensor(b, op)
     ctx = _ctx(a, op)
     if a.dtype != b.dtype:
@@ -317,9 +332,16 @@ def setitem(dst: Tensor, key, value) -> None:
                                expected="a tensor value", got=value)
     value = _tensor(value, "setitem")
     want = tuple(s for d, s in enumerate(shape) if d not in dropped)
-    if value.shape != want and value.shape != shape:
+    squeezed = tuple(s for s in shape if s != 1)
+    if value.shape != want and value.shape != shape and tuple(s for s in value.shape if s != 1) != squeezed:
+        hint = None
+        if dst._param is not None and not dropped and key in (slice(None), (slice(None),), Ellipsis):
+            hint = (f"the output argument '{dst._param}' has shape {list(dst.shape)}: pass an output of shape "
+                    f"{list(value.shape)}")
+        elif value.size == prod(shape):
+            hint = f"reshape the value first: value.reshape({', '.join(map(str, want))})"
         raise ShapeError("assigned value does not match the target region", loc=user_loc(),
-                         expected=list(want), got=list(value.shape))
+                         expected=list(want), got=list(value.shape), hint=hint)
     if value.shape != shape:
         value = reshape(value, shape)
     _store(dst, value, offsets, shape)

@@ -34,6 +34,19 @@ def user_loc() -> SourceLoc | None:
     return None
 
 
+def _as_dtype(d):
+    """A pypto dtype from its name ("fp16") or a numpy dtype (np.float16, "float16"); `d`
+    itself when it is neither (the caller reports it)."""
+    if isinstance(d, str) and d in dt.BY_NAME:
+        return dt.parse(d)
+    try:
+        import numpy as np
+        found = dt.from_numpy(np.dtype(d))
+    except (TypeError, ValueError):
+        return d
+    return found if found is not None else d
+
+
 def _check_dims(shape) -> tuple[int, ...]:
     """A tensor shape as a tuple of positive ints (a ShapeError naming the bad dim otherwise)."""
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
@@ -119,8 +132,8 @@ class Tensor:
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
     def __init__(self, shape, dtype: dt.DType = dt.DT_FP32, name: str | None = None):
-        if isinstance(dtype, str):
-            dtype = dt.parse(dtype)
+        if not isinstance(dtype, dt.DType):
+            dtype = _as_dtype(dtype)
         if not isinstance(dtype, dt.DType):
             raise DTypeError("unsupported dtype", loc=user_loc(),
                              expected=dt.supported_names(), got=repr(dtype))
