@@ -325,3 +325,35 @@ def test_compare_option_shows_both_configurations(ip):
     assert result.success and cap.stderr == ""
     text = cap.outputs[0].data["text/plain"]
     assert text.startswith("Compare(softmax: TM=32, TN=256 -> ") and "| TM=16, TN=1024 -> " in text
+
+
+MIXED_CELL = """%%pypto --args a,b,c
+@pypto.jit
+def mm_mixed(a, b, c):
+    c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_FP32)
+"""
+
+
+def test_kernel_with_mixed_float_dtypes(ip):
+    """fp16 inputs and an fp32 output: the dtype drop-down offers "as given" (no TraitError)."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((32, 32)).astype(np.float16)
+    b = rng.standard_normal((32, 32)).astype(np.float16)
+    ip.user_ns.update(a=a, b=b, c=np.zeros((32, 32), np.float32))
+    result, cap = run(ip, MIXED_CELL)
+    assert result.success and cap.stderr == "", cap.stderr
+    [ex] = explorers(ip)
+    assert [str(p.dtype) for p in ex.ck.params] == ["fp16", "fp16", "fp32"]
+    assert ex.dtype_dropdown is not None and ex.dtype_dropdown.value == "as given"
+    assert ex.res.ok and "check OK" in ex.text()
+    # choosing a dtype casts every float argument; "as given" goes back to the arguments' own
+    ex.update(dtype="fp32")
+    assert [str(p.dtype) for p in ex.ck.params] == ["fp32", "fp32", "fp32"] and ex.res.ok
+    ex.update(dtype="as given")
+    assert [str(p.dtype) for p in ex.ck.params] == ["fp16", "fp16", "fp32"]
+    # and pypto.explore directly
+    kernel = ip.user_ns["mm_mixed"]
+    ex2 = pypto.explore(kernel, a, b, np.zeros((32, 32), np.float32))
+    assert ex2.dtype_dropdown.value == "as given" and ex2.res.ok
+    np.testing.assert_allclose(ex2.res.outputs["c"], a.astype(np.float32) @ b.astype(np.float32),
+                               rtol=1e-3, atol=1e-3)
