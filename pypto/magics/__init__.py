@@ -196,7 +196,8 @@ class PyptoMagics(Magics):
             ex = Explorer(kernel, args, machine=opts.machine, show=opts.show, ranges=opts.ranges,
                           simulate=opts.simulate, dtype=opts.dtype)
         except ValueError as e:
-            raise MagicUsageError(f"%%pypto: {e}", expected=_USAGE, got=opts.line) from None
+            raise MagicUsageError(f"%%pypto: {e.message if isinstance(e, PyptoError) else e}", expected=_USAGE,
+                                  got=opts.line) from None
         self.explorers.append(ex)
         display(ex)
         if opts.trace:
@@ -394,7 +395,7 @@ def _parse_ranges(groups, line) -> dict:
         try:
             out[m.group(1)] = range_values(m.group(2).replace(" ", ""))
         except ValueError as e:
-            raise MagicUsageError(f"%%pypto --range {item}: {e}",
+            raise MagicUsageError(f"%%pypto --range {item}: {e.message if isinstance(e, PyptoError) else e}",
                                   expected="NAME=LO:HI with 1 <= LO <= HI, e.g. TM=16:256", got=line) from None
     return out
 

@@ -31,7 +31,12 @@ import time
 
 import numpy as np
 
-from ..errors import PyptoError
+from ..errors import PyptoError, located
+
+
+class ExplorerOptionError(PyptoError, ValueError):
+    """A bad option of `pypto.explore` / `Explorer` (an unknown view or dtype, a bad range);
+    also a ValueError."""
 
 TABS = ("Tensor", "Tile", "Block", "Execution", "PTO", "Passes", "Timeline", "Stats", "Roofline")
 GRAPH_TABS = ("Tensor", "Tile", "Block", "Execution")
@@ -84,17 +89,17 @@ def range_values(spec) -> list[int]:
     if isinstance(spec, (list, set, frozenset)):
         values = sorted({int(v) for v in spec})
         if not values or values[0] < 1:
-            raise ValueError(f"range values must be positive integers, got {spec!r}")
+            raise ExplorerOptionError(f"range values must be positive integers, got {spec!r}")
         return values
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
-        raise ValueError(f"a range is (lo, hi) or (lo, hi, step), got {spec!r}")
+        raise ExplorerOptionError(f"a range is (lo, hi) or (lo, hi, step), got {spec!r}")
     lo, hi = int(spec[0]), int(spec[1])
     if not 1 <= lo <= hi:
-        raise ValueError(f"a range needs 1 <= lo <= hi, got {lo}:{hi}")
+        raise ExplorerOptionError(f"a range needs 1 <= lo <= hi, got {lo}:{hi}")
     if len(spec) == 3:
         step = int(spec[2])
         if step < 1:
-            raise ValueError(f"a range step must be positive, got {step}")
+            raise ExplorerOptionError(f"a range step must be positive, got {step}")
         return list(range(lo, hi + 1, step)) + ([hi] if (hi - lo) % step else [])
     return sorted(set(powers_of_two(lo, hi)) | {lo, hi})
 
@@ -204,6 +209,12 @@ class Explorer:
 
     def __init__(self, kernel, args, machine="a2a3", consts=None, show=None, ranges=None,
                  simulate=True, dtype=None):
+        try:
+            self._setup(kernel, args, machine, consts, show, ranges, simulate, dtype)
+        except PyptoError as e:      # at the user's pypto.explore line, no frame of ours
+            raise located(e).with_traceback(None) from None
+
+    def _setup(self, kernel, args, machine, consts, show, ranges, simulate, dtype):
         from ..sim.machine import get_machine
         consts = dict(consts or {})
         for key in OPTION_KEYS:      # explorer options among the constants (pypto.explore(**kw))
@@ -223,7 +234,7 @@ class Explorer:
         try:
             self._eager = [tab_title(s) for s in ([show] if isinstance(show, str) else show or [])]
         except KeyError as e:
-            raise ValueError(f"unknown view {e}; expected some of {', '.join(sorted(TAB_NAMES))}") from None
+            raise ExplorerOptionError(f"unknown view {e}; expected some of {', '.join(sorted(TAB_NAMES))}") from None
         try:
             get_machine(machine)
         except PyptoError as e:
@@ -232,13 +243,13 @@ class Explorer:
         if dtype is not None:
             dtype = str(dtype)
             if dtype not in FLOAT_DTYPES:
-                raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(FLOAT_DTYPES)}")
+                raise ExplorerOptionError(f"unknown dtype {dtype!r}; expected one of {', '.join(FLOAT_DTYPES)}")
             if dtype == self._float_dtype:
                 dtype = None
         self._ranges = {}
         for name, spec in (ranges or {}).items():
             if name not in kernel.int_constants:
-                raise ValueError(f"--range: {name} is not an int constant of {kernel.name}; "
+                raise ExplorerOptionError(f"--range: {name} is not an int constant of {kernel.name}; "
                                  f"expected one of {', '.join(kernel.int_constants) or 'none'}")
             self._ranges[name] = range_values(spec)
         # A default value outside a given range starts at the nearest value in range.
@@ -419,7 +430,7 @@ class Explorer:
             return None
         dtype = str(dtype)
         if dtype not in FLOAT_DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(FLOAT_DTYPES)}")
+            raise ExplorerOptionError(f"unknown dtype {dtype!r}; expected one of {', '.join(FLOAT_DTYPES)}")
         return None if dtype == self._float_dtype else dtype
 
     def _args_for(self, dtype):
