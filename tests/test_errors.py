@@ -419,3 +419,50 @@ def test_every_error_is_a_pypto_error():
     for cls in (pypto.KernelSignatureError, pypto.ShapeError, pypto.DTypeError, pypto.TileShapeError,
                 pypto.UnsupportedError, pypto.VerificationError, pypto.SimulationError):
         assert issubclass(cls, pypto.PyptoError)
+
+
+# ---------------------------------------------------------------------------------------
+# the caret sits under the failing call, not under the start of the line
+
+@pypto.jit
+def caret_kernels(x, y, out):
+    résultat = x * 2.0
+    out[:] = résultat + pypto.matmul(x,   # <E:caret-multi>
+                                     y)
+
+
+def caret_of(msg: str, source: str) -> tuple[int, int]:
+    lines = msg.splitlines()
+    i = lines.index("    " + source.strip())
+    caret = lines[i + 1]
+    assert set(caret.strip()) == {"^"}, msg
+    return caret.index("^") - 4, len(caret.strip())
+
+
+def test_caret_under_the_operator_expression(rng):
+    x = rng.standard_normal((4, 8)).astype(np.float32)
+    with pytest.raises(pypto.ShapeError) as ei:
+        add2(x, x[:2], np.zeros_like(x))
+    src = _SRC[line_of("add2") - 1]
+    col, width = caret_of(str(ei.value), src)
+    assert (col, width) == (src.strip().index("x + y"), len("x + y"))
+    assert ei.value.loc.col is not None and ei.value.loc == pypto.errors.SourceLoc(THIS, line_of("add2"), "add2")
+    assert ei.value.loc.short() == f"{FILE}:{line_of('add2')}"
+
+
+def test_caret_of_a_call_over_several_lines_after_non_ascii_names(rng):
+    x = rng.standard_normal((8, 8)).astype(np.float16)
+    y = rng.standard_normal((9, 8)).astype(np.float16)
+    with pytest.raises(pypto.ShapeError) as ei:
+        caret_kernels(x, y, np.zeros((8, 8), np.float16))
+    src = _SRC[line_of("caret-multi") - 1]
+    col, width = caret_of(str(ei.value), src)
+    start = src.strip().index("pypto.matmul(")
+    assert col == start                               # characters, not UTF-8 bytes (é is 2 bytes)
+    assert width == len(src.strip()) - start          # to the end of the line: the call goes on
+
+
+def test_hint_is_printed_after_expected_and_got():
+    err = pypto.PyptoError("bad", expected="a", got="b", hint="do c")
+    assert str(err) == "bad\n  expected: a\n  got:      b\n  hint:     do c"
+    assert err.message == "bad" and err.hint == "do c"
