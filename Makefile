@@ -17,7 +17,7 @@ endif
 # (sys.executable), whatever kernelspec name the notebooks' metadata carries.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tutorials/nbval_sanitize.cfg
 
-.PHONY: install lab test bench tutorials clean distclean
+.PHONY: install lab test bench tutorials fuzz clean distclean
 
 install:
 	bash scripts/bootstrap.sh
@@ -33,6 +33,14 @@ tutorials: install
 
 bench: install
 	$(PYTHON) benchmarks/run.py
+
+# Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first]`; SEEDS=0 runs
+# until the budget (seconds); without SEED a fresh random first seed.  Minimal failing kernels
+# go to artifacts/fuzz/.
+SEEDS  ?= 0
+BUDGET ?= 1800
+fuzz: install
+	$(PYTHON) scripts/fuzz.py --seeds $(SEEDS) --budget $(BUDGET) $(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf build dist artifacts .pytest_cache *.egg-info

@@ -1,0 +1,422 @@
+"""The fuzzer's own reference: each value in float64 together with a bound of its error.
+
+Written from pypto's documented semantics, independently of its evaluator and compiler:
+
+- every op's result is rounded to its tensor dtype (unit roundoff u: fp32 2^-24, fp16 2^-11,
+  bf16 2^-8; fp16/bf16 math inside an op in fp32, so one more fp32 rounding); a Python number
+  operand takes the tensor's dtype;
+- composite ops are their documented decompositions (sigmoid = 1 / (1 + exp(-x)),
+  tanh = 2 sigmoid(2x) - 1, gelu = x sigmoid(2c (x + 0.044715 x^3)), mean = sum * (1/n),
+  softmax = exp(x - max) / sum, rms_norm = x rsqrt(mean(x^2) + eps) w, layernorm = (x - mean)
+  rsqrt(var + eps) w + b), each step rounded to the op's dtype (an upper bound: pypto may keep
+  fp16 steps in fp32, which only makes it more exact);
+- sums accumulate in fp32 (ints exactly); matmul accumulates in fp32 (int8 in int32);
+- casts to ints truncate (numpy's astype), `/` of ints is true division with an fp32 result.
+
+A value is `V(v, e)`: v the exact float64 result of the computation on the (exact) inputs, e
+a bound on |pypto's value - v|, propagated step by step (first order plus the second-order term
+of products; monotone functions through their endpoints).  e = inf marks an element whose
+result is not determined (a finite value that overflows its dtype, NaN into an int cast, an
+operand whose error interval reaches a singularity): any result is accepted there.  Non-finite
+v with a finite e must be reproduced exactly: NaN where numpy gives NaN, the same infinity.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .gen import INTS, MAXV, NP, Case
+
+U = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8, "int8": 0.0, "int32": 0.0}
+TINY = {"fp32": 1.2e-38, "fp16": 6.2e-5, "bf16": 1.2e-38, "int8": 0.0, "int32": 0.0}   # smallest normal
+U32 = U["fp32"]
+GELU_C = math.sqrt(2.0 / math.pi)
+
+
+class V:
+    __slots__ = ("v", "e")
+
+    def __init__(self, v, e):
+        self.v = np.asarray(v, dtype=np.float64)
+        e = np.asarray(e, dtype=np.float64)
+        self.e = np.broadcast_to(np.where(np.isnan(e), np.inf, e), self.v.shape)
+
+    def map(self, f):
+        return V(f(self.v), f(self.e))
+
+
+def _rounded(x: V, dt: str, certain=None) -> V:
+    """The value rounded to dtype dt: its rounding error added to the bound; overflow of a
+    finite value makes the element undetermined."""
+    v, e = x.v, x.e
+    with np.errstate(all="ignore"):
+        a = np.abs(v)
+        if dt in INTS:
+            e = np.where(np.isfinite(v) & (a + e > MAXV[dt]), np.inf, e)
+            return V(v, e)
+        u = U[dt] + (U32 if dt != "fp32" else 0.0)
+        e = e + u * a + TINY[dt]
+        e = np.where(np.isfinite(v) & (a + e > MAXV[dt] * 0.999), np.inf, e)
+        if certain is not None:
+            e = np.where(~np.isfinite(v) & certain, 0.0, e)
+        return V(v, e)
+
+
+def _nonfinite_certain(out_v, *ins: V):
+    """A non-finite result is certain when the inputs are certain (finite bounds)."""
+    ok = np.ones(np.shape(out_v), bool)
+    for x in ins:
+        ok &= np.broadcast_to(np.isfinite(x.e), np.shape(out_v))
+    return ok
+
+
+def const(value, dt: str) -> V:
+    value = float(value)
+    if dt in INTS:
+        return V(value, 0.0)
+    r = float(np.asarray(value, dtype=np.float64).astype(NP[dt]).astype(np.float64))
+    return V(value, abs(r - value))
+
+
+# ---------------------------------------------------------------------------------------
+# primitive steps (result in dtype dt)
+
+def add(a: V, b: V, dt, sign=1.0) -> V:
+    with np.errstate(all="ignore"):
+        v = a.v + sign * b.v
+        e = a.e + b.e
+    return _rounded(V(v, e), dt, _nonfinite_certain(v, a, b))
+
+
+def mul(a: V, b: V, dt) -> V:
+    with np.errstate(all="ignore"):
+        v = a.v * b.v
+        e = np.abs(a.v) * b.e + np.abs(b.v) * a.e + a.e * b.e
+        cert = _nonfinite_certain(v, a, b)
+        # inf * (an operand whose interval holds 0) may be inf or NaN
+        zero_a = (np.abs(a.v) <= a.e) & (a.e > 0)
+        zero_b = (np.abs(b.v) <= b.e) & (b.e > 0)
+        cert &= ~((np.isinf(a.v) & zero_b) | (np.isinf(b.v) & zero_a))
+        e = np.where(np.isfinite(a.v) & np.isfinite(b.v), e, np.where(cert, 0.0, np.inf))
+    return _rounded(V(v, e), dt, cert)
+
+
+def div(a: V, b: V, dt) -> V:
+    with np.errstate(all="ignore"):
+        v = a.v / b.v
+        ab = np.abs(b.v)
+        e = (a.e + np.abs(v) * b.e) / (ab - b.e)
+        e = np.where(b.e >= 0.5 * ab, np.inf, e)
+        cert = _nonfinite_certain(v, a, b) & ~((b.e >= ab) & (b.e > 0))
+        cert &= ~((b.v == 0) & (np.abs(a.v) <= a.e) & (a.e > 0))     # the sign of x/0 is not known
+        e = np.where(np.isfinite(a.v) & np.isfinite(b.v), e, np.where(cert, 0.0, np.inf))
+        e = np.where(np.isfinite(v) | ~cert, e, 0.0)
+    return _rounded(V(v, e), dt, cert)
+
+
+def lipschitz(f, xs: list[V], dt, exact=True) -> V:
+    """Ops with |f(x+d) - f(x)| <= max|d| (max, min, relu, abs, neg): the bound carries over."""
+    with np.errstate(all="ignore"):
+        v = f(*[x.v for x in xs])
+        e = xs[0].e if len(xs) == 1 else np.maximum(xs[0].e, xs[1].e)
+    out = V(v, np.broadcast_to(e, np.shape(v)))
+    if exact:
+        return V(out.v, np.where(np.isfinite(out.v), out.e, np.where(_nonfinite_certain(v, *xs), 0.0, out.e)))
+    return _rounded(out, dt, _nonfinite_certain(v, *xs))
+
+
+def monotone(f, x: V, dt, domain_lo=None, open_lo=False) -> V:
+    """Monotone f: the error of f(x) is at most that of the interval's endpoints."""
+    with np.errstate(all="ignore"):
+        v = f(x.v)
+        hi, lo = f(x.v + x.e), f(x.v - x.e)
+        e = np.maximum(np.abs(hi - v), np.abs(v - lo))
+        cert = np.isfinite(x.e)
+        e = np.where(np.isfinite(v), e, np.where(cert, 0.0, np.inf))
+        e = np.where(np.isfinite(x.v) | ~cert, e, 0.0)   # f(+-inf) and f(NaN) are exact
+        if domain_lo is not None:                         # the interval reaches the domain's edge
+            if open_lo:
+                straddle = (x.v - x.e <= domain_lo) & (x.v + x.e > domain_lo)
+            else:
+                straddle = (x.v - x.e < domain_lo) & (x.v + x.e >= domain_lo)
+            e = np.where(straddle & (x.e > 0), np.inf, e)
+            cert = cert & ~(straddle & (x.e > 0))
+    return _rounded(V(v, e), dt, cert)
+
+
+def exp(x, dt):
+    return monotone(np.exp, x, dt)
+
+
+def log(x, dt):
+    return monotone(np.log, x, dt, domain_lo=0.0, open_lo=True)
+
+
+def sqrt(x, dt):
+    return monotone(np.sqrt, x, dt, domain_lo=0.0)
+
+
+def rsqrt(x, dt):
+    return monotone(lambda t: 1.0 / np.sqrt(t), x, dt, domain_lo=0.0, open_lo=True)
+
+
+def recip(x, dt):
+    with np.errstate(all="ignore"):
+        cross = (np.abs(x.v) <= x.e) & (x.e > 0)
+    out = monotone(lambda t: 1.0 / t, x, dt)
+    return V(out.v, np.where(cross, np.inf, out.e))
+
+
+def neg(x, dt):
+    return lipschitz(np.negative, [x], dt)
+
+
+def sigmoid(x, dt):
+    t = exp(neg(x, dt), dt)
+    return recip(add(t, const(1.0, dt), dt), dt)
+
+
+def tanh(x, dt):
+    s = sigmoid(mul(x, const(2.0, dt), dt), dt)
+    return add(mul(s, const(2.0, dt), dt), const(1.0, dt), dt, sign=-1.0)
+
+
+def gelu(x, dt):
+    x3 = mul(mul(x, x, dt), x, dt)
+    inner = mul(add(x, mul(x3, const(0.044715, dt), dt), dt), const(2.0 * GELU_C, dt), dt)
+    return mul(x, sigmoid(inner, dt), dt)
+
+
+def reduce_sum(x: V, dim: int, keepdim: bool, dt) -> V:
+    with np.errstate(all="ignore"):
+        n = x.v.shape[dim]
+        v = np.sum(x.v, axis=dim, keepdims=keepdim)
+        acc = 0.0 if dt in INTS else U32
+        e = np.sum(x.e, axis=dim, keepdims=keepdim) + (n + 2) * acc * np.sum(np.abs(x.v), axis=dim, keepdims=keepdim)
+        cert = np.all(np.isfinite(x.e), axis=dim, keepdims=keepdim)
+        e = np.where(np.isfinite(v), e, np.where(cert, 0.0, np.inf))
+    return _rounded(V(v, e), dt, cert)
+
+
+def reduce_ext(x: V, dim, keepdim, fn, dt) -> V:
+    with np.errstate(all="ignore"):
+        v = fn(x.v, axis=dim, keepdims=keepdim)
+        e = np.max(x.e, axis=dim, keepdims=keepdim)
+        cert = np.isfinite(e)
+        e = np.where(np.isfinite(v), e, np.where(cert, 0.0, np.inf))
+    return V(v, e)
+
+
+def mean(x: V, dim, keepdim, dt) -> V:
+    n = x.v.shape[dim]
+    return mul(reduce_sum(x, dim, keepdim, dt), const(1.0 / n, dt), dt)
+
+
+def softmax(x: V, dim, dt) -> V:
+    m = reduce_ext(x, dim, True, np.max, dt)
+    ex = exp(add(x, m, dt, sign=-1.0), dt)
+    return div(ex, reduce_sum(ex, dim, True, dt), dt)
+
+
+def rms_norm(x: V, w: V, eps, dt) -> V:
+    ms = mean(mul(x, x, dt), -1, True, dt)
+    r = rsqrt(add(ms, const(eps, dt), dt), dt)
+    return mul(mul(x, r, dt), w, dt)
+
+
+def layernorm(x: V, w, b, eps, dt) -> V:
+    d = add(x, mean(x, -1, True, dt), dt, sign=-1.0)
+    var = mean(mul(d, d, dt), -1, True, dt)
+    out = mul(d, rsqrt(add(var, const(eps, dt), dt), dt), dt)
+    if w is not None:
+        out = mul(out, w, dt)
+    if b is not None:
+        out = add(out, b, dt)
+    return out
+
+
+def matmul(a: V, b: V, a_trans, b_trans, in_dt, out_dt) -> V:
+    av, ae, bv, be = a.v, a.e, b.v, b.e
+    if a_trans:
+        av, ae = np.swapaxes(av, -1, -2), np.swapaxes(ae, -1, -2)
+    if b_trans:
+        bv, be = np.swapaxes(bv, -1, -2), np.swapaxes(be, -1, -2)
+    k = av.shape[-1]
+    with np.errstate(all="ignore"):
+        v = np.matmul(av, bv)
+        mag = np.matmul(np.abs(av), np.abs(bv))
+        acc = 0.0 if in_dt in INTS else U32
+        e = np.matmul(np.abs(av), be) + np.matmul(ae, np.abs(bv)) + np.matmul(ae, be) + (k + 2) * acc * mag
+        fin = np.isfinite(av).all(-1)[..., :, None] & np.isfinite(bv).all(-2)[..., None, :]
+        cert = np.isfinite(np.matmul(ae, np.ones_like(bv)) + np.matmul(np.ones_like(av), be))
+        e = np.where(fin, e, np.where(cert & ~np.isfinite(v), 0.0, np.inf))
+        e = np.where(np.isfinite(v) | ~cert, e, 0.0)
+    if in_dt in INTS:
+        e = np.where(np.abs(v) > 2**31 - 1, np.inf, e)
+    return _rounded(V(v, e), out_dt, cert)
+
+
+def cast(x: V, src, to) -> V:
+    if to not in INTS:
+        return _rounded(x, to, np.isfinite(x.e))
+    if src in INTS:
+        return _rounded(x, to)
+    with np.errstate(all="ignore"):
+        v = np.trunc(x.v)
+        lo, hi = np.trunc(x.v - x.e), np.trunc(x.v + x.e)
+        e = np.maximum(hi - v, v - lo)
+        e = np.where(np.isfinite(x.v) & (np.abs(x.v) + x.e < MAXV[to]), e, np.inf)
+    return V(v, e)
+
+
+# ---------------------------------------------------------------------------------------
+# a whole case
+
+UN = {"exp": exp, "log": log, "sqrt": sqrt, "rsqrt": rsqrt, "reciprocal": recip, "sigmoid": sigmoid,
+      "tanh": tanh, "gelu": gelu}
+
+
+def _operand(case_nodes, vals, a, dt):
+    if isinstance(a, tuple):
+        return const(a[1], dt)
+    return vals[a]
+
+
+def evaluate(case: Case, arrays) -> dict[str, V]:
+    """The expected contents of every output parameter (as V) for the case's input arrays."""
+    vals: dict[int, V] = {}
+    by_name = dict(zip(case.params, arrays))
+    for n in case.nodes:
+        dt = n.dtype
+        a = n.attrs
+        if n.op == "input":
+            vals[n.id] = V(np.asarray(by_name[a["param"]]).astype(np.float64), 0.0)
+            continue
+        ins = [_operand(case.nodes, vals, x, _arg_dtype(case, n, x)) for x in n.args]
+        op = n.op
+        if op == "bin":
+            fn = a["fn"]
+            x, y = ins
+            if fn == "add":
+                r = add(x, y, dt)
+            elif fn == "sub":
+                r = add(x, y, dt, sign=-1.0)
+            elif fn == "mul":
+                r = mul(x, y, dt)
+            elif fn == "div":
+                if dt == "fp32" and any(_arg_dtype(case, n, z) in INTS for z in n.args):
+                    x, y = (cast(z, _arg_dtype(case, n, w), "fp32") for z, w in zip(ins, n.args))
+                r = div(x, y, dt)
+            elif fn == "maximum":
+                r = lipschitz(np.maximum, [x, y], dt)
+            else:
+                r = lipschitz(np.minimum, [x, y], dt)
+            if np.shape(r.v) != tuple(n.shape):
+                r = V(np.broadcast_to(r.v, n.shape), np.broadcast_to(r.e, n.shape))
+        elif op == "un":
+            fn = a["fn"]
+            x = ins[0]
+            if fn == "abs":
+                r = lipschitz(np.abs, [x], dt)
+            elif fn == "neg":
+                r = neg(x, dt)
+            elif fn == "relu":
+                r = lipschitz(lambda t: np.maximum(t, 0.0), [x], dt)
+            else:
+                r = UN[fn](x, dt)
+        elif op == "red":
+            fn, d, kd = a["fn"], a["dim"], a["keepdim"]
+            x = ins[0]
+            if fn == "sum":
+                r = reduce_sum(x, d, kd, dt)
+            elif fn == "mean":
+                r = mean(x, d, kd, dt)
+            else:
+                r = reduce_ext(x, d, kd, np.max if fn == "amax" else np.min, dt)
+        elif op == "softmax":
+            r = softmax(ins[0], a["dim"], dt)
+        elif op == "rms_norm":
+            r = rms_norm(ins[0], ins[1], a["eps"], dt)
+        elif op == "layernorm":
+            rest = ins[1:]
+            w = rest.pop(0) if a["has_weight"] else None
+            b = rest.pop(0) if a["has_bias"] else None
+            r = layernorm(ins[0], w, b, a["eps"], dt)
+        elif op == "matmul":
+            r = matmul(ins[0], ins[1], a["a_trans"], a["b_trans"], _arg_dtype(case, n, n.args[0]), dt)
+        elif op == "cast":
+            r = ins[0] if a.get("identity") else cast(ins[0], _arg_dtype(case, n, n.args[0]), a["to"])
+        elif op == "transpose":
+            r = ins[0].map(lambda t: np.swapaxes(t, a["d0"], a["d1"]))
+        elif op == "reshape":
+            r = ins[0].map(lambda t: np.reshape(t, a["shape"]))
+        elif op == "view":
+            key = tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))
+            r = ins[0].map(lambda t: np.reshape(t[key], n.shape))
+        else:
+            raise ValueError(op)
+        if dt in INTS:        # an int result out of its dtype's range is not determined
+            r = _rounded(r, dt)
+        vals[n.id] = r
+    outs = {}
+    for st, arr in zip(case.stores, arrays[len(case.inputs):]):
+        outs.setdefault(st.out, V(np.asarray(arr).astype(np.float64), 0.0))
+    for st in case.stores:
+        o = outs[st.out]
+        val = vals[st.node]
+        region = tuple(slice(off, off + s) for off, s in
+                       zip(st.offsets, ((1,) + tuple(case.nodes[st.node].shape)) if st.kind == "index"
+                           else case.nodes[st.node].shape))
+        o.v[region] = np.reshape(val.v, o.v[region].shape)
+        o.e = np.array(o.e, copy=True) if o.e.shape == o.v.shape else np.broadcast_to(o.e, o.v.shape).copy()
+        o.e[region] = np.reshape(np.broadcast_to(val.e, np.shape(val.v)), o.e[region].shape)
+    return outs
+
+
+def _arg_dtype(case: Case, n, x) -> str:
+    """The dtype an operand takes: a Python number takes its tensor partner's dtype."""
+    if isinstance(x, tuple):
+        other = next(y for y in n.args if not isinstance(y, tuple))
+        d = case.nodes[other].dtype
+        return "fp32" if d in INTS and isinstance(x[1], float) else d
+    return case.nodes[x].dtype
+
+
+# ---------------------------------------------------------------------------------------
+# the comparison
+
+def ulp(dt: str, a):
+    if dt in INTS:
+        return 0.0
+    return np.maximum(np.abs(a), TINY[dt]) * 2.0 * U[dt]
+
+
+def compare(expected: V, got: np.ndarray, dt: str, factor: float = 2.0):
+    """(ok, report): every determined element within factor * bound + 2 ulps of the result."""
+    g = np.asarray(got).astype(np.float64)
+    v, e = expected.v, np.broadcast_to(expected.e, expected.v.shape)
+    if g.shape != v.shape:
+        return False, f"shape {g.shape}, expected {v.shape}"
+    det = np.isfinite(e)
+    with np.errstate(all="ignore"):
+        tol = factor * e + 2 * ulp(dt, v) + (TINY[dt] if dt not in INTS else 0.0)
+        nan_exp = np.isnan(v) & det
+        inf_exp = np.isinf(v) & det
+        fin = np.isfinite(v) & det
+        bad = (nan_exp & ~np.isnan(g)) | (inf_exp & (g != v)) | (fin & ~(np.abs(g - v) <= tol))
+    nbad = int(bad.sum())
+    if not nbad:
+        return True, f"ok ({int(det.sum())} of {v.size} elements determined)"
+    idx = np.argwhere(bad)
+    first = tuple(int(i) for i in idx[0])
+    rows = sorted({tuple(int(j) for j in i[:-1]) for i in idx[:2000]}) if v.ndim > 1 else []
+    with np.errstate(all="ignore"):
+        err = np.where(bad, np.abs(g - v), 0)
+    worst = tuple(int(i) for i in np.unravel_index(np.nanargmax(np.where(np.isnan(err), np.inf, err)), v.shape))
+    msg = (f"{nbad} of {v.size} elements wrong; first at {list(first)}: got {g[first]!r}, expected "
+           f"{v[first]!r} +- {tol[first]:.3g}; worst at {list(worst)}: got {g[worst]!r}, expected "
+           f"{v[worst]!r} +- {tol[worst]:.3g}")
+    if rows:
+        msg += f"; {len(rows)} rows affected, first {rows[:4]}"
+    return False, msg

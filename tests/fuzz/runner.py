@@ -1,0 +1,353 @@
+"""Run cases in a child process with a timeout, compare with the reference, classify.
+
+Outcome categories (`Outcome.category`):
+
+- correct      every output within the reference's bound, deterministic, checked mode silent,
+               the call form fills the same outputs;
+- clear        a PyptoError whose text names the kernel's file and line (raised while compiling);
+- wrong        numbers outside the bound, the call form disagreeing, or an invalid construct
+               accepted;
+- crash        a non-pypto exception, or any error once the kernel compiled (simulate, checked
+               mode flagging the compiler's own program, the call form);
+- hang         more than LIMIT seconds to compile and simulate (or the child killed at the timeout);
+- unlocated    a PyptoError without the kernel's file and line;
+- nondet       two simulations of one program with different cycles or outputs.
+
+Separately, `Outcome.builtin` records pypto's own check (`res.ok`) disagreeing with the verdict:
+"false alarm" (res.ok False on a correct kernel) or "missed" (res.ok True on wrong numbers).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import re
+import select
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import reference
+from .gen import FLOATS, Case, DataChooser, generate
+
+LIMIT = 30.0            # seconds to compile and simulate a kernel under 16 MiB
+CATEGORIES = ("correct", "clear", "wrong", "crash", "hang", "unlocated", "nondet")
+FAILURES = ("wrong", "crash", "hang", "unlocated", "nondet")
+
+
+@dataclass
+class Outcome:
+    category: str
+    detail: str = ""
+    stage: str = ""
+    exc_type: str = ""
+    builtin: str = ""           # "" | "false alarm" | "missed"
+    known: str = ""             # a known bug class (see known_class)
+    seconds: float = 0.0
+    cycles: object = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.category in FAILURES
+
+    @property
+    def signature(self) -> str:
+        """What makes two failures the same bug, roughly: category, exception, message head."""
+        head = self.detail.splitlines()[0] if self.detail else ""
+        head = re.sub(r"^\S+\.py:\d+: ", "", head)
+        head = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", head)
+        head = re.sub(r"'[^']*'", "'_'", head)[:90]
+        if self.category == "wrong":
+            head = self.extra.get("what", "numbers")
+        return f"{self.category}|{self.exc_type}|{self.stage}|{head}"
+
+    def line(self) -> str:
+        s = f"{self.category}"
+        if self.known:
+            s += f" [known: {self.known}]"
+        if self.builtin:
+            s += f" [{self.builtin}]"
+        return s + (f": {self.detail.splitlines()[0][:300]}" if self.detail else "")
+
+
+class Worker:
+    """One child process running tests/fuzz/worker.py; requests and answers are pickled frames
+    on its stdin / stdout, so a hang is a timeout on a pipe and a crash a closed one."""
+
+    def __init__(self):
+        self.proc = None
+        self.dir = tempfile.mkdtemp(prefix="pypto-fuzz-")
+
+    def start(self):
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "worker.py")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, cwd=root)
+
+    def stop(self):
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc = None
+
+    def _read(self, n: int, deadline: float) -> bytes | None:
+        fd = self.proc.stdout.fileno()
+        buf = b""
+        while len(buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                return None
+            chunk = os.read(fd, n - len(buf))
+            if not chunk:
+                raise EOFError
+            buf += chunk
+        return buf
+
+    def run(self, req: dict, timeout: float):
+        """The worker's answer, or None when it did not answer in time (it is then killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.start()
+        data = pickle.dumps(req, protocol=pickle.HIGHEST_PROTOCOL)
+        deadline = time.monotonic() + timeout
+        try:
+            self.proc.stdin.write(struct.pack("<Q", len(data)) + data)
+            self.proc.stdin.flush()
+            head = self._read(8, deadline)
+            body = None if head is None else self._read(struct.unpack("<Q", head)[0], deadline + 60)
+        except (EOFError, OSError):
+            code = self.proc.wait(5)
+            self.proc = None
+            return {"error": {"stage": "worker", "type": "WorkerDied", "module": "", "pypto": False,
+                              "msg": f"the process running the kernel died (exit code {code})", "tb": ""},
+                    "times": {}}
+        if body is None:
+            self.proc.kill()
+            self.proc.wait(5)
+            self.proc = None
+            return None
+        return pickle.loads(body)
+
+
+def kernel_path(case: Case, directory: str) -> str:
+    h = hashlib.sha1((case.source() + case.describe()).encode()).hexdigest()[:10]
+    return os.path.join(directory, f"fuzzk_{h}.py")
+
+
+def _located(msg: str, path: str, nlines: int) -> bool:
+    base = re.escape(os.path.basename(path))
+    for m in re.finditer(base + r'(?::(\d+)|", line (\d+))', msg):
+        line = int(m.group(1) or m.group(2))
+        if 1 <= line <= nlines:
+            return True
+    return False
+
+
+class Runner:
+    def __init__(self, limit: float = LIMIT, timeout: float | None = None):
+        self.worker = Worker()
+        self.limit = limit
+        self.timeout = timeout or 3 * limit
+        self.memo: dict[str, Outcome] = {}
+
+    def close(self):
+        self.worker.stop()
+
+    def run(self, case: Case) -> Outcome:
+        key = case.source() + case.describe()
+        if key in self.memo:
+            return self.memo[key]
+        out = self._run(case)
+        out.known = known_class(case, out)
+        self.memo[key] = out
+        return out
+
+    def _run(self, case: Case) -> Outcome:
+        arrays = case.arrays()
+        path = kernel_path(case, self.worker.dir)
+        src = case.source()
+        nlines = src.count("\n") + 1
+        req = {"source": src, "path": path, "arrays": arrays, "machine": case.machine, "params": case.params}
+        t0 = time.perf_counter()
+        res = self.worker.run(req, self.timeout)
+        dt = time.perf_counter() - t0
+        if res is None:
+            return Outcome("hang", f"no answer after {self.timeout:.0f} s (child killed)", seconds=dt)
+        err = res.get("error")
+        times = res.get("times", {})
+        if err:
+            stage, msg = err["stage"], err["msg"]
+            o = Outcome("", msg if err["pypto"] else f"{err['type']}: {msg}", stage, err["type"], seconds=dt,
+                        extra={"tb": err["tb"]})
+            if stage == "load":
+                o.category = "crash"
+                o.detail = "the generated kernel file does not load (a fuzzer bug): " + o.detail
+            elif not err["pypto"]:
+                o.category = "crash"
+            elif stage == "compile":
+                o.category = "clear" if _located(msg, path, nlines) else "unlocated"
+            else:
+                o.category = "crash"     # the compiler's program must run (and pass checked mode)
+                o.detail = f"{stage}: {err['type']}: {msg}"
+            return o
+        o = Outcome("correct", seconds=dt, cycles=res.get("cycles"), extra={"times": times})
+        if case.expect_error:
+            o.category, o.extra["what"] = "wrong", "accepted invalid construct"
+            o.detail = f"an invalid construct compiled and ran: {case.expect_error}"
+            return o
+        spent = times.get("compile", 0) + times.get("simulate", 0)
+        if spent > self.limit and case.nbytes() < 16 << 20:
+            o.category, o.detail = "hang", f"compile + simulate took {spent:.1f} s (limit {self.limit:.0f} s)"
+            return o
+        expected = reference.evaluate(case, arrays)
+        dtypes = {s.out: s.dtype for s in case.stores}
+        bad = []
+        for name, exp in expected.items():
+            got = res["outputs"].get(name)
+            if got is None:
+                bad.append(f"{name}: missing from res.outputs")
+                continue
+            ok, why = reference.compare(exp, got, dtypes[name])
+            if not ok:
+                bad.append(f"{name} ({dtypes[name]}): {why}")
+        builtin_ok = res.get("ok")
+        if bad:
+            o.category, o.detail, o.extra["what"] = "wrong", "; ".join(bad), "numbers"
+            if builtin_ok:
+                o.builtin = "missed"
+            return o
+        for name, got in res.get("call_outputs", {}).items():
+            if not np.array_equal(np.asarray(got), np.asarray(res["outputs"][name]), equal_nan=True):
+                o.category, o.extra["what"] = "wrong", "call form differs"
+                o.detail = f"kernel(*arrays) filled {name} differently from ck.simulate(*arrays).outputs"
+                return o
+        if res.get("cycles") != res.get("cycles2") or not res.get("same_outputs", True):
+            o.category = "nondet"
+            o.detail = f"two simulations: cycles {res.get('cycles')} and {res.get('cycles2')}, " \
+                       f"same outputs {res.get('same_outputs')}"
+            return o
+        if builtin_ok is False:
+            o.builtin = "false alarm"
+            o.detail = "res.ok is False: " + ", ".join(
+                f"{k}: max abs err {c.get('max_abs_err'):.3g} (rtol {c.get('rtol')}, atol {c.get('atol')})"
+                for k, c in res.get("check", {}).items() if not c.get("ok"))
+        return o
+
+
+# ---------------------------------------------------------------------------------------
+# the bug classes other engineers are fixing (so that a bounded test run marks them xfail)
+
+def _ops(case: Case):
+    return [(n.op, n.attrs.get("fn")) for n in case.nodes]
+
+
+def known_class(case: Case, o: Outcome) -> str:
+    """The known bug class an outcome belongs to, or ''."""
+    d = o.detail + o.extra.get("tb", "")
+    if o.builtin == "false alarm" and not o.failed and any(
+            n.dtype in ("fp16", "bf16") for n in case.nodes):
+        return "res.ok MISMATCH on a correct fp16/bf16 kernel"
+    if not o.failed:
+        return ""
+    if any(n.op == "bin" and n.attrs["fn"] == "div" and n.dtype == "fp32" and any(
+            not isinstance(a, tuple) and case.nodes[a].dtype in ("int8", "int32") for a in n.args)
+           for n in case.nodes):
+        return "int division"
+    if o.exc_type == "IndexError" and any(n.shape == () for n in case.nodes):
+        return "0-d intermediate crashes fusion/scheduling (IndexError)"
+    if o.exc_type == "ValueError" and "broadcast" in d:
+        return "broadcast [..., M, 1] against lower-rank [N]: raw ValueError"
+    if o.category == "hang":
+        return "functional simulation superlinear in long streams"
+    if o.exc_type == "TypeError" and o.stage == "compile":
+        return "raw TypeError for unsupported Python"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------
+# hypothesis: search and shrink
+
+class FuzzFailure(AssertionError):
+    pass
+
+
+def search(runner: Runner, seed: int, examples: int, max_ops: int = 7, skip=frozenset(),
+           on_case=None, shrink_seconds: float = 300.0, derandomize: bool = False):
+    """One hypothesis run of `examples` generated kernels.  The first failure whose signature
+    is not in `skip` is shrunk (for at most `shrink_seconds`; only failures with the same
+    signature count while shrinking) and returned as (case, outcome); None when none failed.
+    `on_case(case, outcome)` sees every generated (not shrinking) kernel."""
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings, strategies as st
+    from hypothesis import seed as hseed
+
+    state = {"target": None, "best": None, "t_shrink": None}
+
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=derandomize,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False, print_blob=False, verbosity=Verbosity.quiet)
+    @given(st.data())
+    def prop(data):
+        case = generate(DataChooser(data), max_ops)
+        key = case.source() + case.describe()
+        fail = False
+        if state["target"] is not None:           # shrinking: only the same kind of failure counts
+            if time.perf_counter() - state["t_shrink"] > shrink_seconds and key not in runner.memo:
+                return
+            o = runner.run(case)
+            fail = o.failed and o.signature == state["target"]
+            if fail and _size(case) <= _size(state["best"][0]):
+                state["best"] = (case, o)
+        else:
+            o = runner.run(case)
+            if on_case is not None:
+                on_case(case, o)
+            if o.failed and o.signature not in skip:
+                state["target"], state["best"], state["t_shrink"] = o.signature, (case, o), time.perf_counter()
+                fail = True
+        if fail:                                  # one raise site: one 'interesting origin'
+            raise FuzzFailure(o.signature)
+
+    if not derandomize:
+        prop = hseed(seed)(prop)
+    try:
+        prop()
+    except FuzzFailure:
+        return state["best"]
+    except Exception as e:  # noqa: BLE001 - hypothesis own complaints (Flaky, ...): keep the case found
+        if state["best"] is not None:
+            return state["best"]
+        raise e
+    return None
+
+
+def _size(case: Case) -> tuple:
+    return (len(case.lines), sum(len(ln) for ln in case.lines), case.nbytes())
+
+
+def report(case: Case, o: Outcome) -> str:
+    """The minimal kernel, its inputs and the failure, as a runnable reproducer."""
+    head = [f"# pypto fuzz failure: {o.category}" + (f" (known: {o.known})" if o.known else ""),
+            f"# {case.describe()}"]
+    for ln in (o.detail or "").splitlines()[:12]:
+        head.append(f"# {ln}")
+    tb = o.extra.get("tb", "")
+    if tb and o.category in ("crash", "unlocated"):
+        head.append("# traceback (tail):")
+        head += [f"#   {ln}" for ln in tb.strip().splitlines()[-12:]]
+    return "\n".join(head) + "\n" + case.repro()
+
+
+def is_lowp(case: Case) -> bool:
+    return any(n.dtype in FLOATS[1:] for n in case.nodes)
