@@ -605,11 +605,9 @@ class Explorer:
         controls = list(self.sliders.values()) + [self.machine_dropdown]
         self.dtype_dropdown = None
         if self._has_float_args():
-            # (label, value) pairs throughout: ipywidgets reads a list mixing pairs and plain
-            # strings as all pairs or all labels, and then finds no value "as given"
-            opts = [(d, d) for d in FLOAT_DTYPES]
-            if not self._float_dtype:
-                opts.insert(0, ("as given", "as given"))
+            # never a list mixing (label, value) pairs and plain strings: ipywidgets reads it as
+            # all labels and then finds no value "as given" (a TraitError)
+            opts = list(FLOAT_DTYPES) if self._float_dtype else ["as given", *FLOAT_DTYPES]
             value = self._dtype or self._float_dtype or "as given"
             self.dtype_dropdown = w.Dropdown(options=opts, value=value, description="dtype",
                                              layout=w.Layout(width="180px"))
