@@ -42,7 +42,15 @@ def _gm_arrays(program: Program, arrays: dict[str, np.ndarray], unobserved=froze
             gm[b.name] = (reused(("GM", b.name), n * dtype.itemsize)[:n * dtype.itemsize].view(dtype)
                           if b.role == "workspace" else np.empty(n, dtype))
         elif b.name in arrays:
-            gm[b.name] = np.ascontiguousarray(arrays[b.name], dtype=dtype).reshape(-1).copy()
+            a = np.asarray(arrays[b.name])
+            if a.size != n:
+                raise SimulationError(f"the array for GM buffer {b.name} has the wrong size",
+                                      expected=f"{list(b.shape)} ({n} elements)", got=f"{list(a.shape)}")
+            try:
+                gm[b.name] = np.ascontiguousarray(a, dtype=dtype).reshape(-1).copy()
+            except (TypeError, ValueError) as e:
+                raise SimulationError(f"the array for GM buffer {b.name} does not convert to {b.dtype}",
+                                      got=f"{a.dtype}: {e}") from None
         else:
             gm[b.name] = np.zeros(n, dtype)
     return gm
@@ -100,12 +108,12 @@ class Memory:
                 mask[...] = True
         self._fits.add(id(t))
 
-    def check_window(self, r: GMRef):
+    def check_window(self, r: GMRef, ins: Instr, task, k: int):
         size = self.gm[r.buf.name].size
         lo, hi = r.span()
         if lo < 0 or hi > size:
-            raise SimulationError(f"GM access outside buffer {r.buf.name}", expected=f"[0, {size})",
-                                  got=f"[{lo}, {hi})")
+            raise SimulationError(f"task {task.id} instruction {k} ({ins.op}): GM access outside buffer "
+                                  f"{r.buf.name}", loc=ins.loc, expected=f"[0, {size})", got=f"[{lo}, {hi})")
 
     def window(self, r: GMRef) -> np.ndarray:
         flat = self.gm[r.buf.name]
@@ -125,14 +133,11 @@ def run_functional(program: Program, machine: Machine, arrays: dict[str, np.ndar
                    checked: bool = False) -> dict[str, np.ndarray]:
     """Execute the program; return the final contents of every non-workspace GM buffer."""
     plan = None if checked else plan_for(program, machine)
-    if plan is not None:
-        gm = _gm_arrays(program, arrays, plan.unobserved)
-        try:
-            plan.run(gm)
-            return _outputs(program, gm)
-        except (ValueError, TypeError):
-            pass        # numpy refused an operand: the reference interpreter reports it as usual
-    return _interpret(program, machine, arrays, checked)
+    if plan is None:    # checked, or a program the plan refuses: the interpreter says where it fails
+        return _interpret(program, machine, arrays, checked)
+    gm = _gm_arrays(program, arrays, plan.unobserved)
+    plan.run(gm)
+    return _outputs(program, gm)
 
 
 def _interpret(program: Program, machine: Machine, arrays, checked: bool) -> dict[str, np.ndarray]:
@@ -151,9 +156,13 @@ def _interpret(program: Program, machine: Machine, arrays, checked: bool) -> dic
                     mem.check_tile(ins.dst, ins, t, k, reading=False)
                 for o in (ins.dst, *ins.srcs):
                     if isinstance(o, GMRef):
-                        mem.check_window(o)
+                        mem.check_window(o, ins, t, k)
                 handler, operands = decode(ins)
-                handler(*[mem.get(o) for o in operands])
+                try:
+                    handler(*[mem.get(o) for o in operands])
+                except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+                    raise SimulationError(f"task {t.id} instruction {k} ({ins.op}) failed: {e}",
+                                          loc=ins.loc) from e
     return _outputs(program, mem.gm)
 
 

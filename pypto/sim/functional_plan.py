@@ -30,6 +30,7 @@ copies, then makes its list of numpy calls: the Python cost is per batch, not pe
 """
 from __future__ import annotations
 
+import functools
 import threading
 from functools import partial
 from typing import NamedTuple
@@ -37,6 +38,7 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
+from ..dtypes import DT_BF16, DT_FP16
 from ..errors import SimulationError
 from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
@@ -49,19 +51,44 @@ REUSED_BYTES = 32 << 20         # largest memory kept for the next run (on-chip 
 
 # --- instruction semantics ---------------------------------------------------------------------
 
+LOW_FLOATS = (DT_FP16.np_dtype, DT_BF16.np_dtype)
+
+
+def _wide(dtype):
+    """The dtype a multi-step handler computes in: fp32 for fp16/bf16 (rounded once, at the end),
+    else the dtype itself."""
+    return np.dtype(np.float32) if dtype in LOW_FLOATS else dtype
+
+
 def _rsqrt(x, out=None):
-    return np.reciprocal(np.sqrt(x, out=out), out=out)
+    """1 / sqrt(x); for fp16/bf16 computed in fp32 and rounded once."""
+    w = _wide(x.dtype)
+    if w == x.dtype:
+        return np.reciprocal(np.sqrt(x, out=out), out=out)
+    return _rounded(np.reciprocal(np.sqrt(x.astype(w))), x.dtype, out)    # rounded once, not twice
+
+
+def _negative(x, out=None):
+    """np.negative, made in fresh memory and copied into `out`: numpy 2.x's SIMD loop for negative
+    writes wrong elements into a strided output from an input strided by 4 (32-bit) or 8 (64-bit)
+    elements (e.g. a column of [N, 1] windows run as one batch)."""
+    return _rounded(np.negative(np.ascontiguousarray(x)), x.dtype, out)
 
 
 def _relu(x, out=None):
     return np.maximum(x, np.zeros((), x.dtype), out=out)
 
 
+def _sum(x, axis, keepdims):
+    """A sum of fp16/bf16 accumulated in fp32 and rounded once; others in their own dtype."""
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=_wide(x.dtype)).astype(x.dtype, copy=False)
+
+
 UNARY = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt, "TRSQRT": _rsqrt, "TRECIP": np.reciprocal,
-         "TABS": np.abs, "TNEG": np.negative, "TRELU": _relu}
+         "TABS": np.abs, "TNEG": _negative, "TRELU": _relu}
 BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
           "MAX": np.maximum, "MIN": np.minimum}
-REDUCE = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+REDUCE = {"SUM": _sum, "MAX": np.max, "MIN": np.min}
 ACTIVATIONS = {"relu": _relu}           # of a store (act=)
 ELEMENTWISE = {*UNARY.values(), *BINARY.values(), *ACTIVATIONS.values()}
 
@@ -79,6 +106,7 @@ def binary_name(op: str) -> tuple[str, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)
 def tile_strides(shape, dtype) -> tuple[int, ...]:
     """Byte strides of a tile: elements packed, rows padded to 32 bytes."""
     strides, acc = [dtype.itemsize], row_pitch(shape, dtype)
@@ -103,8 +131,8 @@ def _assign(dst, src):                          # TLOAD, TSTORE, TEXTRACT, TMOV,
     dst[...] = src
 
 
-def _expand(dst, src):                          # TROWEXPAND, TCOLEXPAND
-    dst[...] = np.broadcast_to(src, dst.shape)
+def _expand(dst, src):                          # TROWEXPAND, TCOLEXPAND: an assignment's broadcast
+    dst[...] = src
 
 
 def _into(f, dst, *srcs):                       # the result written straight into dst
@@ -120,27 +148,47 @@ def _reduce(f, axis, dst, src):
 
 
 def _product(dtype):
-    """TMATMUL: both factors converted to the accumulator's dtype."""
+    """TMATMUL: both factors converted to the accumulator's dtype (an fp16/bf16 accumulator: the
+    product computed in fp32 and rounded once)."""
+    w = _wide(dtype)
+
     def f(a, b, out=None):
-        return np.matmul(a.astype(dtype, copy=False), b.astype(dtype, copy=False), out=out)
+        p = np.matmul(a.astype(w, copy=False), b.astype(w, copy=False), out=out if w == dtype else None)
+        return p if w == dtype else _rounded(p, dtype, out)
     return f
 
 
 def _accumulate(dtype):
-    """TMATMUL_ACC: the accumulator plus the product; TMATMUL_BIAS: the bias row plus the product."""
-    product = _product(dtype)
+    """TMATMUL_ACC: the accumulator plus the product; TMATMUL_BIAS: the bias row plus the product
+    (in fp32 for an fp16/bf16 accumulator, rounded once)."""
+    w = _wide(dtype)
+    product = _product(w)
 
     def f(acc, a, b, out=None):
-        return np.add(acc, product(a, b), out=out)
+        if w == dtype:
+            return np.add(acc, product(a, b), out=out)
+        return _rounded(np.add(acc.astype(w), product(a, b)), dtype, out)
     return f
+
+
+def _rounded(r, dtype, out):
+    """A result computed in a wider dtype (or in fresh memory), rounded to `dtype` or into `out`."""
+    if out is None:
+        return r.astype(dtype, copy=False)
+    out[...] = r
+    return out
 
 
 def _elementwise(f, dst, srcs):
     """The handler of an element-wise op: `out=dst` when the result has dst's dtype and shape
     (no temporary), else computed and converted as an assignment would."""
     shape, dtype = _shape(dst), _dtype(dst)
-    direct = all(_dtype(s) is None or (_dtype(s) == dtype and len(_shape(s)) <= len(shape)
-                                       and np.broadcast_shapes(_shape(s), shape) == shape) for s in srcs)
+    try:
+        direct = (all(_dtype(s) is None or (_dtype(s) == dtype and len(_shape(s)) <= len(shape)) for s in srcs)
+                  and np.broadcast_shapes(*map(_shape, srcs), shape) == shape
+                  and (not isinstance(f, np.ufunc) or f.resolve_dtypes((dtype,) * f.nin + (None,))[-1] == dtype))
+    except (ValueError, TypeError):             # shapes that do not combine (decode refuses them)
+        direct = False                          # or no loop for the dtype: numpy's own casting
     return (partial(_into if direct else _via, f), (dst, *srcs))
 
 
@@ -156,10 +204,62 @@ def _matmul(ins: Instr):
     return partial(_into if direct else _via, f), (dst, *srcs)
 
 
+def _result_shape(ins: Instr, srcs) -> tuple[int, ...]:
+    """The shape of what an instruction computes from its sources (before it is written to dst),
+    by numpy's rules; ValueError when the sources do not combine."""
+    op, shapes = ins.op, [_shape(s) if isinstance(s, (TileRef, GMRef)) else np.shape(s) for s in srcs]
+    if op.startswith("TMATMUL"):               # np.matmul's rule: a vector gains a dim, then loses it
+        a, b = shapes[-2:]
+        if not (a and b):
+            raise ValueError("a factor is a scalar")
+        a2, b2 = (1,) * (len(a) == 1) + a, b + (1,) * (len(b) == 1)
+        if a2[-1] != b2[-2]:
+            raise ValueError(f"inner dims {a2[-1]} and {b2[-2]} differ")
+        out = np.broadcast_shapes(a2[:-2], b2[:-2]) + a2[-2:-1] * (len(a) > 1) + b2[-1:] * (len(b) > 1)
+        return np.broadcast_shapes(shapes[0], out) if len(shapes) == 3 else out
+    if op[:4] in ("TROW", "TCOL") and op[4:] in REDUCE:
+        (s,) = shapes
+        axis = normalize_axis_index(ins.attrs["dim"], len(s))
+        return s[:axis] + (1,) + s[axis + 1:]
+    return np.broadcast_shapes(*shapes)
+
+
+def _fits(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    """Whether a result of shape `got` can be written to an operand of `shape` (numpy's
+    assignment: broadcast, extra leading 1s dropped)."""
+    extra = len(got) - len(shape)
+    if extra > 0:
+        if any(d != 1 for d in got[:extra]):
+            return False
+        got = got[extra:]
+    return all(g in (1, s) for g, s in zip(got[::-1], shape[::-1]))
+
+
+def _checked(ins: Instr, dst, srcs) -> None:
+    """SimulationError (at the instruction's line) unless the sources combine and fit dst: what
+    numpy would refuse is refused here, so the interpreter and the plan take the same programs."""
+    try:
+        got = _result_shape(ins, srcs)
+    except (ValueError, LookupError) as e:
+        raise SimulationError(f"{ins.op}: operand shapes do not combine ({e})", loc=ins.loc,
+                              got=", ".join(str(list(_shape(s))) for s in srcs
+                                            if isinstance(s, (TileRef, GMRef)))) from None
+    if not _fits(got, _shape(dst)):
+        raise SimulationError(f"{ins.op}: the result does not fit the destination", loc=ins.loc,
+                              expected=f"a shape that broadcasts to {list(_shape(dst))}", got=str(list(got)))
+
+
 def decode(ins: Instr):
     """(handler, operands) of an instruction; `handler(*arrays of the operands)` executes it.
     The operands are (dst, *srcs) with GM windows in their places; tiles and scalars may differ
-    (TEXTRACT reads a window of its tile, a scalar operand becomes a 0-d array)."""
+    (TEXTRACT reads a window of its tile, a scalar operand becomes a 0-d array).  Operand shapes
+    that do not combine raise SimulationError."""
+    handler, operands = _decode(ins)
+    _checked(ins, operands[0], operands[1:])
+    return handler, operands
+
+
+def _decode(ins: Instr):
     op, dst, srcs = ins.op, ins.dst, ins.srcs
     if op in ("TLOAD", "TSTORE", "TCVT", "TMOV"):
         act = ins.attrs.get("act")
@@ -171,12 +271,16 @@ def decode(ins: Instr):
     if op == "TEXTRACT":
         full = srcs[0]
         # the window of the allocated source tile: same row pitch, starting at the offsets
-        # (clipped like a slice, so a window that does not fit fails as the assignment would)
+        # (clipped like a slice: a window that does not fit is refused as not fitting dst)
         (r0, r1, _), (c0, c1, _) = (slice(o, o + n).indices(s)
                                     for o, n, s in zip(ins.attrs["offsets"], _shape(dst), full.shape))
         rs, cs = tile_strides(full.shape, full.dtype)
         window = TileRef(full.space, full.addr + r0 * rs + c0 * cs, full.dtype, full.shape,
                          (max(r1 - r0, 0), max(c1 - c0, 0)))
+        if window.valid != _shape(dst):
+            raise SimulationError(f"{op}: the window at {list(ins.attrs['offsets'])} runs past its tile",
+                                  loc=ins.loc, expected=f"within {list(full.shape)}",
+                                  got=f"{list(_shape(dst))} at {list(ins.attrs['offsets'])}")
         return _assign, (dst, window)
     if op in ("TMATMUL", "TMATMUL_ACC", "TMATMUL_BIAS"):
         return _matmul(ins)
@@ -284,11 +388,18 @@ def _scan(instrs, caps, sizes):
 def _reads_own_writes(rules, caps) -> bool:
     """Whether every on-chip byte the instruction stream reads was written earlier by it."""
     written = {s: np.zeros(c, np.bool_) for s, c in caps.items()}
-    for _, (dst, *srcs) in rules:
-        if any(isinstance(s, TileRef) and not _tile_bytes(written[s.space], s).all() for s in srcs):
+    views: dict[TileRef, np.ndarray] = {}
+
+    def view(t):
+        v = views.get(t)
+        if v is None:
+            v = views[t] = _tile_bytes(written[t.space], t)
+        return v
+    for _, (dst, *srcs), _ in rules:
+        if any(isinstance(s, TileRef) and not view(s).all() for s in srcs):
             return False
         if isinstance(dst, TileRef):
-            _tile_bytes(written[dst.space], dst)[...] = True
+            view(dst)[...] = True
     return True
 
 
@@ -298,6 +409,15 @@ def _reads_own_writes(rules, caps) -> bool:
 # can be dropped, its readers reading the source; a store (GM <- tile) can make the tile's
 # producer write GM directly.  Operands then become views of other memory, with the same dtype,
 # shape and row-major order, so every numpy call computes the same values.
+#
+# A rule is (handler, operands, k): operands (dst, *srcs) as decoded, k the number of the
+# instruction it comes from (for errors).  The searches for a copy's producer or readers look at
+# most WINDOW instructions away (a loop body's distance): farther, the copy stays, so rewriting
+# costs O(WINDOW) per instruction.  Fusion orders the stream by levels of dependence through
+# memory, found with an array of levels per space and GM buffer: O(bytes touched).
+
+WINDOW = 256
+
 
 def _overlaps(a: TileRef, b: TileRef) -> bool:
     return a.space == b.space and a.addr < b.addr + b.nbytes and b.addr < a.addr + a.nbytes
@@ -327,25 +447,25 @@ def _relays(t, s) -> bool:
     return all(st >= n2 * st2 for (_, st), (n2, st2) in zip(dims, dims[1:])) and (not dims or dims[-1][1] == 1)
 
 
-def _replace(operands, old, new):
-    dst, *srcs = operands
-    return (dst, *(new if _same(o, old) else o for o in srcs))
+def _replace(rule, old, new):
+    f, (dst, *srcs), k = rule
+    return f, (dst, *(new if _same(o, old) else o for o in srcs)), k
 
 
 def _sink(rules, k) -> None:
     """Store k (w <- t): t's producer writes w instead, and k becomes the copy t <- w."""
-    w, t = rules[k][1]
+    _, (w, t), kk = rules[k]
     readers = []
-    for p in range(k - 1, -1, -1):
-        f, (dst, *srcs) = rules[p]
+    for p in range(k - 1, max(k - 1 - WINDOW, -1), -1):
+        f, (dst, *srcs), kp = rules[p]
         if _touches(dst, w) or any(_touches(o, w) for o in srcs):
             return                              # w's buffer is used before the store
         if isinstance(dst, TileRef) and _overlaps(dst, t):
             if _same(dst, t):
-                rules[p] = (f, (w, *srcs))
+                rules[p] = (f, (w, *srcs), kp)
                 for j in readers:
-                    rules[j] = (rules[j][0], _replace(rules[j][1], t, w))
-                rules[k] = (_assign, (t, w))
+                    rules[j] = _replace(rules[j], t, w)
+                rules[k] = (_assign, (t, w), kk)
             return
         if any(isinstance(o, TileRef) and _overlaps(o, t) and not _same(o, t) for o in srcs):
             return
@@ -356,8 +476,8 @@ def _sink(rules, k) -> None:
 def _readers(rules, k, t, s) -> list[int] | None:
     """The instructions after copy k (t <- s) that read t, if each can read s instead: t is read
     whole until overwritten whole (or the stream ends) and s does not change in the meantime."""
-    readers, changed = [], False
-    for j in range(k + 1, len(rules)):
+    readers, changed, end = [], False, min(len(rules), k + 1 + WINDOW)
+    for j in range(k + 1, end):
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
         if reads:
@@ -367,45 +487,53 @@ def _readers(rules, k, t, s) -> list[int] | None:
         if isinstance(dst, TileRef) and _overlaps(dst, t):
             return readers if _same(dst, t) else None
         changed = changed or _touches(dst, s)
-    return readers
+    return readers if end == len(rules) else None
 
 
 def _elide_copies(rules) -> list:
     """The stream without the copies that only relay data: stores are sunk into their producers
     first, leaving copies (tile <- GM) that the second sweep drops along with loads and extracts."""
     rules = list(rules)
-    for k, (f, operands) in enumerate(rules):
+    for k, (f, operands, _) in enumerate(rules):
         if f is _assign and isinstance(operands[0], _GM) and _relays(operands[1], operands[0]):
             _sink(rules, k)
-    k = 0
-    while k < len(rules):
-        f, operands = rules[k]
+    for k, (f, operands, _) in enumerate(rules):
         readers = _readers(rules, k, *operands) if f is _assign and _relays(*operands) else None
-        if readers is None:
-            k += 1
-            continue
-        for j in readers:
-            rules[j] = (rules[j][0], _replace(rules[j][1], *operands))
-        del rules[k]
-    return rules
+        if readers is not None:
+            for j in readers:
+                rules[j] = _replace(rules[j], *operands)
+            rules[k] = (None, operands, None)   # dropped (later rules never look back at it)
+    return [r for r in rules if r[0] is not None]
 
 
 def _tile_bytes(mask: np.ndarray, t: TileRef) -> np.ndarray:
-    """The bytes of a tile's valid elements in a byte mask of its space."""
-    return np.ndarray(t.valid + (t.dtype.itemsize,), np.bool_, buffer=mask, offset=t.addr,
-                      strides=tile_strides(t.shape, t.dtype) + (1,))
+    """The bytes of a tile's valid elements in a byte mask of its space (or of another array of
+    the space's bytes: `mask.itemsize` per byte)."""
+    item = mask.itemsize
+    return np.ndarray(t.valid + (t.dtype.itemsize,), mask.dtype, buffer=mask, offset=t.addr * item,
+                      strides=tuple(s * item for s in tile_strides(t.shape, t.dtype)) + (item,))
 
 
-def _dead_after(rules, k, t, cap) -> bool:
-    """Whether no instruction after k reads a byte of tile t before it is overwritten."""
-    live = np.zeros(cap, np.bool_)
+def _dead_after(rules, k, t, live) -> bool:
+    """Whether no instruction after k reads a byte of tile t before it is overwritten (within
+    WINDOW instructions, else presumed read).  `live` is a clear byte mask of t's space, left clear."""
     _tile_bytes(live, t)[...] = True
-    for _, (dst, *srcs) in rules[k + 1:]:
+    span = live[t.addr:t.addr + t.nbytes]
+    end = min(len(rules), k + 1 + WINDOW)
+    dead = True
+    for j in range(k + 1, end):
+        dst, *srcs = rules[j][1]
         if any(isinstance(o, TileRef) and _overlaps(o, t) and _tile_bytes(live, o).any() for o in srcs):
-            return False
+            dead = False
+            break
         if isinstance(dst, TileRef) and _overlaps(dst, t):
             _tile_bytes(live, dst)[...] = False
-    return True
+            if not span.any():
+                break
+    else:
+        dead = end == len(rules) or not span.any()
+    span[...] = False
+    return dead
 
 
 def _elementwise_op(f) -> bool:
@@ -417,82 +545,126 @@ def _chain(rules, caps) -> list:
     producer along: the producer writes the GM window and the instruction runs in place there
     (p: t = g(..); k: w = f(t, ..)  ->  p: w = g(..); k: w = f(w, ..)), so both have GM operands
     only and can be fused.  From the last instruction back, so chains of producers follow."""
-    rules = list(rules)
+    rules, live = list(rules), {}
     for k in range(len(rules) - 1, -1, -1):
-        f, (w, *srcs) = rules[k]
+        f, (w, *srcs), _ = rules[k]
         if not (_elementwise_op(f) and isinstance(w, _GM)):
             continue
         for t in dict.fromkeys(o for o in srcs if isinstance(o, TileRef) and _relays(o, w)):
             others = [o for o in srcs if not _same(o, t)]
-            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, caps[t.space]):
+            mask = live.get(t.space)
+            if mask is None:
+                mask = live[t.space] = np.zeros(caps[t.space], np.bool_)
+            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, mask):
                 continue
-            for p in range(k - 1, -1, -1):
-                g, (dst, *psrcs) = rules[p]
+            for p in range(k - 1, max(k - 1 - WINDOW, -1), -1):
+                g, (dst, *psrcs), kp = rules[p]
                 if _touches(dst, w) or any(_touches(o, w) or (isinstance(o, TileRef) and _overlaps(o, t))
                                            for o in psrcs):
                     break
                 if isinstance(dst, TileRef) and _overlaps(dst, t):
                     if _same(dst, t):
-                        rules[p] = (g, (w, *psrcs))
-                        rules[k] = (f, _replace(rules[k][1], t, w))
+                        rules[p] = (g, (w, *psrcs), kp)
+                        rules[k] = _replace(rules[k], t, w)
                     break
-            f, (w, *srcs) = rules[k]
+            f, (w, *srcs), _ = rules[k]
     return rules
 
 
-def _conflict(a, b) -> bool:
-    """Whether two instructions' operands (dst, *srcs) depend on each other through memory."""
-    return any(_touches(o, a[0]) for o in b) or any(_touches(o, b[0]) for o in a[1:])
+def _dependence_levels(rules, caps) -> list[int]:
+    """Per rule: 0, or one more than the highest level of an earlier rule sharing memory with it,
+    one of the two writing (read after write, write after read or write).  Rules of one level
+    are independent of each other: running the levels in order gives the stream's results.
+    Found with arrays of levels (+1) per byte of each space and per element of each GM buffer the
+    stream writes (over the span of its windows there): who last wrote, the latest who read."""
+    spans: dict[str, list[int]] = {}
+    written = {d.ref.buf.name for _, (d, *_), _ in rules if isinstance(d, _GM)}
+    for _, operands, _ in rules:
+        for o in operands:
+            if isinstance(o, _GM) and o.ref.buf.name in written:
+                lo, hi = o.ref.span()
+                s = spans.setdefault(o.ref.buf.name, [lo, hi])
+                s[0], s[1] = min(s[0], lo), max(s[1], hi)
+    wrote = {k: np.zeros(hi - lo, np.int32) for k, (lo, hi) in spans.items()}
+    read = {k: np.zeros(hi - lo, np.int32) for k, (lo, hi) in spans.items()}
+    for s in {o.space for _, operands, _ in rules for o in operands if isinstance(o, TileRef)}:
+        wrote[s], read[s] = np.zeros(caps[s], np.int32), np.zeros(caps[s], np.int32)
+    tiles: dict[TileRef, tuple] = {}
+
+    def views(o):
+        if isinstance(o, TileRef):
+            v = tiles.get(o)
+            if v is None:
+                v = tiles[o] = (_tile_bytes(wrote[o.space], o), _tile_bytes(read[o.space], o))
+            return v
+        if isinstance(o, _GM) and o.ref.buf.name in spans:
+            r = o.ref
+            at, strides = (r.offset - spans[r.buf.name][0]) * 4, tuple(s * 4 for s in r.strides)
+            return (np.ndarray(r.shape, np.int32, wrote[r.buf.name], at, strides),
+                    np.ndarray(r.shape, np.int32, read[r.buf.name], at, strides))
+        return None
+
+    levels = []
+    for _, (dst, *srcs), _ in rules:
+        ins = [v for v in map(views, srcs) if v is not None]
+        out = views(dst)
+        level = max((int(w.max(initial=0)) for w, _ in ins), default=0)
+        if out is not None:
+            level = max(level, int(out[0].max(initial=0)), int(out[1].max(initial=0)))
+        for _, r in ins:
+            np.maximum(r, level + 1, out=r)
+        if out is not None:
+            out[0][...] = level + 1
+        levels.append(level)
+    return levels
 
 
-def _same_value(a, b) -> bool:
-    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return type(a) is type(b) and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-    return type(a) is type(b) and repr(a) == repr(b)
+def _const_key(o):
+    if isinstance(o, np.ndarray):
+        return ("array", o.dtype.str, o.shape, o.tobytes())
+    return (type(o), repr(o))
 
 
-def _handler_key(f):
-    return (f.func, f.args, tuple(f.keywords.items())) if isinstance(f, partial) else f
+def _signature(rule):
+    """What fused rules share: the handler, the tiles and constants, each GM operand's buffer,
+    shape and strides (its offset may move)."""
+    f, operands, _ = rule
+    key = (f.func, f.args, tuple(f.keywords.items())) if isinstance(f, partial) else f
+    return (key,) + tuple(o if isinstance(o, TileRef) else ("GM", o.ref.buf.name, o.ref.shape, o.ref.strides)
+                          if isinstance(o, _GM) else _const_key(o) for o in operands)
 
 
-def _extends(group, operands) -> bool:
-    """Whether an instruction continues a group: same tiles and constants, GM windows of the same
-    form and evenly spaced (from the group's first to its second, and so on)."""
-    first = group[0]
-    if len(operands) != len(first):
-        return False
-    for p, (a, o) in enumerate(zip(first, operands)):
-        if isinstance(a, _GM):
-            if not (isinstance(o, _GM) and (o.ref.buf.name, o.ref.shape, o.ref.strides)
-                    == (a.ref.buf.name, a.ref.shape, a.ref.strides)):
-                return False
-            if len(group) > 1 and o.ref.offset - group[-1][p].ref.offset != group[1][p].ref.offset - a.ref.offset:
-                return False
-        elif not (_same(a, o) if isinstance(a, TileRef) else _same_value(a, o)):
-            return False
-    return True
-
-
-def _fuse(rules) -> list:
-    """(handler, operands, g): instructions that repeat with only their GM windows moved (the
-    iterations of a loop over tiles), run as one numpy call over a group axis of g; numpy then
-    sees whole rows where the program has tiles.  An instruction joins the group of an earlier
-    one when it shares no memory with the group (one of them writing; so a group writes GM, a
-    tile being the same for all) nor with the instructions it moves ahead of."""
-    rules, out = list(rules), []
-    while rules:
-        f, first = rules.pop(0)
-        group, kept = [first], []
-        for r in rules:
-            if (_handler_key(r[0]) == _handler_key(f) and _extends(group, r[1])
-                    and not any(_conflict(r[1], q) for q in group + [q for _, q in kept])):
-                group.append(r[1])
-            else:
-                kept.append(r)
-        rules = kept
-        steps = [o.ref.offset - a.ref.offset if isinstance(a, _GM) else 0 for a, o in zip(first, group[-1])]
-        out.append((f, tuple(a._replace(step=s // max(len(group) - 1, 1)) if isinstance(a, _GM) else a
-                             for a, s in zip(first, steps)), len(group)))
+def _fuse(rules, caps) -> list:
+    """(handler, operands, g, k): rules that repeat with only their GM windows moved (the
+    iterations of a loop over tiles) run as one numpy call over a group axis of g; numpy then
+    sees whole rows where the program has tiles.  The stream runs level by level (see
+    _dependence_levels); within a level, rules of one signature whose GM windows are evenly spaced
+    (one step per operand, from each to the next) form a group.  A group writes GM: two rules
+    writing one tile are never of one level."""
+    levels = _dependence_levels(rules, caps)
+    by_level: dict[int, list[int]] = {}
+    for i, lv in enumerate(levels):
+        by_level.setdefault(lv, []).append(i)
+    out = []
+    for lv in sorted(by_level):
+        runs, open_ = [], {}                    # signature -> its latest run [members, steps]
+        for i in by_level[lv]:
+            sig = _signature(rules[i])
+            offsets = tuple(o.ref.offset for o in rules[i][1] if isinstance(o, _GM))
+            run = open_.get(sig)
+            if run is not None:
+                diff = tuple(a - b for a, b in zip(offsets, run[2]))
+                if run[1] is None or diff == run[1]:
+                    run[0].append(i)
+                    run[1], run[2] = diff, offsets
+                    continue
+            run = open_[sig] = [[i], None, offsets]
+            runs.append(run)
+        for members, steps, _ in runs:
+            f, first, k = rules[members[0]]
+            steps = iter(steps or ())
+            out.append((f, tuple(o._replace(step=next(steps)) if isinstance(o, _GM) and len(members) > 1 else o
+                                 for o in first), len(members), k))
     return out
 
 
@@ -520,45 +692,41 @@ def _unobserved(buffers, instrs_of) -> frozenset[str]:
 
 # --- ordering and batching -----------------------------------------------------------------------
 
-def _levels(tasks, accesses) -> list[int]:
+def _levels(tasks, accesses, buffers) -> list[int]:
     """Per task: 0, or 1 + the highest level of the earlier tasks it depends on or conflicts with in
-    GM (touching common elements, one of the two writing)."""
+    GM (touching common elements, one of the two writing).  Kept per element of each GM buffer a
+    task writes: the highest level (+1) of a task that wrote it, and of one that read it."""
     index = {t.id: i for i, t in enumerate(tasks)}
-    preds = [{index[d] for d in t.deps if d in index} for t in tasks]
-    by_buf: dict[str, list] = {}
-    for i, acc in enumerate(accesses):
-        for name, box, write in acc:
-            by_buf.setdefault(name, []).append((i, box, write))
-    for rows in by_buf.values():
-        if not any(w for _, _, w in rows):
-            continue
-        owner, nd = np.array([i for i, _, _ in rows]), len(rows[0][1])
-        lo = np.array([[r[0] for r in b] for _, b, _ in rows], dtype=np.int64).reshape(len(rows), nd)
-        hi = np.array([[r[1] for r in b] for _, b, _ in rows], dtype=np.int64).reshape(len(rows), nd)
-        writes = np.flatnonzero([w for _, _, w in rows])
-        for part in np.array_split(writes, -(-len(writes) * len(rows) // (1 << 22))):
-            hit = ((lo[part, None] < hi[None]) & (lo[None] < hi[part, None])).all(axis=2)
-            hit &= owner[part, None] != owner[None]
-            a, b = np.nonzero(hit)
-            for x, y in set(zip(owner[part][a].tolist(), owner[b].tolist())):
-                preds[max(x, y)].add(min(x, y))
+    written = {name for acc in accesses for name, _, write in acc if write}
+    shapes = {b.name: b.shape for b in buffers if b.name in written}
+    wrote = {name: np.zeros(shape, np.int32) for name, shape in shapes.items()}
+    read = {name: np.zeros(shape, np.int32) for name, shape in shapes.items()}
     level = []
-    for p in preds:
-        level.append(max((level[i] + 1 for i in p), default=0))
+    for t, acc in zip(tasks, accesses):
+        boxes = [(name, tuple(slice(*r) for r in box), write) for name, box, write in acc if name in wrote]
+        lv = max((level[index[d]] + 1 for d in t.deps if d in index), default=0)
+        for name, box, write in boxes:
+            lv = max(lv, int(wrote[name][box].max(initial=0)))
+            if write:
+                lv = max(lv, int(read[name][box].max(initial=0)))
+        for name, box, write in boxes:
+            target = (wrote if write else read)[name][box]
+            np.maximum(target, lv + 1, out=target)
+        level.append(lv)
     return level
 
 
-def _batches(tasks, stream_of, bases, accesses, rules, caps) -> list[list[int]]:
+def _batches(tasks, buffers, stream_of, bases, accesses, rules, caps) -> list[list[int]]:
     """Tasks run together: same stream and level, GM windows evenly spaced from one task to the
     next, at most MAX_BATCH tasks and REUSED_BYTES of on-chip copies."""
-    level = _levels(tasks, accesses)
+    level = _levels(tasks, accesses, buffers)
     groups: dict[tuple, list[int]] = {}
     for i in sorted(range(len(tasks)), key=lambda i: (level[i], i)):
         if rules[stream_of[i]]:
             groups.setdefault((level[i], stream_of[i]), []).append(i)
     out = []
     for members in groups.values():
-        spaces = {o.space for _, operands, _ in rules[stream_of[members[0]]] for o in operands
+        spaces = {o.space for _, operands, *_ in rules[stream_of[members[0]]] for o in operands
                   if isinstance(o, TileRef)}
         size = max(1, min(MAX_BATCH, REUSED_BYTES // max(1, sum(caps[s] for s in spaces))))
         run, step = [members[0]], None
@@ -577,8 +745,9 @@ def _batches(tasks, stream_of, bases, accesses, rules, caps) -> list[list[int]]:
 class Plan:
     """The program as a list of (handler, operand specs), run over per-run arrays."""
 
-    def __init__(self, ops, scratch: dict[str, int], private: bool, unobserved: frozenset[str]):
+    def __init__(self, ops, origins, scratch: dict[str, int], private: bool, unobserved: frozenset[str]):
         self.ops = ops                  # [(handler, (_View | constant, ...)), ...]
+        self.origins = origins          # per op: (task id, instruction) it runs (the first of a batch, group)
         self.scratch = scratch          # space -> bytes of its copies
         self.private = private          # tasks read only their own on-chip writes
         self.unobserved = unobserved    # GM buffers whose first contents do not matter
@@ -600,9 +769,16 @@ class Plan:
                                           strides=s.strides)
             return v
         bound = [(f, [array(s) for s in specs]) for f, specs in self.ops]
-        with np.errstate(all="ignore"):
-            for f, args in bound:
-                f(*args)
+        n = 0
+        try:
+            with np.errstate(all="ignore"):
+                for n, (f, args) in enumerate(bound):
+                    f(*args)
+        except (ArithmeticError, LookupError, TypeError, ValueError) as e:
+            # decode refuses operands numpy would refuse: this is the plan's own error
+            task, ins = self.origins[n]
+            raise SimulationError(f"the functional plan failed on task {task} {ins.op} ({e}): a simulator "
+                                  "bug; checked=True runs the reference interpreter", loc=ins.loc) from e
 
 
 _pool = threading.local()
@@ -648,10 +824,10 @@ def _build(program, caps) -> Plan | None:
                    for i in instrs):
                 return None                     # a matmul of vectors: a leading axis would change it
             try:
-                rules.append([(f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)))
+                rules.append([(f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k)
                               for k, (f, ops) in enumerate(map(decode, instrs))])
-            except (SimulationError, LookupError, ValueError, TypeError):
-                return None
+            except (SimulationError, LookupError):
+                return None                     # the interpreter reports it, at its instruction
             ids[key] = len(ids)
         instrs_of.append(instrs)
         stream_of.append(ids[key])
@@ -659,17 +835,18 @@ def _build(program, caps) -> Plan | None:
         accesses.append(access)
     private = all(_reads_own_writes(r, caps) for r in rules)
     if private:
-        rules = [_fuse(_chain(_elide_copies(r), caps)) for r in rules]
-        batches = _batches(program.tasks, stream_of, bases, accesses, rules, caps)
+        rules = [_fuse(_chain(_elide_copies(r), caps), caps) for r in rules]
+        batches = _batches(program.tasks, program.buffers, stream_of, bases, accesses, rules, caps)
     else:
-        rules = [[(f, operands, 1) for f, operands in r] for r in rules]
+        rules = [[(f, operands, 1, k) for f, operands, k in r] for r in rules]
         batches = [[i] for i, s in enumerate(instrs_of) if s]
 
-    ops, scratch = [], {}
+    ops, origins, scratch = [], [], {}
     for members in batches:
         first, n = members[0], len(members)
         step = {b: bases[members[1]][b] - bases[first][b] for b in bases[first]} if n > 1 else {}
-        for f, operands, g in rules[stream_of[first]]:
+        for f, operands, g, k in rules[stream_of[first]]:
+            origins.append((program.tasks[first].id, instrs_of[first][k]))
             rank = max(len(_shape(o)) for o in operands if isinstance(o, (TileRef, _GM)))
             specs = []
             for o in operands:
@@ -683,4 +860,4 @@ def _build(program, caps) -> Plan | None:
                 else:
                     specs.append(o)
             ops.append((f, tuple(specs)))
-    return Plan(ops, scratch, private, _unobserved(program.buffers, instrs_of))
+    return Plan(ops, origins, scratch, private, _unobserved(program.buffers, instrs_of))
