@@ -216,3 +216,25 @@ def test_low_precision_rounded_once(dtype):
     prod = functional_plan._product(np.dtype(dtype))(a, b)
     want = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype)
     np.testing.assert_array_equal(prod.view(np.uint16), want.view(np.uint16))
+
+
+def test_plan_error_is_reported_not_hidden():
+    """A numpy error inside a plan is the plan's bug: a SimulationError naming the instruction,
+    not a silent rerun on the interpreter."""
+    @pypto.jit
+    def k(x, out):
+        out[:] = -x
+    x = np.ones((16, 64), np.float32)
+    ck = k.compile(x, x)
+    plan = plan_for(ck.program, ck.machine)
+
+    def broken(*args):
+        raise ValueError("operands could not be broadcast together")
+    saved = plan.ops[0]
+    plan.ops[0] = (broken, saved[1])
+    try:
+        with pytest.raises(SimulationError, match="functional plan failed") as err:
+            ck.simulate(x, np.zeros_like(x), mode="functional")
+        assert err.value.loc is not None
+    finally:
+        plan.ops[0] = saved

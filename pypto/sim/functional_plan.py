@@ -24,9 +24,16 @@ The plan is built once per program and machine and cached on the program:
    passed from its producer to an element-wise instruction writing GM is skipped (_chain), and
    instructions repeated with only their GM windows moved -- the iterations of a loop over tiles
    -- run as one call over a group axis (_fuse), so numpy sees whole rows where there were tiles.
+   The stream then runs level by level of dependence through memory, like the tasks in 2.
+
+Building is linear in the program's size: a copy's producer and readers are looked for at most
+WINDOW instructions away, and levels (of tasks, of a stream's instructions) are kept in arrays
+per byte of a space and per element of a GM buffer, not found by comparing pairs.
 
 Running a plan makes the numpy views for this run's GM buffers and the reused per-thread on-chip
-copies, then makes its list of numpy calls: the Python cost is per batch, not per task.
+copies, then makes its list of numpy calls: the Python cost is per batch, not per task.  Decode
+refuses operands numpy would refuse (SimulationError at the instruction's line), so a numpy
+error while running a plan is the plan's own bug, reported as such, never hidden by a fallback.
 """
 from __future__ import annotations
 
