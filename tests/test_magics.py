@@ -241,14 +241,14 @@ def test_trace_writes_chrome_json(ip, tmp_path):
 def test_check_prints_the_verdict(ip):
     result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --check"))
     assert result.success and cap.stderr == ""
-    assert "softmax: check OK on a2a3 (out: OK, max abs err" in cap.stdout
+    assert "softmax: check OK on a2a3 (out: OK vs numpy (max abs err" in cap.stdout
 
 
 def test_check_mismatch_fails_the_cell_with_a_short_message(ip, monkeypatch):
     import pypto.compiler.kernel as kernel_mod
 
     def wrong(outputs, expected, traced):
-        return {name: {"ok": False, "max_abs_err": 1.0, "rtol": 1e-5, "atol": 1e-6}
+        return {name: {"ok": False, "max_abs_err": 1.0, "max_err_ratio": 9.5, "worst": (0, 3)}
                 for name in traced.output_names}
 
     monkeypatch.setattr(kernel_mod, "compare", wrong)
@@ -257,6 +257,7 @@ def test_check_mismatch_fails_the_cell_with_a_short_message(ip, monkeypatch):
     assert type(result.error_in_exec).__name__ == "CheckMismatchError"
     text = cap.stdout + cap.stderr
     assert "check MISMATCH" in text and "Traceback" not in text and "pypto/" not in text
+    assert "9.5x its bound at out[0, 3]" in text
     monkeypatch.undo()
     result, cap = run(ip, "after_mismatch = 1")
     assert result.success

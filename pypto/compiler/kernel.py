@@ -15,7 +15,8 @@ from ..ir.block import BlockGraph
 from ..ir.exec import ExecGraph
 from ..ir.program import Program
 from ..ir.tensor import TensorGraph
-from ..ir.tensor_eval import accumulates, evaluate, tolerance
+from ..ir.numerics import output_bounds, within_bound
+from ..ir.tensor_eval import evaluate
 from ..ir.tile import TileGraph
 from ..sim.machine import Machine
 from ..sim.result import SimResult
@@ -73,8 +74,11 @@ class CompiledKernel:
                  checked: bool = False, trace: bool = True, engine: str = "auto") -> SimResult:
         """Simulate on a machine (default: the one compiled for).
 
-        `check` compares the outputs with the numpy reference of the kernel; `checked` runs the
-        simulator's checked mode (races, uninitialised reads, event reuse raise SimulationError);
+        `check` compares the outputs with the numpy reference of the kernel (within the error
+        bound of every step's rounding, see `pypto.ir.numerics`) and, in "full" mode, looks for
+        races between pipes and tasks on the simulated times (`res.races`); both decide `res.ok`.
+        `checked` runs the simulator's checked mode (races, uninitialised reads, event reuse
+        raise SimulationError);
         `engine` picks the timing engine (see `pypto.sim.simulate`).
         """
         if machine is not None and machine != self.machine.name and machine != self.machine:
@@ -82,9 +86,9 @@ class CompiledKernel:
                                                           trace=trace, engine=engine)
         arrays = self.bind(args) if mode != "timing" else {}
         res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace,
-                      engine=engine)
+                      engine=engine, races=check and not checked and mode == "full")
         if check and mode != "timing":
-            res.check = compare(res.outputs, self.reference(*args), self.traced)
+            res.check = compare(res.outputs, self.bind(args), self.traced)
         return res
 
     def diff(self, pass_name: str | int, context: int = 3) -> "PassDiff":
@@ -392,28 +396,12 @@ def as_array(a) -> np.ndarray:
     return np.asarray(a)
 
 
-def compare(outputs, expected, traced: TensorGraph) -> dict:
-    """Outputs vs the reference: dtype-relative tolerance; for sums of many terms (where the
-    summation order changes the rounding and cancellation can leave a small result) the
-    absolute tolerance scales with the output's magnitude."""
-    result = {}
-    for name in traced.output_names:
-        got, want = outputs[name], expected[name]
-        p = traced.param(name)
-        rtol, atol = tolerance(p.dtype)
-        if p.dtype.name in ("fp16", "bf16"):      # compare low precision in fp32, fp32 as is
-            got, want = got.astype(np.float32), want.astype(np.float32)
-        elif not p.dtype.is_float:
-            got, want = got.astype(np.int64), want.astype(np.int64)
-        with np.errstate(all="ignore"):
-            err = np.abs(got - want)
-            finite = np.isfinite(want)
-            scale = float(np.abs(want[finite]).max()) if finite.any() else 0.0
-            if accumulates(traced):
-                atol = max(atol, rtol * scale)
-            bad = ~((err <= atol + rtol * np.abs(want)) | (np.isnan(got) & np.isnan(want))
-                    | (got == want))
-            errs = err[np.isfinite(err)]
-            max_abs = float(errs.max()) if errs.size else 0.0
-        result[name] = {"ok": not bool(bad.any()), "max_abs_err": max_abs, "rtol": rtol, "atol": atol}
-    return result
+def compare(outputs, arrays: dict[str, np.ndarray], traced: TensorGraph) -> dict:
+    """Outputs vs the numpy reference of the traced graph, within the error bound that the
+    rounding of every step allows (`pypto.ir.numerics`): a mismatch reported is a real one."""
+    values: dict = {}
+    with np.errstate(all="ignore"):
+        expected = evaluate(traced, arrays, values)
+        bound = output_bounds(traced, values, expected)
+    return {name: within_bound(outputs[name], expected[name], bound[name], traced.param(name).dtype)
+            for name in traced.output_names}

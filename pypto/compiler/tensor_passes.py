@@ -9,7 +9,7 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import SourceLoc
 from ..ir.core import Attrs, broadcast_shapes
-from ..ir.tensor import OPS, TensorGraph, TNode
+from ..ir.tensor import OPS, TensorGraph, TNode, infer_shape
 from ..ir.tensor_eval import BINARY as NP_BINARY, GELU_C
 from .pipeline import Pass, PassContext
 
@@ -156,9 +156,11 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 
 
 # ---------------------------------------------------------------------------------------
-# legalize: reductions keep their dim (a reshape drops it), and a store of a GM view (a kernel
+# legalize: reductions keep their dim (a reshape drops it), a store of a GM view (a kernel
 # input, or a reshape/transpose/slice) becomes a copy (fp16/bf16 sums accumulate in fp32: the
-# autocast pass sees to that)
+# autocast pass sees to that), and a 0-d value (a full reduction of a 1-D tensor without keepdim)
+# becomes a [1] tensor: tiles have at least one dim, and [1] broadcasts as () does against any
+# tensor of rank 1 or more (constants stay 0-d: they are scalar operands, not tiles)
 
 def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
@@ -167,13 +169,32 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
             x, t = rw.map[n.inputs[0]], n.attrs.get("tile")
             r = rw.red(n.op, x, n.attrs["dim"], t)
-            rw.map[n.id] = rw.emit("reshape", [r], n.shape, n.dtype, {"shape": n.shape})
+            shape = n.shape or (1,)
+            rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":
             store_value(rw, n)
+        elif n.op not in ("const", "input") and (not n.shape or any(
+                len(rw.shape(rw.map[i])) != len(g.node(i).shape) for i in n.inputs)):
+            rw.map[n.id] = _promoted(rw, n)
         else:
             rw.keep(n)
         rw.loc = None
     return rw.graph()
+
+
+def _promoted(rw: Rewriter, n: TNode) -> int:
+    """Node n over inputs of which some 0-d values became [1]: its shape follows again from the
+    inputs (a reshape to () reshapes to [1])."""
+    ins = [rw.map[i] for i in n.inputs]
+    attrs = dict(n.attrs)
+    if n.op == "reshape" and not attrs["shape"]:
+        attrs["shape"] = (1,)
+    shape = infer_shape(n.op, [rw.shape(i) for i in ins], attrs) if ins else n.shape
+    if shape is None:   # pragma: no cover - every op of a 0-d value is elementwise or a reshape
+        raise NotImplementedError(f"{n.op} of a 0-d value")
+    nid = rw.emit(n.op, ins, shape, n.dtype, attrs, n.loc)
+    rw.map[n.id] = nid
+    return nid
 
 
 def store_value(rw: Rewriter, n: TNode, tile=None) -> int:

@@ -367,14 +367,9 @@ def _names(tokens) -> list[str]:
 def _verdict(res) -> str:
     if not res.check:
         return "not checked"
-    def bound(c) -> str:       # the check's tolerance, as the simulator's result states it
-        if "rtol" in c:
-            return f", rtol {c['rtol']:g}"
-        if "max_err_ratio" in c:
-            return f", {100 * c['max_err_ratio']:.3g}% of its error bound"
-        return ""
-    return "; ".join(f"{name}: {'OK' if c['ok'] else 'MISMATCH'}, max abs err {c['max_abs_err']:.3g}{bound(c)}"
-                     for name, c in res.check.items())
+    from ..sim.result import check_text
+    text = "; ".join(f"{name}: {check_text(name, c)}" for name, c in res.check.items())
+    return text + (f"; {len(res.races)} race(s): {res.races[0]}" if res.races else "")
 
 
 _ASSIGN = re.compile(r"^([A-Za-z_]\w*)\s*=\s*(.+)$")

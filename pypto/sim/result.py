@@ -19,6 +19,7 @@ class SimResult:
     stats: dict = field(default_factory=dict)
     trace: list = field(default_factory=list)
     check: dict | None = None
+    races: list[str] | None = None      # found by the race check of `simulate(races=True)`
     task_times: dict = field(default_factory=dict, repr=False)   # task -> (core, start, end)
     program: object = field(default=None, repr=False)
 
@@ -32,7 +33,11 @@ class SimResult:
 
     @property
     def ok(self) -> bool | None:
-        return None if self.check is None else all(c["ok"] for c in self.check.values())
+        """Outputs within their error bound of the numpy reference and no race found; None when
+        nothing was checked."""
+        if self.check is None and self.races is None:
+            return None
+        return all(c["ok"] for c in (self.check or {}).values()) and not self.races
 
     def timeline(self, **kw):
         """Per-core, per-pipe swimlane of the trace (matplotlib figure)."""
@@ -74,9 +79,10 @@ class SimResult:
                 rows.append(("compute", f"{s['tflops']:.2f} TFLOP/s ({s['cube_util_pct']:.1f}% of cube peak), "
                                         f"{s['arithmetic_intensity']:g} FLOP per HBM byte"))
         for name, c in (self.check or {}).items():
-            verdict = "OK" if c["ok"] else "MISMATCH"
-            rows.append((f"check {name}", f"{verdict} vs numpy (max abs err {c['max_abs_err']:.3g}, "
-                                          f"rtol {c['rtol']:g})"))
+            rows.append((f"check {name}", check_text(name, c)))
+        if self.races:
+            more = f" (and {len(self.races) - 1} more)" if len(self.races) > 1 else ""
+            rows.append(("races", f"{len(self.races)} found: {self.races[0]}{more}"))
         return rows
 
     def summary(self) -> str:
@@ -89,6 +95,15 @@ class SimResult:
 
     def _repr_pretty_(self, p, cycle):
         p.text(self.summary())
+
+
+def check_text(name: str, c: dict) -> str:
+    """One output's check vs numpy, in words: the largest error and how much of the error bound
+    of its steps' rounding it uses (pypto.ir.numerics); for a mismatch, the worst element."""
+    if c["ok"]:
+        return f"OK vs numpy (max abs err {c['max_abs_err']:.3g}, {100 * c['max_err_ratio']:.3g}% of its bound)"
+    where = "" if c.get("worst") is None else f" at {name}[{', '.join(map(str, c['worst']))}]"
+    return f"MISMATCH vs numpy (max abs err {c['max_abs_err']:.3g}, {c['max_err_ratio']:.3g}x its bound{where})"
 
 
 def build_stats(timing: dict, program, machine: Machine) -> dict:

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..errors import KernelSignatureError, PyptoError, SimulationError
 from ..ir.program import Program
-from .checks import check_races
+from .checks import check_races, find_all_races
 from .functional import run_functional
 from .machine import get_machine
 from .result import SimResult, build_stats
@@ -26,7 +26,7 @@ def bind_buffers(program: Program, args) -> dict[str, np.ndarray]:
 
 
 def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check: bool = False,
-             trace: bool = True, progress: bool = True, engine: str = "auto") -> SimResult:
+             trace: bool = True, progress: bool = True, engine: str = "auto", races: bool = False) -> SimResult:
     """Run a PTO program.
 
     `args` are numpy arrays for the program's GM buffers (inputs and outputs, in the order of its
@@ -41,6 +41,9 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
     second, its very first use on a computer some seconds to compile; an error when numba is not
     installed) or "auto" (default): compiled for programs of at least 100,000 instructions
     when numba is installed, else Python.
+
+    `races=True` (with a timing mode) looks for the races checked mode raises on, without
+    raising: they are listed in `res.races` and make `res.ok` False.
     """
     if mode not in MODES:
         raise PyptoError("unknown simulation mode", expected=" or ".join(MODES), got=repr(mode))
@@ -55,12 +58,14 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
     if mode in ("full", "functional"):
         res.outputs = run_functional(program, m, bind_buffers(program, args), checked=check)
     if mode in ("full", "timing"):
-        t = run_timing(program, m, trace=trace, record_times=check, checked=check, progress=progress,
+        t = run_timing(program, m, trace=trace, record_times=check or races, checked=check, progress=progress,
                        engine=engine)
         if check:
             check_races(program, t)
             if t["unwaited"]:
                 raise SimulationError("\n".join(t["unwaited"]))
+        elif races:
+            res.races = find_all_races(program, t)
         res.cycles = t["cycles"]
         res.trace = t["events"]
         res.task_times = t["tasks"]

@@ -1,0 +1,299 @@
+"""Numeric semantics and the honest check: how far a correct result may be from the reference.
+
+A kernel's result and the numpy reference (`tensor_eval.evaluate`, op by op in each value's
+dtype) are two evaluations of the same math that round at different steps: the compiler
+computes some fp16/bf16 steps in fp32 (autocast), accumulates sums and matmuls tile by tile in
+another order, decomposes composites (softmax, gelu, layernorm, ...) into primitives.  Neither is
+the exact value, so no fixed tolerance of the output's dtype fits every kernel: it cries wolf on
+a correct fp16 GELU stored as fp32, and lets a wrong fp32 sum of a million terms pass.
+
+Instead the check carries, next to every reference value, a bound on the error a correct
+evaluation may have: first-order forward error analysis, step by step through the Tensor Graph.
+Each step rounds its result to the step's dtype (unit roundoff u: 2^-24 fp32, 2^-11 fp16, 2^-8
+bf16, 0 for integers); float sums and matmuls accumulate in fp32 at least (n terms: (n-1) u32
+times the sum of magnitudes); a composite is bounded through its documented decomposition, every
+inner step rounded to the composite's dtype (autocast can only round less).  The rules per op:
+
+| op | error of the result (e: bound of an operand, y: the result), before its own rounding |
+|---|---|
+| add, sub | e_a + e_b |
+| mul | abs(b) e_a + abs(a) e_b + e_a e_b |
+| div | (e_a + abs(y) e_b) / (abs(b) - e_b); unbounded when the divisor's bound reaches 0 |
+| exp | abs(y) (exp(e_a) - 1) |
+| log | -log(1 - e_a / abs(a)); unbounded when e_a >= abs(a) |
+| sqrt | e_a / (sqrt(a) + sqrt(max(a - e_a, 0))) |
+| rsqrt, recip | 1 / sqrt(a), 1 / a through the rules above, rounded once |
+| abs neg relu copy maximum minimum amax amin, layout ops | the largest operand bound (exact ops) |
+| sum over n | sum of e + (n - 1) u32 sum(abs(x)) |
+| matmul over K | by Cauchy-Schwarz on the rows of A and columns of B: norms of A, B and their bounds |
+| cast | e + the rounding to the new dtype; to an integer, +1 when e > 0 (truncation may step) |
+
+A result passes where abs(got - reference) <= 4 x bound (both evaluations are within the bound
+of the exact value, and a factor of 2 covers the second-order terms the analysis drops), where
+both are equal or both NaN, and where the bound is infinite or NaN (an intermediate overflowed
+or lost all its digits: no claim is made).  Integer results without float steps have bound 0:
+they must be equal.  So a reported mismatch is a real one.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes as dt
+from .tensor import TensorGraph, TNode
+
+UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+# half the smallest subnormal: the absolute error of a rounding into the subnormal range
+UNDERFLOW = {"fp32": 2.0 ** -150, "fp16": 2.0 ** -25, "bf16": 2.0 ** -134}
+ACCUMULATOR_UNIT = 2.0 ** -24       # float sums and matmuls accumulate in fp32 at least
+SAFETY = 4.0                        # two evaluations within the bound, and second-order terms
+GELU_C = 0.7978845608028654         # sqrt(2 / pi)
+
+_F64 = np.float64
+
+
+class Approx:
+    """A value known up to an error: `v` (float64) and a bound `e >= 0` of its distance from
+    the exact value (inf: unknown)."""
+
+    __slots__ = ("v", "e")
+
+    def __init__(self, v, e=None):
+        self.v = np.asarray(v, _F64)
+        self.e = np.zeros(self.v.shape) if e is None else np.asarray(e, _F64)    # NaN: unknown too
+
+    def rounded(self, dtype: dt.DType) -> "Approx":
+        """The value rounded to `dtype`: its bound grows by that rounding (the value is kept: it
+        only scales bounds, and where it overflows the dtype both evaluations agree on inf)."""
+        u = UNIT_ROUNDOFF.get(dtype.name)
+        if u is None:
+            return self
+        return Approx(self.v, self.e + (u * np.abs(self.v) + UNDERFLOW[dtype.name]))
+
+    def __add__(self, o): o = _approx(o); return Approx(self.v + o.v, self.e + o.e)
+    def __sub__(self, o): o = _approx(o); return Approx(self.v - o.v, self.e + o.e)
+
+    def __mul__(self, o):
+        o = _approx(o)
+        return Approx(self.v * o.v, np.abs(o.v) * self.e + np.abs(self.v) * o.e + self.e * o.e)
+
+    def __truediv__(self, o):
+        o = _approx(o)
+        v = self.v / o.v
+        den = np.abs(o.v) - o.e
+        e = np.where(den > 0, (self.e + np.abs(v) * o.e) / np.where(den > 0, den, 1.0), np.inf)
+        return Approx(v, np.where((self.e == 0) & (o.e == 0), 0.0, e))
+
+    def exp(self):
+        v = np.exp(self.v)
+        return Approx(v, np.where(self.e == 0, 0.0, np.abs(v) * np.expm1(self.e)))
+
+    def log(self):
+        a = np.abs(self.v)
+        with np.errstate(all="ignore"):
+            r = self.e / a
+            e = np.where(self.e == 0, 0.0, np.where(r < 1, -np.log1p(-np.minimum(r, 1.0)), np.inf))
+        return Approx(np.log(self.v), e)
+
+    def sqrt(self):
+        v = np.sqrt(self.v)
+        den = v + np.sqrt(np.maximum(self.v - self.e, 0.0))
+        with np.errstate(all="ignore"):     # from 0, sqrt moves by at most sqrt(e)
+            e = np.where(den > 0, self.e / den, np.sqrt(self.e))
+        return Approx(v, np.where(self.e == 0, 0.0, e))
+
+    def recip(self):
+        return Approx(1.0) / self
+
+    def sum(self, axis: int, keepdims: bool, float_acc: bool = True):
+        n = self.v.shape[axis]
+        e = self.e.sum(axis=axis, keepdims=keepdims)
+        if float_acc and n > 1:
+            e = e + (n - 1) * ACCUMULATOR_UNIT * np.abs(self.v).sum(axis=axis, keepdims=keepdims)
+        return Approx(self.v.sum(axis=axis, keepdims=keepdims), e)
+
+    def extreme(self, f, axis: int, keepdims: bool):
+        return Approx(f(self.v, axis=axis, keepdims=keepdims), self.e.max(axis=axis, keepdims=keepdims))
+
+
+def _approx(x) -> Approx:
+    return x if isinstance(x, Approx) else Approx(x)
+
+
+def _broadcast_max(a: Approx, b: Approx, f) -> Approx:
+    return Approx(f(a.v, b.v), np.maximum(a.e, b.e))
+
+
+def _sigmoid(x: Approx, r) -> Approx:
+    return r(r(r(Approx(-x.v, x.e).exp()) + 1.0).recip())
+
+
+def _mean(x: Approx, axis: int, r) -> Approx:
+    n = x.v.shape[axis]
+    return r(r(x.sum(axis, True)) * r(Approx(1.0 / n)))
+
+
+def _matmul_bound(a: Approx, b: Approx, y: np.ndarray, float_acc: bool) -> np.ndarray:
+    """|A| e_B + e_A |B| + e_A e_B + (K - 1) u32 |A||B|, each product of magnitudes bounded by
+    the norms of A's rows and B's columns (Cauchy-Schwarz): no second K-long product."""
+    def rows(m):        # norms over K of A's rows: [..., M, 1]
+        return np.sqrt(np.square(m).sum(axis=-1, keepdims=True))
+
+    def cols(m):        # norms over K of B's columns: [..., 1, N]
+        return np.sqrt(np.square(m).sum(axis=-2, keepdims=True))
+    na, ea, nb, eb = rows(a.v), rows(a.e), cols(b.v), cols(b.e)
+    k = a.v.shape[-1]
+    e = na * eb + ea * nb + ea * eb
+    if float_acc and k > 1:
+        e = e + (k - 1) * ACCUMULATOR_UNIT * na * nb
+    return np.broadcast_to(e, y.shape)
+
+
+def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
+    """The reference value `y` of node n (float64) with its error bound, from its operands';
+    `float_acc`: a matmul's operands are floats (int8 products accumulate exactly)."""
+    a = n.attrs
+    d = n.dtype
+    r = (lambda q: q.rounded(d))          # one rounding step in the node's dtype
+    x = ins[0] if ins else None
+    fl = d.is_float
+    op = n.op
+    if op == "input":
+        return Approx(y)
+    if op == "const":
+        return Approx(y).rounded(d) if fl else Approx(y)
+    if op in ("add", "sub", "mul", "div"):
+        b = ins[1]
+        out = {"add": x.__add__, "sub": x.__sub__, "mul": x.__mul__, "div": x.__truediv__}[op](b)
+    elif op in ("maximum", "minimum"):
+        out = _broadcast_max(x, ins[1], np.maximum if op == "maximum" else np.minimum)
+    elif op in ("abs", "neg", "relu", "copy"):
+        out = Approx(y, x.e)
+    elif op == "exp":
+        out = x.exp()
+    elif op == "log":
+        out = x.log()
+    elif op == "sqrt":
+        out = x.sqrt()
+    elif op == "rsqrt":
+        out = x.sqrt().recip()
+    elif op == "recip":
+        out = x.recip()
+    elif op == "sum":
+        out = x.sum(a["dim"], a["keepdim"], fl)
+    elif op in ("amax", "amin"):
+        out = x.extreme(np.max if op == "amax" else np.min, a["dim"], a["keepdim"])
+    elif op == "mean":
+        out = _mean(x, a["dim"], r)
+        if not a["keepdim"]:
+            out = Approx(np.squeeze(out.v, a["dim"]), np.squeeze(out.e, a["dim"]))
+    elif op == "sigmoid":
+        out = _sigmoid(x, r)
+    elif op == "tanh":                      # 2 sigmoid(2x) - 1
+        out = r(r(_sigmoid(Approx(2 * x.v, 2 * x.e), r) * 2.0) - 1.0)
+    elif op == "gelu":                      # x sigmoid(2c (x + 0.044715 x^3))
+        x3 = r(r(x * x) * x)
+        inner = r(r(x + r(x3 * 0.044715)) * (2.0 * GELU_C))
+        out = x * _sigmoid(inner, r)
+    elif op == "softmax":
+        dim = a["dim"]
+        m = x.extreme(np.max, dim, True)
+        ex = r(r(x - m).exp())
+        out = ex / r(ex.sum(dim, True))
+    elif op == "rms_norm":
+        last = x.v.ndim - 1
+        ms = _mean(r(x * x), last, r)
+        out = r(x * r(r(ms + a["eps"]).sqrt().recip())) * ins[1]
+    elif op == "layernorm":
+        last = x.v.ndim - 1
+        dev = r(x - _mean(x, last, r))
+        var = _mean(r(dev * dev), last, r)
+        out = dev * r(r(var + a["eps"]).sqrt().recip())
+        rest = list(ins[1:])
+        if a["has_weight"]:
+            out = r(out) * rest.pop(0)
+        if a["has_bias"]:
+            out = r(out) + rest.pop(0)
+    elif op == "matmul":
+        av, ae, bv, be = x.v, x.e, ins[1].v, ins[1].e
+        if a["a_trans"]:
+            av, ae = np.swapaxes(av, -1, -2), np.swapaxes(ae, -1, -2)
+        if a["b_trans"]:
+            bv, be = np.swapaxes(bv, -1, -2), np.swapaxes(be, -1, -2)
+        out = Approx(y, _matmul_bound(Approx(av, ae), Approx(bv, be), y, float_acc))
+    elif op == "cast":
+        e = x.e
+        if not fl and np.any(e > 0):        # truncation to an integer may step by one
+            e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
+        out = Approx(y, e)
+    elif op == "reshape":
+        out = Approx(y, np.reshape(x.e, a["shape"]))
+    elif op == "transpose":
+        out = Approx(y, np.swapaxes(x.e, a["dim0"], a["dim1"]))
+    elif op == "view":
+        out = Approx(y, x.e[tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))])
+    else:
+        raise KeyError(op)
+    out = Approx(y, np.broadcast_to(out.e, np.shape(y)))
+    if op in ("reshape", "transpose", "view", "abs", "neg", "relu", "copy", "maximum", "minimum",
+              "amax", "amin", "input"):
+        return out                           # exact: no rounding of their own
+    return out.rounded(d) if fl else out
+
+
+def bounds(g: TensorGraph, values: dict[int, np.ndarray]) -> dict[int, Approx]:
+    """Every node's reference value (from `values`, the reference evaluator's) with its bound."""
+    out: dict[int, Approx] = {}
+    for n in g.nodes:
+        if n.op == "store":
+            continue
+        y = np.asarray(values[n.id]).astype(_F64)
+        ins = [out[i] for i in n.inputs]
+        float_acc = n.op != "matmul" or g.node(n.inputs[0]).dtype.is_float
+        out[n.id] = bound_node(n, ins, y, float_acc)
+    return out
+
+
+def output_bounds(g: TensorGraph, values: dict[int, np.ndarray],
+                  initial: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The error bound of every element of every output parameter: 0 where the kernel does not
+    write (the initial contents stay), the stored value's bound where it does."""
+    per_node = bounds(g, values)
+    out = {name: np.zeros(np.shape(initial[name]), _F64) for name in g.output_names}
+    for n in g.nodes:
+        if n.op == "store":
+            region = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
+            out[n.attrs["param"]][region] = per_node[n.inputs[0]].e.reshape(n.shape)
+    return out
+
+
+def within_bound(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: dt.DType) -> dict:
+    """Compare one output with its reference and bound: {'ok', 'max_abs_err', 'max_err_ratio',
+    'worst'}: the largest error, the largest error over its allowance (below 1 when ok), and
+    for a mismatch the index of the worst element."""
+    g, w = np.asarray(got).astype(_F64), np.asarray(want).astype(_F64)
+    with np.errstate(all="ignore"):
+        err = np.abs(g - w)
+        allowed = SAFETY * bound
+        ok = err <= allowed                 # NaN errors and bounds fail here: looked at below
+        finite_err = err[np.isfinite(err)]
+        max_err = float(finite_err.max()) if finite_err.size else 0.0
+        bad = np.flatnonzero(~ok)
+        if bad.size:                        # the rare elements: equal infs, NaN, no claim, overflow
+            gb, wb, ab = g.flat[bad], w.flat[bad], allowed.flat[bad]
+            fine = (gb == wb) | (np.isnan(gb) & np.isnan(wb)) | ~np.isfinite(ab)
+            if dtype.is_float:              # one side overflowed to inf, the other is near the top
+                top = float(np.finfo(dtype.np_dtype).max) * (1 - 2 * UNIT_ROUNDOFF[dtype.name])
+                finite = np.where(np.isinf(gb), wb, gb)
+                fine |= ((np.isinf(gb) ^ np.isinf(wb)) & (np.sign(gb) == np.sign(wb))
+                         & (np.abs(finite) + ab >= top))
+            bad = bad[~fine]
+        if bad.size:
+            eb, ab = err.flat[bad], allowed.flat[bad]
+            ratio = np.where(ab > 0, eb / np.where(ab > 0, ab, 1.0), np.inf)
+            ratio = np.where(np.isnan(ratio), np.inf, ratio)
+            k = int(np.argmax(ratio))
+            worst = tuple(int(i) for i in np.unravel_index(int(bad[k]), err.shape))
+            return {"ok": False, "max_abs_err": max_err, "max_err_ratio": float(ratio[k]), "worst": worst}
+        usable = ok & (allowed > 0)
+        ratio = float((err[usable] / allowed[usable]).max()) if usable.any() else 0.0
+    return {"ok": True, "max_abs_err": max_err, "max_err_ratio": ratio, "worst": None}

@@ -1,0 +1,213 @@
+"""The honest numeric check (pypto.ir.numerics): no false alarms on correct mixed-precision
+kernels, a real mismatch or race reported; the error bound is sound; 0-d intermediates."""
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pypto
+from pypto.compiler.kernel import compare
+from pypto.dtypes import DT_BF16, DT_FP16, DT_FP32
+from pypto.ir.numerics import Approx, UNIT_ROUNDOFF, within_bound
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+# --- correct mixed-precision kernels pass --------------------------------------------------------
+
+@pypto.jit
+def gelu_up(x, out):
+    out[:] = pypto.cast(pypto.gelu(x), pypto.DT_FP32)
+
+
+@pypto.jit
+def mm_cast_mm(a, b, c, out):
+    t = pypto.cast(pypto.matmul(a, b, out_dtype=pypto.DT_FP32), a.dtype)
+    out[:] = pypto.matmul(t, c, out_dtype=pypto.DT_FP32)
+
+
+@pypto.jit
+def mlp(x, w1, w2, out):
+    h = pypto.gelu(pypto.matmul(x, w1))
+    out[:] = pypto.matmul(h, w2, out_dtype=pypto.DT_FP32)
+
+
+@pypto.jit
+def attention(q, k, v, out):
+    s = pypto.matmul(q, k, b_trans=True, out_dtype=pypto.DT_FP32) * 0.125
+    p = pypto.cast(pypto.softmax(s), q.dtype)
+    out[:] = pypto.matmul(p, v, out_dtype=pypto.DT_FP32)
+
+
+@pypto.jit
+def exp_add(x, y, out):
+    out[:] = pypto.exp(x) + y
+
+
+def _cases(rng, dt):
+    f = lambda *s: rng.standard_normal(s)                                     # noqa: E731
+    return {
+        "gelu_up": (gelu_up, (f(64, 128).astype(dt), np.zeros((64, 128), np.float32))),
+        "mm_cast_mm": (mm_cast_mm, tuple(f(64, 64).astype(dt) for _ in range(3)) + (np.zeros((64, 64), np.float32),)),
+        "mlp": (mlp, ((0.5 * f(128, 256)).astype(dt), (f(256, 512) / 16).astype(dt), (f(512, 256) / 22).astype(dt),
+                      np.zeros((128, 256), np.float32))),
+        "attention": (attention, (f(128, 64).astype(dt), f(256, 64).astype(dt), f(256, 64).astype(dt),
+                                  np.zeros((128, 64), np.float32))),
+    }
+
+
+@pytest.mark.parametrize("dt", [np.float16, BF16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("which", ["gelu_up", "mm_cast_mm", "mlp", "attention"])
+def test_correct_mixed_precision_kernels_pass_the_check(which, dt, rng):
+    kernel, args = _cases(rng, dt)[which]
+    res = kernel.compile(*args).simulate(*args)
+    assert res.ok, res.check
+    c = res.check["out"]
+    assert 0 <= c["max_err_ratio"] < 1 and c["worst"] is None
+    assert "OK vs numpy" in res.summary() and "of its bound" in res.summary()
+
+
+def test_a_wrong_element_is_a_mismatch_naming_it(rng):
+    kernel, args = _cases(rng, np.float16)["mm_cast_mm"]
+    ck = kernel.compile(*args)
+    res = ck.simulate(*args)
+    out = res.outputs["out"].copy()
+    out[3, 5] += 0.05 * np.abs(out).max()
+    c = compare({"out": out}, ck.bind(args), ck.traced)["out"]
+    assert not c["ok"] and c["worst"] == (3, 5) and c["max_err_ratio"] > 1
+    res.check = {"out": c}
+    assert "MISMATCH vs numpy" in res.summary() and "at out[3, 5]" in res.summary()
+
+
+def test_a_corrupted_instruction_is_a_mismatch(rng):
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    args = (x, x.copy(), np.zeros_like(x))
+    ck = exp_add.compile(*args)
+    text = ck.program.text()
+    assert text.count("TADD ") >= 1
+    bad = dataclasses.replace(ck, program=pypto.Program.parse(text.replace("TADD ", "TSUB ", 1)))
+    assert ck.simulate(*args).ok
+    res = bad.simulate(*args)
+    assert res.ok is False and not res.check["out"]["ok"]
+
+
+def test_a_removed_wait_is_a_race_and_not_ok(rng):
+    x = rng.standard_normal((256, 1024)).astype(np.float32)
+    args = (x, x.copy(), np.zeros_like(x))
+    ck = exp_add.compile(*args)
+    res = ck.simulate(*args)
+    assert res.ok and res.races == []
+    lines = ck.program.text().splitlines()
+    k = next(i for i, line in enumerate(lines) if "WAIT_FLAG" in line)
+    bad = dataclasses.replace(ck, program=pypto.Program.parse("\n".join(lines[:k] + lines[k + 1:])))
+    res = bad.simulate(*args)
+    assert res.check["out"]["ok"]            # program order still gives the right values
+    assert res.ok is False and res.races and "race in task" in res.races[0]
+    assert "races" in res.summary()
+    with pytest.raises(pypto.SimulationError, match="race"):
+        bad.simulate(*args, checked=True)
+
+
+# --- the bound is sound ---------------------------------------------------------------------------
+
+def _round(v, dt):
+    return v.astype(dt).astype(np.float64)
+
+
+@pytest.mark.parametrize("dt", [np.float16, BF16, np.float32], ids=["fp16", "bf16", "fp32"])
+def test_the_bound_covers_a_chain_rounded_at_every_step(dt, rng):
+    """exp(a * b - c) / (sum(a) + 3), sqrt and log: evaluated with rounding after every step,
+    the result lies within the bound of the exact (float64) value."""
+    name = {np.float16: "fp16", BF16: "bf16", np.float32: "fp32"}[dt]
+    d = {"fp16": DT_FP16, "bf16": DT_BF16, "fp32": DT_FP32}[name]
+    a, b, c = (_round(rng.uniform(0.5, 2, (16, 300)), dt) for _ in range(3))
+    A, B, C = Approx(a), Approx(b), Approx(c)
+    s = A.sum(-1, True).rounded(d)
+    y = ((A * B).rounded(d) - C).rounded(d).exp().rounded(d) / (s + 3.0).rounded(d)
+    y = y.rounded(d).sqrt().rounded(d).log().rounded(d)
+    lo = lambda v: _round(v, dt)                                              # noqa: E731
+    acc = lambda v: v.astype(np.float32).sum(-1, keepdims=True, dtype=np.float32).astype(np.float64)  # noqa: E731
+    steps = lo(np.log(lo(np.sqrt(lo(lo(np.exp(lo(lo(a * b) - c))) / lo(lo(acc(a)) + 3.0))))))
+    exact = np.log(np.sqrt(np.exp(a * b - c) / (a.sum(-1, keepdims=True) + 3.0)))
+    assert np.all(np.abs(steps - exact) <= y.e)
+    assert y.e.max() < 64 * UNIT_ROUNDOFF[name] * np.abs(exact).max() + 1e-6   # and not vacuous
+
+
+def test_within_bound_accepts_equal_infs_and_nans_and_rejects_a_nan_for_a_number():
+    want = np.array([np.inf, np.nan, 1.0, 1.0], np.float32)
+    bound = np.array([0.0, 0.0, 1e-7, 1e-7])
+    assert within_bound(want.copy(), want, bound, DT_FP32)["ok"]
+    got = want.copy()
+    got[3] = np.nan
+    c = within_bound(got, want, bound, DT_FP32)
+    assert not c["ok"] and c["worst"] == (3,)
+
+
+def test_integer_results_must_be_equal(rng):
+    @pypto.jit
+    def iadd(x, y, out):
+        out[:] = x + y * 3
+    x = rng.integers(-100, 100, (16, 64)).astype(np.int32)
+    args = (x, x.copy(), np.zeros_like(x))
+    ck = iadd.compile(*args)
+    res = ck.simulate(*args)
+    assert res.ok and res.check["out"]["max_abs_err"] == 0
+    out = res.outputs["out"].copy()
+    out[0, 0] += 1
+    assert not compare({"out": out}, ck.bind(args), ck.traced)["out"]["ok"]
+
+
+# --- rounding once ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dt", [np.float16, BF16], ids=["fp16", "bf16"])
+def test_low_precision_rsqrt_rounds_once(dt):
+    @pypto.jit
+    def rs(x, out):
+        out[:] = pypto.rsqrt(x)
+    x = np.linspace(0.01, 300.0, 64 * 512).reshape(64, 512).astype(dt)
+    out = np.zeros_like(x)
+    rs(x, out)
+    want = (1.0 / np.sqrt(x.astype(np.float32))).astype(dt)
+    assert np.array_equal(out.view(np.uint16), want.view(np.uint16))
+
+
+# --- 0-d intermediates ------------------------------------------------------------------------------
+
+@pypto.jit
+def minus_total(x, out):
+    s = pypto.sum(x, dim=0)
+    out[:] = x - s
+
+
+@pypto.jit
+def scalar_chain(x, out):
+    s = pypto.sum(x, dim=0)
+    t = pypto.exp(s * 0.01) + s
+    out[0] = t
+    out[1:] = x[1:] * t
+
+
+@pypto.jit
+def max_of_max(x, out):
+    out[:] = pypto.reshape(pypto.amax(pypto.amax(x, dim=0), dim=0), [1, 1])
+
+
+def test_a_full_reduction_of_a_1d_tensor_is_usable(rng):
+    x = rng.random(32).astype(np.float32)
+    out = np.zeros_like(x)
+    minus_total(x, out)
+    np.testing.assert_allclose(out, x - x.astype(np.float64).sum(), rtol=1e-5)
+    res = minus_total.compile(x, out).simulate(x, out)
+    assert res.ok, res.check
+
+    out = np.zeros_like(x)
+    scalar_chain(x, out)
+    s = x.astype(np.float64).sum()
+    t = np.exp(s * 0.01) + s
+    np.testing.assert_allclose(out, np.concatenate([[t], x[1:] * t]), rtol=1e-5)
+
+    y = rng.random((16, 32)).astype(np.float32)
+    o = np.zeros((1, 1), np.float32)
+    max_of_max(y, o)
+    assert o[0, 0] == y.max()
