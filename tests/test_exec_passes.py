@@ -9,7 +9,8 @@ from pypto.compiler.pipeline import PassContext
 from pypto.compiler.pressure import task_pressure
 from pypto.compiler.listsched import (_Stream, batch_flags, dependences, estimate_cycles, evaluate, load_latencies,
                                       schedule_task)
-from pypto.compiler.sync import _accesses, _sync_task, plan_flags
+from pypto.compiler.sync import _sync_task, plan_flags
+from pypto.ir.exec import accesses
 from pypto.dtypes import DT_FP16, DT_FP32
 from pypto.ir.core import Attrs
 from pypto.ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
@@ -293,7 +294,7 @@ def _run_ahead(n=12):
 def test_event_ids_are_not_reused_while_pending():
     bufs, s = _run_ahead()
     written = {"out"}
-    before, after, flags = plan_flags([i.pipe for i in s], [_accesses(i, written) for i in s])
+    before, after, flags = plan_flags([i.pipe for i in s], [accesses(i, written) for i in s])
     # ids ran out for MTE2 -> V: V signalled MTE2 once (V -> MTE2) before the ninth flag
     back = [op for ops in before.values() for op in ops if op[0] == "SET_FLAG"]
     assert ("SET_FLAG", "V", ("V", "MTE2", 0)) in back
@@ -346,7 +347,7 @@ def test_random_streams_get_correct_flags(rng):
                 s.append(Instr("TSTORE", "MTE3", GMRef(y, int(rng.integers(64)) * 2048, (8, 256), (256, 1)),
                                (slots[rng.integers(24)],)))
         s = tuple(s)
-        before, _, _ = plan_flags([i.pipe for i in s], [_accesses(i, {"y"}) for i in s])
+        before, _, _ = plan_flags([i.pipe for i in s], [accesses(i, {"y"}) for i in s])
         fallbacks += any(op[0] == "SET_FLAG" for ops in before.values() for op in ops)
         for order in (s, schedule_task(s, A2).instrs):
             synced = _sync_task(order)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
 from ..sim.cost import base_cycles, is_vector
 from ..sim.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import _accesses, plan_flags
+from .sync import plan_flags
 
 
 class DynamicScheduler(OptimizationPass):
@@ -90,7 +90,7 @@ class TaskSchedule(NamedTuple):
         return self.how != "original"
 
 
-def dependences(instrs, accesses=None) -> list[dict[int, bool]]:
+def dependences(instrs, acc=None) -> list[dict[int, bool]]:
     """preds[j] = {i: needs_data} for every earlier instruction i that j must follow.
 
     Edges come from overlapping byte ranges (on-chip tiles, and the GM windows of buffers the
@@ -98,15 +98,15 @@ def dependences(instrs, accesses=None) -> list[dict[int, bool]]:
     need i's data (needs_data True: a load's latency counts), write after read only i's end.
     Transitively implied edges are mostly left out (a read depends on the last writer only).
     """
-    if accesses is None:
-        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
-        accesses = [_accesses(i, written_gm) for i in instrs]
+    if acc is None:
+        written = written_gm(instrs)
+        acc = [accesses(i, written) for i in instrs]
     ranges: dict[tuple, list] = {}          # (key, lo, hi) -> [last writer or -1, readers since]
     by_key: dict[str, list[tuple]] = {}
     preds: list[dict[int, bool]] = []
-    for j, acc in enumerate(accesses):
+    for j, a in enumerate(acc):
         p: dict[int, bool] = {}
-        for key, lo, hi, w in acc:
+        for key, lo, hi, w in a:
             for rk in by_key.get(key, ()):
                 if rk[1] < hi and lo < rk[2]:
                     writer, readers = ranges[rk]
@@ -116,7 +116,7 @@ def dependences(instrs, accesses=None) -> list[dict[int, bool]]:
                         for r in readers:
                             if r != j and r not in p:
                                 p[r] = False
-        for key, lo, hi, w in acc:
+        for key, lo, hi, w in a:
             rk = (key, lo, hi)
             if rk not in ranges:
                 ranges[rk] = [-1, []]
@@ -224,8 +224,8 @@ class _Stream:
 
     def __init__(self, instrs, machine: Machine, latency=None, slowdown=None):
         self.instrs = instrs
-        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
-        self.acc = [_accesses(i, written_gm) for i in instrs]
+        written = written_gm(instrs)
+        self.acc = [accesses(i, written) for i in instrs]
         self.pipe = [i.pipe for i in instrs]
         self.latency = list(latency) if latency is not None else \
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
@@ -461,7 +461,7 @@ def _shape_key(instrs) -> tuple:
     """Equal for two streams that schedule the same: same ops, pipes, attributes and on-chip
     operands (interned TileRefs), same GM window shapes, and the windows of the GM buffers the
     stream writes at the same offsets relative to each buffer's lowest one."""
-    written = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+    written = written_gm(instrs)
     base: dict[str, int] = {}
     for ins in instrs:
         for o in (ins.dst, *ins.srcs):

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import VerificationError
-from ..ir.exec import SYNC_OPS, ExecGraph, TileRef, stream_shape
+from ..ir.exec import SYNC_OPS, ExecGraph, accesses, stream_shape
 from .pipeline import Pass, PassContext
 
 SPACE_ORDER = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
@@ -122,11 +122,9 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
         if ins.op in SYNC_OPS:
             continue
         last = i
-        for o in ins.srcs:
-            if not isinstance(o, TileRef):
-                continue
-            lo, hi = o.addr, o.addr + o.nbytes
-            vals = opened.setdefault(o.space, [])
+        acc = [a for a in accesses(ins) if not a.key.startswith("GM:")]
+        for space, lo, hi, _ in (a for a in acc if not a.write):
+            vals = opened.setdefault(space, [])
             gaps = [(lo, hi)]
             for v in vals:
                 if v[0] < hi and lo < v[1]:
@@ -135,12 +133,10 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
             if gaps:                    # never written in the task: live from its start
                 tile += 1
                 vals.extend([a, b, 0, i, tile] for a, b in gaps)
-        d = ins.dst
-        if isinstance(d, TileRef):
-            lo, hi = d.addr, d.addr + d.nbytes
-            done = pieces.setdefault(d.space, [])
+        for space, lo, hi, _ in (a for a in acc if a.write):
+            done = pieces.setdefault(space, [])
             keep = []
-            for v in opened.get(d.space, ()):
+            for v in opened.get(space, ()):
                 if v[0] < hi and lo < v[1]:
                     a, b = max(v[0], lo), min(v[1], hi)
                     done.append((a, b, v[2], v[3], v[4], v[3] == i))   # read here, overwritten here
@@ -152,7 +148,7 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
                     keep.append(v)
             tile += 1
             keep.append([lo, hi, i, i, tile])
-            opened[d.space] = keep
+            opened[space] = keep
     out = {}
     for space in sorted(set(opened) | set(pieces)):
         vals = pieces.get(space, []) + [(v[0], v[1], v[2], v[3], v[4], False) for v in opened.get(space, ())]

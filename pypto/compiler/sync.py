@@ -11,31 +11,10 @@ of their previous use.
 from __future__ import annotations
 
 from ..ir.core import Attrs
-from ..ir.exec import EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, TileRef, stream_shape
-from ..ir.gm import GMRef
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, accesses, stream_shape,
+                       written_gm)
 from .pipeline import PassContext
 
-
-
-def _accesses(ins: Instr, written_gm: set[str]):
-    """(key, lo, hi, is_write) of every byte range the instruction touches.
-
-    GM buffers the task never writes cannot create a hazard inside it: they are left out.
-    """
-    out = []
-    dst = ins.dst
-    if isinstance(dst, TileRef):
-        out.append((dst.space, dst.addr, dst.addr + dst.nbytes, True))
-    elif isinstance(dst, GMRef):
-        lo, hi = dst.span()
-        out.append(("GM:" + dst.buf.name, lo, hi, True))
-    for o in ins.srcs:
-        if isinstance(o, TileRef):
-            out.append((o.space, o.addr, o.addr + o.nbytes, False))
-        elif isinstance(o, GMRef) and o.buf.name in written_gm:
-            lo, hi = o.span()
-            out.append(("GM:" + o.buf.name, lo, hi, False))
-    return out
 
 
 def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
@@ -62,8 +41,8 @@ def _synced(instrs, plan=None):
     """(the stream with its flags, the plan used); `plan`: one made for a stream of the same shape."""
     instrs = tuple(instrs)
     if plan is None:
-        written_gm = {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
-        plan = plan_flags([i.pipe for i in instrs], [_accesses(i, written_gm) for i in instrs])
+        written = written_gm(instrs)
+        plan = plan_flags([i.pipe for i in instrs], [accesses(i, written) for i in instrs])
     before, after, _ = plan
     attrs: dict[int, Attrs] = {}        # a SET_FLAG and its WAIT_FLAG share their attributes
 
@@ -86,7 +65,7 @@ def _synced(instrs, plan=None):
 def plan_flags(pipes, accesses):
     """The flags of one task's stream: (before, after, flags).
 
-    `pipes[k]`, `accesses[k]`: the pipe and the `_accesses` of instruction k, in program order.
+    `pipes[k]`, `accesses[k]`: the pipe and the `accesses` of instruction k, in program order.
     `before[k]` / `after[k]`: the sync operations (op, pipe, (src, dst, event)) to emit before /
     after instruction k (a SET_FLAG and its WAIT_FLAG share one key tuple); `flags`: (src pipe,
     dst pipe, producer index, consumer index) of each flag, in order.

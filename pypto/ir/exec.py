@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
@@ -81,6 +82,39 @@ class Instr:
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"
+
+
+class Access(NamedTuple):
+    """A byte range an instruction reads or writes: `key` is an on-chip space ("UB", "L1", ...)
+    or "GM:<buffer>"; [lo, hi) are bytes of the space, or elements of the GM buffer."""
+    key: str
+    lo: int
+    hi: int
+    write: bool
+
+
+def accesses(ins: Instr, written_gm=None) -> list[Access]:
+    """The one definition of what an instruction touches, read by the sync inserter, the list
+    scheduler, the buffer-pressure analysis and the race checker alike, so that the flags the
+    compiler inserts and the hazards the checker looks for agree by construction.
+
+    A tile covers its whole allocated extent [addr, addr + nbytes) (row padding included); a GM
+    window the span of its elements.  With `written_gm` (the names of the GM buffers the task
+    writes), reads of other GM buffers are left out: read-only GM cannot order anything.
+    """
+    out = []
+    for o, w in ((ins.dst, True), *((s, False) for s in ins.srcs)):
+        if isinstance(o, TileRef):
+            out.append(Access(o.space, o.addr, o.addr + o.nbytes, w))
+        elif isinstance(o, GMRef) and (w or written_gm is None or o.buf.name in written_gm):
+            lo, hi = o.span()
+            out.append(Access("GM:" + o.buf.name, lo, hi, w))
+    return out
+
+
+def written_gm(instrs) -> set[str]:
+    """The GM buffers an instruction stream writes."""
+    return {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
 
 
 def _val(v):

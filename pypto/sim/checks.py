@@ -9,18 +9,9 @@ reads or writes GM another task writes must run after it.
 from __future__ import annotations
 
 from ..errors import SimulationError
-from ..ir.exec import SYNC_OPS, TileRef
+from ..ir.exec import SYNC_OPS, accesses, written_gm
 from ..ir.gm import GMRef
 from ..ir.program import Program
-
-
-def _ranges(ins):
-    """(space, lo, hi, is_write) of the on-chip bytes an instruction touches."""
-    out = []
-    for o, w in [(ins.dst, True)] + [(s, False) for s in ins.srcs]:
-        if isinstance(o, TileRef):
-            out.append((o.space, o.addr, o.addr + o.nbytes, w))
-    return out
 
 
 def _describe(task, k) -> str:
@@ -33,9 +24,11 @@ def _describe(task, k) -> str:
 
 
 def find_races(program: Program, times) -> list[str]:
-    """Every on-chip race of every task (first few per task), as readable sentences."""
+    """Every race inside a task (first few per task), as readable sentences: on-chip bytes, and
+    GM the task writes, by the byte ranges `pypto.ir.exec.accesses` defines for the sync pass."""
     found = []
     for t in program.tasks:
+        written = written_gm(t.instrs)
         last_write: dict[tuple, int] = {}
         readers: dict[tuple, list[int]] = {}
         per_task = 0
@@ -43,7 +36,8 @@ def find_races(program: Program, times) -> list[str]:
             if ins.op in SYNC_OPS:
                 continue
             start, end = times[t.id][k]
-            for space, lo, hi, w in _ranges(ins):
+            acc = accesses(ins, written)
+            for space, lo, hi, w in acc:
                 for (sp, a, b), j in list(last_write.items()):
                     if sp != space or not (a < hi and lo < b):
                         continue
@@ -64,7 +58,7 @@ def find_races(program: Program, times) -> list[str]:
                                              f"{space}[{lo:#x}:{hi:#x}] at cycle {start} while "
                                              f"{_describe(t, j)} still reads it (until cycle {times[t.id][j][1]})")
                                 per_task += 1
-            for space, lo, hi, w in _ranges(ins):
+            for space, lo, hi, w in acc:
                 if w:
                     for rk in [rk for rk in last_write if rk[0] == space and rk[1] < hi and lo < rk[2]]:
                         del last_write[rk]
@@ -127,8 +121,13 @@ def _early_reads(cube, epilogue, times) -> list[str]:
     return found
 
 
+def find_all_races(program: Program, timing: dict) -> list[str]:
+    """The races of a timing run made with record_times: between pipes, between tasks."""
+    return find_races(program, timing["times"]) + find_task_races(program, timing["tasks"], timing["times"])
+
+
 def check_races(program: Program, timing: dict) -> None:
-    races = find_races(program, timing["times"]) + find_task_races(program, timing["tasks"], timing["times"])
+    races = find_all_races(program, timing)
     if races:
         more = f"\n  ... and {len(races) - 5} more" if len(races) > 5 else ""
         raise SimulationError(f"{len(races)} race(s) found by the checked simulation:\n  "
