@@ -268,7 +268,18 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
 
 def _bcast_kind(a: TileNode, b: TileNode) -> str:
     """How tile b broadcasts against tile a: '' (same), 'ROW' (last dim 1) or 'COL' (row dim 1)."""
-    sa, sb = a.valid, b.valid
+    return _expand_kind(a.valid, b.valid)
+
+
+def _broadcast(sa: tuple, sb: tuple) -> tuple:
+    """The broadcast of two shapes (numpy's rule: aligned at the last dim)."""
+    r = max(len(sa), len(sb))
+    sa, sb = (1,) * (r - len(sa)) + tuple(sa), (1,) * (r - len(sb)) + tuple(sb)
+    return tuple(max(x, y) for x, y in zip(sa, sb))
+
+
+def _expand_kind(sa: tuple, sb: tuple) -> str:
+    """How a tile of valid shape sb broadcasts against one of valid shape sa (see _bcast_kind)."""
     if len(sb) < len(sa):
         sb = (1,) * (len(sa) - len(sb)) + sb
     if sa == sb or prod(sa) == 1 and prod(sb) == 1:
@@ -301,10 +312,10 @@ def _binary(m, ops, em: _Emitter, out) -> int:
             return out(f"T{kind_a}EXPAND{name}", [b, a])
         full = em.emit(f"T{kind_a}EXPAND", [a, b], tb.shape, tb.valid, m.dtype, "?", f"n{m.id}.bc", m.loc)
         return out(f"T{name}", [full, b])
-    if kind_b and kind_a:  # both broadcast ([M,1] op [1,N]): expand a first
-        full_shape = tuple(max(x, y) for x, y in zip(ta.shape, tb.shape))
-        full_valid = tuple(max(x, y) for x, y in zip(ta.valid, tb.valid))
-        a = em.emit(f"T{kind_b}EXPAND", [a, b], full_shape, full_valid, m.dtype, "?", f"n{m.id}.bc", m.loc)
+    if kind_b and kind_a:  # both broadcast ([M,1] op [1,N], or [M,1] op [N]): expand a first
+        full_shape, full_valid = _broadcast(ta.shape, tb.shape), _broadcast(ta.valid, tb.valid)
+        a = em.emit(f"T{_expand_kind(full_valid, ta.valid)}EXPAND", [a, b], full_shape, full_valid, m.dtype, "?",
+                    f"n{m.id}.bc", m.loc)
         return out(f"T{_bcast_kind(em.node(a), tb)}EXPAND{name}", [a, b])
     return out(f"T{kind_b}EXPAND{name}" if kind_b else f"T{name}", [a, b])
 
