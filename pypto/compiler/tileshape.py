@@ -80,7 +80,11 @@ def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tup
             f"vector tile {list(spec)} is not 32-byte aligned for {dtype}", loc=loc,
             expected=f"the last tile dim x {dtype.itemsize} bytes to be a multiple of 32 "
                      f"(a multiple of {32 // dtype.itemsize} elements)",
-            got=f"{last} elements = {last * dtype.itemsize} bytes")
+            got=f"{last} elements = {last * dtype.itemsize} bytes",
+            hint=f"round the last dim to a multiple of {32 // dtype.itemsize}: "
+                 + " or ".join(str(c) for c in dict.fromkeys(
+                     c for c in ((last // (32 // dtype.itemsize)) * (32 // dtype.itemsize),
+                                 round_up(last, 32 // dtype.itemsize)) if c > 0)))
     return tuple(min(t, d) for t, d in zip(spec, domain))
 
 
@@ -163,7 +167,8 @@ def normalize_cube_tile(spec, m: int, k: int, n: int, dtype: DType, loc, machine
     for name, v, a in (("mL0", ml0, 16), ("nL0", nl0, 16), ("kL0", kl0, k0)):
         if v % a:
             raise TileShapeError(f"cube tile {name}={v} is not aligned to the {a}-element fractal",
-                                 loc=loc, expected=f"a multiple of {a} for {dtype}", got=v)
+                                 loc=loc, expected=f"a multiple of {a} for {dtype}", got=v,
+                                 hint=f"{name}={round_up(v, a)}" + (f" or {v // a * a}" if v > a else ""))
     ml0 = min(ml0, round_up(m, 16))
     nl0 = min(nl0, round_up(n, 16))
     kl0 = min(kl0, round_up(k, k0))

@@ -14,7 +14,7 @@ import functools
 import itertools
 
 from ..dtypes import DT_FP32, DT_INT32
-from ..errors import UnsupportedError
+from ..errors import ShapeError, UnsupportedError
 from ..ir.core import Attrs, ceil_div, prod
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
@@ -29,6 +29,9 @@ BINARY_TILE_OPS = {"add": "ADD", "sub": "SUB", "mul": "MUL", "div": "DIV", "maxi
 COMMUTATIVE = {"add", "mul", "maximum", "minimum"}
 REDUCE_TILE_OPS = {"sum": "SUM", "amax": "MAX", "amin": "MIN"}
 COMBINE = {"sum": "TADD", "amax": "TMAX", "amin": "TMIN"}
+# Every tile is unrolled into the program: beyond this many tile ops a compile takes minutes and
+# gigabytes, so it is refused up front with the tile count and a hint (larger tiles)
+MAX_TILE_OPS = 2_000_000
 
 
 class _Emitter:
@@ -185,6 +188,7 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
         outer_space.sort(key=order)
     acc: dict[int, int] = {}
     to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
+    _check_size(prod(ntiles) * (2 * len(ms) + len(to_store)) + len(em.nodes), first, domain, tile)
 
     for o, oidx in enumerate(outer_space):
         em.outer = o
@@ -223,6 +227,20 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
                     em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
                             gm=ref.window(offs, valid))
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+def _check_size(n_ops: int, n, domain, tile) -> None:
+    """Refuse a group whose tiles would make more than MAX_TILE_OPS tile ops in all."""
+    if n_ops <= MAX_TILE_OPS:
+        return
+    tiles = prod(ceil_div(d, t) for d, t in zip(domain, tile))
+    spec = n.attrs.get("tile")
+    where = f" (set at line {spec.loc.line})" if getattr(spec, "loc", None) else ""
+    raise ShapeError(f"the tile shape {list(tile)}{where} cuts the domain {list(domain)} into {tiles:,} tiles: "
+                     f"about {n_ops:,} tile ops, more than a program can unroll", loc=n.loc,
+                     expected=f"at most {MAX_TILE_OPS:,} tile ops", got=f"about {n_ops:,}",
+                     hint="choose larger tiles (pypto.set_vec_tile_shapes, pypto.set_cube_tile_shapes) or a "
+                          "smaller problem")
 
 
 def _complete(m, domain, ntiles, idx) -> bool:
@@ -389,6 +407,9 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
     shared = _shared_operand(nm, nn, terms, batch) if l1_reuse else None
+    # per output tile and K chunk: two loads, two extracts per kL0 step and a matmul (about)
+    _check_size(prod(batch) * nm * nn * len(terms) * nk1 * (2 + 3 * ceil_div(kl1, kl0)) + len(em.nodes), m,
+                (*batch, M, N, K), (*(1,) * len(batch), ml0, nl0, kl1))
     o = lin = steps = 0
     for bi in itertools.product(*[range(s) for s in batch]):
         leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
