@@ -426,7 +426,10 @@ T3 = pypto.Tensor([2 ** 20, 2 ** 20])
 CASES = [
     # tile shapes
     Case("vec-tile-misaligned", lambda: vec_tiled(X, zeros(8, 64), TN=20), pypto.TileShapeError, "vec-set",
-         "pypto.set_vec_tile_shapes", ok_vec_tiled, needles=("32",)),
+         "pypto.set_vec_tile_shapes", ok_vec_tiled, hint="16 or 24", needles=("32",)),
+    Case("vec-tiles-too-many", lambda: vec_tiled.compile(pypto.Tensor([8192, 8192]), pypto.Tensor([8192, 8192]),
+                                                         TM=1, TN=8),
+         pypto.ShapeError, "vec-op", "x + 1.0", ok_vec_tiled, hint="larger tiles", needles=("8,388,608 tiles",)),
     Case("vec-tile-zero", lambda: vec_tiled(X, zeros(8, 64), TM=0), pypto.TileShapeError, "vec-set",
          "pypto.set_vec_tile_shapes", ok_vec_tiled, hint="positive", needles=("(0, 64)",)),
     Case("vec-tile-negative", lambda: vec_tiled(X, zeros(8, 64), TN=-64), pypto.TileShapeError, "vec-set",
@@ -445,7 +448,8 @@ CASES = [
     Case("cube-tile-zero", lambda: cube_tiled(A16, B16, zeros(32, 32, dtype=np.float16), K=0),
          pypto.TileShapeError, "cube-set", "pypto.set_cube_tile_shapes", ok_mm(cube_tiled)),
     Case("cube-tile-misaligned", lambda: cube_tiled(A16, B16, zeros(32, 32, dtype=np.float16), M=8, M1=8),
-         pypto.TileShapeError, "cube-set", "pypto.set_cube_tile_shapes", ok_mm(cube_tiled), needles=("16",)),
+         pypto.TileShapeError, "cube-set", "pypto.set_cube_tile_shapes", ok_mm(cube_tiled), hint="mL0=16",
+         needles=("16",)),
     Case("cube-tile-too-big", lambda: cube_tiled.compile(pypto.Tensor([512, 512], pypto.DT_FP16),
                                                          pypto.Tensor([512, 512], pypto.DT_FP16),
                                                          pypto.Tensor([512, 512], pypto.DT_FP16),
