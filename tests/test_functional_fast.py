@@ -49,12 +49,16 @@ def oracle(program: Program, machine, arrays) -> dict[str, np.ndarray]:
                               tuple(s * flat.itemsize for s in o.strides))
         return o
 
-    unary = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt, "TRSQRT": lambda x: np.reciprocal(np.sqrt(x)),
+    def wide(x):            # fp16/bf16 steps of one instruction compute in fp32 and round once
+        return x.astype(np.float32) if x.dtype.itemsize == 2 else x
+
+    unary = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt,
+             "TRSQRT": lambda x: np.reciprocal(np.sqrt(wide(x))).astype(x.dtype),
              "TRECIP": np.reciprocal, "TABS": np.abs, "TNEG": np.negative,
              "TRELU": lambda x: np.maximum(x, np.zeros((), x.dtype))}
     binary = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
               "MAX": np.maximum, "MIN": np.minimum}
-    reduce = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
+    reduce = {"SUM": lambda x, **kw: np.sum(wide(x), **kw).astype(x.dtype), "MAX": np.max, "MIN": np.min}
     with np.errstate(all="ignore"):
         for t in program.tasks:
             for ins in t.instrs:
