@@ -328,7 +328,8 @@ def _binary(m, ops, em: _Emitter, out) -> int:
     if kind_a and not kind_b:
         if m.op in COMMUTATIVE:
             return out(f"T{kind_a}EXPAND{name}", [b, a])
-        full = em.emit(f"T{kind_a}EXPAND", [a, b], tb.shape, tb.valid, m.dtype, "?", f"n{m.id}.bc", m.loc)
+        full = em.emit(f"T{kind_a}EXPAND", [a, b], _broadcast(ta.shape, tb.shape), _broadcast(ta.valid, tb.valid),
+                       m.dtype, "?", f"n{m.id}.bc", m.loc)
         return out(f"T{name}", [full, b])
     if kind_b and kind_a:  # both broadcast ([M,1] op [1,N], or [M,1] op [N]): expand a first
         full_shape, full_valid = _broadcast(ta.shape, tb.shape), _broadcast(ta.valid, tb.valid)
