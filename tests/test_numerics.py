@@ -211,3 +211,15 @@ def test_a_full_reduction_of_a_1d_tensor_is_usable(rng):
     o = np.zeros((1, 1), np.float32)
     max_of_max(y, o)
     assert o[0, 0] == y.max()
+
+
+def test_an_intermediate_that_overflows_makes_no_false_alarm(rng):
+    """gelu(-10.06) in fp32: exp(88.73) of its sigmoid overflows to inf, so the kernel gives -0.0
+    where the exact value is -2.9e-38; a correct evaluation of the decomposition may do that."""
+    @pypto.jit
+    def gelu32(x, out):
+        out[:] = pypto.gelu(x)
+    x = rng.uniform(-20, 20, (64, 256)).astype(np.float32)
+    x[0, 0] = -10.061262
+    res = gelu32.compile(x, np.zeros_like(x)).simulate(x, np.zeros_like(x))
+    assert res.outputs["out"][0, 0] == 0 and res.ok, res.check

@@ -63,11 +63,15 @@ class Approx:
 
     def rounded(self, dtype: dt.DType) -> "Approx":
         """The value rounded to `dtype`: its bound grows by that rounding (the value is kept: it
-        only scales bounds, and where it overflows the dtype both evaluations agree on inf)."""
+        only scales bounds); where it lies beyond the dtype's largest finite value the rounding
+        may give inf, and the bound is infinite."""
         u = UNIT_ROUNDOFF.get(dtype.name)
         if u is None:
             return self
-        return Approx(self.v, self.e + (u * np.abs(self.v) + UNDERFLOW[dtype.name]))
+        mag = np.abs(self.v)
+        e = self.e + (u * mag + UNDERFLOW[dtype.name])
+        e = np.where(mag > float(np.finfo(dtype.np_dtype).max), np.inf, e)   # it may overflow: no claim
+        return Approx(self.v, e)
 
     def __add__(self, o): o = _approx(o); return Approx(self.v + o.v, self.e + o.e)
     def __sub__(self, o): o = _approx(o); return Approx(self.v - o.v, self.e + o.e)
