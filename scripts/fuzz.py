@@ -40,6 +40,7 @@ def main(argv=None) -> int:
     counts = collections.Counter()
     classes = collections.Counter()      # signature -> count
     known = collections.Counter()
+    clear = collections.Counter()        # message head of the clear errors
     examples_of: dict = {}
     shrunk: set = set()
     t0 = time.monotonic()
@@ -61,6 +62,8 @@ def main(argv=None) -> int:
             examples_of.setdefault(sig, (case, o))
             if o.known:
                 known[o.known] += 1
+        if o.category == "clear":
+            clear[o.signature.split("|")[-1][:100]] += 1
         if counts["run"] % 25 == 0:
             el = time.monotonic() - t0
             print(f"  [{el:6.0f} s] {counts['run']} kernels: " +
@@ -74,7 +77,8 @@ def main(argv=None) -> int:
             k += 1
             left = args.budget - (time.monotonic() - t0)
             found = search(runner, seed, args.examples, args.max_ops, skip=frozenset(shrunk), on_case=on_case,
-                           shrink_seconds=min(args.shrink_seconds, max(left, 10)))
+                           shrink_seconds=min(args.shrink_seconds, max(left, 10)),
+                           log=lambda t: print(t, flush=True))
             if found is None:
                 continue
             case, o = found
@@ -93,7 +97,7 @@ def main(argv=None) -> int:
     el = time.monotonic() - t0
     # failures seen but never shrunk (later kinds): write their first example as found
     for sig, (case, o) in examples_of.items():
-        if sig not in shrunk and o.failed:
+        if sig not in shrunk and (o.failed or o.builtin):
             name = f"{o.category}_{hashlib.sha1(sig.encode()).hexdigest()[:8]}_unshrunk.py"
             with open(os.path.join(args.out, name), "w") as f:
                 f.write(report(case, o))
@@ -102,6 +106,10 @@ def main(argv=None) -> int:
         for sig, n in classes.most_common():
             o = examples_of[sig][1]
             print(f"  {n:5d}  {sig[:150]}" + (f"   [known: {o.known}]" if o.known else ""))
+    if clear:
+        print("most frequent clear errors:")
+        for head, n in clear.most_common(12):
+            print(f"  {n:5d}  {head}")
     if known:
         print("known bug classes: " + "; ".join(f"{k}: {v}" for k, v in known.most_common()))
     print(f"\nfuzz summary: seeds {base}..{base + k - 1}, {el:.0f} s: kernels run {counts['run']}, "

@@ -387,10 +387,12 @@ class Generator:
         r = len(x.shape)
         kinds = [(30, "bin"), (22, "un"), (12, "red"), (6, "view"), (5, "reshape"), (5, "transpose"),
                  (5, "cast"), (8, "matmul"), (5, "tile"), (3, "softmax"), (3, "rms_norm"), (3, "layernorm"),
-                 (1, "misuse")]
+                 (1, "misuse"), (8, "rowop")]
         kind = c.weighted(kinds)
         if kind in ("softmax", "rms_norm", "layernorm") and not isf:
             kind = "cast"
+        if kind == "rowop" and r == 0:
+            kind = "bin"
         if r == 0 and kind not in ("bin", "un", "cast", "reshape"):
             kind = "reshape"
         getattr(self, "s_" + kind)(x)
@@ -452,7 +454,9 @@ class Generator:
         s = list(s)
         if not s:
             return (c.pick(DIMS[:6]),)
-        v = c.pick(["same", "ones", "suffix", "grow", "prefix"])
+        v = c.pick(["same", "ones", "suffix", "grow", "prefix", "vector"])
+        if v == "vector":           # [N] against [..., M, 1] (or [..., N]): a lower rank
+            return (s[-1] if s[-1] != 1 else c.pick(DIMS[:6]),)
         if v == "ones" and s:
             return tuple(1 if c.chance(0.5) else d for d in s)
         if v == "suffix" and s:
@@ -483,6 +487,32 @@ class Generator:
         dim = c.int(-r, r - 1)
         keepdim = c.chance(0.5)
         return self.reduce(x, fn, dim, keepdim)
+
+    def s_rowop(self, x):
+        """x fn reduce(x, dim, keepdim=True): a reduced value broadcast back over x (row or
+        column expansion), or against a vector of a lower rank."""
+        c = self.c
+        red = self.s_red(x)
+        if len(red.shape) == len(x.shape) or not red.shape:
+            other = x
+        else:
+            other = self.pick_value(lambda n: n.dtype == red.dtype and n.id != red.id
+                                    and broadcast(red.shape, n.shape) is not None
+                                    and math.prod(broadcast(red.shape, n.shape)) <= MAX_ELEMS) or x
+            if broadcast(red.shape, other.shape) is None:
+                return red
+        fn = c.pick(("sub", "add", "mul", "maximum", "div", "minimum"))
+        if fn == "div" and red.lo < 0.1:
+            fn = "sub"
+        n = self.binary(other, red, fn)
+        if not self.fits(n.dtype, n.lo, n.hi):
+            self.lines.pop()
+            self.nodes.pop()
+            if n.op == "cast":
+                self.lines.pop()
+                self.nodes.pop()
+            return red
+        return n
 
     def s_cast(self, x):
         c = self.c
@@ -758,7 +788,7 @@ class Generator:
     def store(self, out: str, v: Node) -> Store:
         c = self.c
         s, r = v.shape, len(v.shape)
-        kind = c.pick(["full", "ellipsis", "assemble", "offset", "split", "index"])
+        kind = c.pick(["full", "ellipsis", "assemble", "offset", "split", "index", "overlap"])
         if kind == "full":
             st = Store(out, v.id, kind, s, v.dtype, (0,) * r)
             st.lines = [f"{out}[:] = {v.name}"]
@@ -779,6 +809,11 @@ class Generator:
             a = c.int(1, s[0] - 1)
             st = Store(out, v.id, kind, s, v.dtype, (0,) * r, index=a)
             st.lines = [f"{out}[:{a}] = {v.name}[:{a}]", f"{out}[{a}:] = {v.name}[{a}:]"]
+        elif kind == "overlap" and s[0] >= 2:
+            # two writes into one output, the second over part of the first (the later one wins)
+            a = c.int(1, s[0] - 1)
+            st = Store(out, v.id, kind, s, v.dtype, (0,) * r, index=a)
+            st.lines = [f"{out}[:] = {v.name}", f"{out}[:{a}] = pypto.neg({v.name}[:{a}])"]
         elif kind == "index" and v.size * 2 <= MAX_ELEMS:
             i = c.int(0, 1)
             st = Store(out, v.id, kind, (2,) + s, v.dtype, (i,) + (0,) * r, index=i)

@@ -250,6 +250,10 @@ def matmul(a: V, b: V, a_trans, b_trans, in_dt, out_dt) -> V:
         e = np.matmul(np.abs(av), be) + np.matmul(ae, np.abs(bv)) + np.matmul(ae, be) + (k + 2) * acc * mag
         fin = np.isfinite(av).all(-1)[..., :, None] & np.isfinite(bv).all(-2)[..., None, :]
         cert = np.isfinite(np.matmul(ae, np.ones_like(bv)) + np.matmul(np.ones_like(av), be))
+        # inf times a factor whose interval holds 0 (it may round to 0): inf or NaN
+        za, zb = ((np.abs(av) <= ae) & (ae > 0)).astype(float), ((np.abs(bv) <= be) & (be > 0)).astype(float)
+        ia, ib = np.isinf(av).astype(float), np.isinf(bv).astype(float)
+        cert &= (np.matmul(za, ib) + np.matmul(ia, zb)) == 0
         e = np.where(fin, e, np.where(cert & ~np.isfinite(v), 0.0, np.inf))
         e = np.where(np.isfinite(v) | ~cert, e, 0.0)
     if in_dt in INTS:
@@ -371,6 +375,10 @@ def evaluate(case: Case, arrays) -> dict[str, V]:
         o.v[region] = np.reshape(val.v, o.v[region].shape)
         o.e = np.array(o.e, copy=True) if o.e.shape == o.v.shape else np.broadcast_to(o.e, o.v.shape).copy()
         o.e[region] = np.reshape(np.broadcast_to(val.e, np.shape(val.v)), o.e[region].shape)
+        if st.kind == "overlap":        # then out[:a] = -value[:a]
+            a = st.index
+            o.v[:a] = -np.asarray(val.v)[:a]
+            o.e[:a] = np.broadcast_to(val.e, np.shape(val.v))[:a]
     return outs
 
 

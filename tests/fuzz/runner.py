@@ -224,7 +224,9 @@ class Runner:
                 bad.append(f"{name} ({dtypes[name]}): {why}")
         builtin_ok = res.get("ok")
         if bad:
-            o.category, o.detail, o.extra["what"] = "wrong", "; ".join(bad), "numbers"
+            special = re.search(r"(got|expected) np\.float64\(-?(nan|inf)\)", bad[0])
+            what = f"numbers ({'NaN/inf' if special else 'finite'}, {dtypes[bad[0].split()[0]]})"
+            o.category, o.detail, o.extra["what"] = "wrong", "; ".join(bad), what
             if builtin_ok:
                 o.builtin = "missed"
             return o
@@ -267,7 +269,9 @@ def known_class(case: Case, o: Outcome) -> str:
         return "int division"
     if o.exc_type == "IndexError" and any(n.shape == () for n in case.nodes):
         return "0-d intermediate crashes fusion/scheduling (IndexError)"
-    if o.exc_type == "ValueError" and "broadcast" in d:
+    if o.exc_type in ("ValueError", "SimulationError") and ("broadcast" in d or "EXPAND" in d) and any(
+            n.op == "bin" and len({len(case.nodes[a].shape) for a in n.args if not isinstance(a, tuple)}) == 2
+            for n in case.nodes):
         return "broadcast [..., M, 1] against lower-rank [N]: raw ValueError"
     if o.category == "hang":
         return "functional simulation superlinear in long streams"
@@ -284,11 +288,14 @@ class FuzzFailure(AssertionError):
 
 
 def search(runner: Runner, seed: int, examples: int, max_ops: int = 7, skip=frozenset(),
-           on_case=None, shrink_seconds: float = 300.0, derandomize: bool = False):
+           on_case=None, shrink_seconds: float = 300.0, derandomize: bool = False, skip_known: bool = False,
+           log=None):
     """One hypothesis run of `examples` generated kernels.  The first failure whose signature
     is not in `skip` is shrunk (for at most `shrink_seconds`; only failures with the same
     signature count while shrinking) and returned as (case, outcome); None when none failed.
-    `on_case(case, outcome)` sees every generated (not shrinking) kernel."""
+    `on_case(case, outcome)` sees every generated (not shrinking) kernel; `skip_known`: failures
+    of a known bug class are not shrunk either.  A hang is not shrunk (each try would cost the
+    timeout).  `log(text)` hears when shrinking starts."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, strategies as st
     from hypothesis import seed as hseed
 
@@ -313,8 +320,12 @@ def search(runner: Runner, seed: int, examples: int, max_ops: int = 7, skip=froz
             o = runner.run(case)
             if on_case is not None:
                 on_case(case, o)
-            if o.failed and o.signature not in skip:
+            if o.failed and o.signature not in skip and not (skip_known and o.known):
                 state["target"], state["best"], state["t_shrink"] = o.signature, (case, o), time.perf_counter()
+                if o.category == "hang":
+                    state["t_shrink"] -= 10 * shrink_seconds + 1e6
+                elif log is not None:
+                    log(f"  shrinking: {o.line()[:200]}")
                 fail = True
         if fail:                                  # one raise site: one 'interesting origin'
             raise FuzzFailure(o.signature)
