@@ -42,8 +42,8 @@ from .. import dtypes as dt
 from .tensor import TensorGraph, TNode
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
-# half the smallest subnormal: the absolute error of a rounding into the subnormal range
-UNDERFLOW = {"fp32": 2.0 ** -150, "fp16": 2.0 ** -25, "bf16": 2.0 ** -134}
+# the smallest subnormal: at least the absolute error of a rounding into the subnormal range
+UNDERFLOW = {"fp32": 2.0 ** -149, "fp16": 2.0 ** -24, "bf16": 2.0 ** -133}
 ACCUMULATOR_UNIT = 2.0 ** -24       # float sums and matmuls accumulate in fp32 at least
 SAFETY = 4.0                        # two evaluations within the bound, and second-order terms
 GELU_C = 0.7978845608028654         # sqrt(2 / pi)
@@ -58,8 +58,14 @@ class Approx:
     __slots__ = ("v", "e")
 
     def __init__(self, v, e=None):
-        self.v = np.asarray(v, _F64)
-        self.e = np.zeros(self.v.shape) if e is None else np.asarray(e, _F64)    # NaN: unknown too
+        # fp32 values stay fp32 (no copy): they only scale bounds, computed in float64
+        self.v = v if isinstance(v, np.ndarray) and v.dtype in _KEPT else np.asarray(v, _F64)
+        self.e = _ZERO if e is None else np.asarray(e, _F64)    # broadcasts to v; NaN: unknown too
+
+    @property
+    def full_e(self) -> np.ndarray:
+        """The bound with v's shape (`e` may be a 0-d zero)."""
+        return np.broadcast_to(self.e, self.v.shape)
 
     def rounded(self, dtype: dt.DType) -> "Approx":
         """The value rounded to `dtype`: its bound grows by that rounding (the value is kept: it
@@ -69,8 +75,16 @@ class Approx:
         if u is None:
             return self
         mag = np.abs(self.v)
-        e = self.e + (u * mag + UNDERFLOW[dtype.name])
-        e = np.where(mag > float(np.finfo(dtype.np_dtype).max), np.inf, e)   # it may overflow: no claim
+        top = float(np.finfo(dtype.np_dtype).max)
+        over = bool(np.max(mag, initial=0.0) > top)
+        if np.ndim(mag) and mag.shape == np.broadcast_shapes(mag.shape, np.shape(self.e)):
+            e = np.multiply(mag, u, out=mag)            # in place: one array
+            e += self.e
+        else:
+            e = mag * u + self.e
+        e += UNDERFLOW[dtype.name]
+        if over:                            # it may overflow: no claim
+            e = np.where(np.abs(self.v) > top, np.inf, e)
         return Approx(self.v, e)
 
     def __add__(self, o): o = _approx(o); return Approx(self.v + o.v, self.e + o.e)
@@ -83,20 +97,20 @@ class Approx:
     def __truediv__(self, o):
         o = _approx(o)
         v = self.v / o.v
-        den = np.abs(o.v) - o.e
-        e = np.where(den > 0, (self.e + np.abs(v) * o.e) / np.where(den > 0, den, 1.0), np.inf)
-        return Approx(v, np.where((self.e == 0) & (o.e == 0), 0.0, e))
+        den = np.abs(o.v) - o.e                 # the divisor's magnitude can shrink to this
+        with np.errstate(all="ignore"):
+            e = (self.e + np.abs(v) * o.e) / den
+        return Approx(v, np.where(den > 0, e, np.inf))
 
     def exp(self):
         v = np.exp(self.v)
-        return Approx(v, np.where(self.e == 0, 0.0, np.abs(v) * np.expm1(self.e)))
+        return Approx(v, np.abs(v) * np.expm1(self.e))
 
     def log(self):
-        a = np.abs(self.v)
         with np.errstate(all="ignore"):
-            r = self.e / a
-            e = np.where(self.e == 0, 0.0, np.where(r < 1, -np.log1p(-np.minimum(r, 1.0)), np.inf))
-        return Approx(np.log(self.v), e)
+            r = self.e / np.abs(self.v)
+            e = np.where(r < 1, -np.log1p(-np.minimum(r, 1.0)), np.inf)
+        return Approx(np.log(self.v), np.where(self.e == 0, 0.0, e))
 
     def sqrt(self):
         v = np.sqrt(self.v)
@@ -110,13 +124,17 @@ class Approx:
 
     def sum(self, axis: int, keepdims: bool, float_acc: bool = True):
         n = self.v.shape[axis]
-        e = self.e.sum(axis=axis, keepdims=keepdims)
+        e = self.full_e.sum(axis=axis, keepdims=keepdims)
         if float_acc and n > 1:
             e = e + (n - 1) * ACCUMULATOR_UNIT * np.abs(self.v).sum(axis=axis, keepdims=keepdims)
         return Approx(self.v.sum(axis=axis, keepdims=keepdims), e)
 
     def extreme(self, f, axis: int, keepdims: bool):
-        return Approx(f(self.v, axis=axis, keepdims=keepdims), self.e.max(axis=axis, keepdims=keepdims))
+        return Approx(f(self.v, axis=axis, keepdims=keepdims), self.full_e.max(axis=axis, keepdims=keepdims))
+
+
+_ZERO = np.zeros(())
+_KEPT = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def _approx(x) -> Approx:
@@ -189,7 +207,7 @@ def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = Tru
     elif op == "mean":
         out = _mean(x, a["dim"], r)
         if not a["keepdim"]:
-            out = Approx(np.squeeze(out.v, a["dim"]), np.squeeze(out.e, a["dim"]))
+            out = Approx(np.squeeze(out.v, a["dim"]), np.squeeze(out.full_e, a["dim"]))
     elif op == "sigmoid":
         out = _sigmoid(x, r)
     elif op == "tanh":                      # 2 sigmoid(2x) - 1
@@ -218,7 +236,7 @@ def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = Tru
         if a["has_bias"]:
             out = r(out) + rest.pop(0)
     elif op == "matmul":
-        av, ae, bv, be = x.v, x.e, ins[1].v, ins[1].e
+        av, ae, bv, be = x.v, x.full_e, ins[1].v, ins[1].full_e
         if a["a_trans"]:
             av, ae = np.swapaxes(av, -1, -2), np.swapaxes(ae, -1, -2)
         if a["b_trans"]:
@@ -230,11 +248,11 @@ def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = Tru
             e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
         out = Approx(y, e)
     elif op == "reshape":
-        out = Approx(y, np.reshape(x.e, a["shape"]))
+        out = Approx(y, np.reshape(x.full_e, a["shape"]))
     elif op == "transpose":
-        out = Approx(y, np.swapaxes(x.e, a["dim0"], a["dim1"]))
+        out = Approx(y, np.swapaxes(x.full_e, a["dim0"], a["dim1"]))
     elif op == "view":
-        out = Approx(y, x.e[tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))])
+        out = Approx(y, x.full_e[tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))])
     else:
         raise KeyError(op)
     out = Approx(y, np.broadcast_to(out.e, np.shape(y)))
@@ -250,7 +268,7 @@ def bounds(g: TensorGraph, values: dict[int, np.ndarray]) -> dict[int, Approx]:
     for n in g.nodes:
         if n.op == "store":
             continue
-        y = np.asarray(values[n.id]).astype(_F64)
+        y = np.asarray(values[n.id])
         ins = [out[i] for i in n.inputs]
         float_acc = n.op != "matmul" or g.node(n.inputs[0]).dtype.is_float
         out[n.id] = bound_node(n, ins, y, float_acc)
@@ -266,7 +284,7 @@ def output_bounds(g: TensorGraph, values: dict[int, np.ndarray],
     for n in g.nodes:
         if n.op == "store":
             region = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
-            out[n.attrs["param"]][region] = per_node[n.inputs[0]].e.reshape(n.shape)
+            out[n.attrs["param"]][region] = per_node[n.inputs[0]].full_e.reshape(n.shape)
     return out
 
 
@@ -274,16 +292,19 @@ def within_bound(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: dt
     """Compare one output with its reference and bound: {'ok', 'max_abs_err', 'max_err_ratio',
     'worst'}: the largest error, the largest error over its allowance (below 1 when ok), and
     for a mismatch the index of the worst element."""
-    g, w = np.asarray(got).astype(_F64), np.asarray(want).astype(_F64)
     with np.errstate(all="ignore"):
-        err = np.abs(g - w)
-        allowed = SAFETY * bound
+        err = np.abs(np.subtract(got, want, dtype=_F64))
+        allowed = np.multiply(bound, SAFETY, dtype=_F64)
         ok = err <= allowed                 # NaN errors and bounds fail here: looked at below
-        finite_err = err[np.isfinite(err)]
-        max_err = float(finite_err.max()) if finite_err.size else 0.0
+        max_err = float(np.max(err, initial=0.0))
+        if not np.isfinite(max_err):
+            finite = err[np.isfinite(err)]
+            max_err = float(finite.max()) if finite.size else 0.0
         bad = np.flatnonzero(~ok)
         if bad.size:                        # the rare elements: equal infs, NaN, no claim, overflow
-            gb, wb, ab = g.flat[bad], w.flat[bad], allowed.flat[bad]
+            gb = np.asarray(got).flat[bad].astype(_F64)
+            wb = np.asarray(want).flat[bad].astype(_F64)
+            ab = allowed.flat[bad]
             fine = (gb == wb) | (np.isnan(gb) & np.isnan(wb)) | ~np.isfinite(ab)
             if dtype.is_float:              # one side overflowed to inf, the other is near the top
                 top = float(np.finfo(dtype.np_dtype).max) * (1 - 2 * UNIT_ROUNDOFF[dtype.name])
@@ -298,6 +319,6 @@ def within_bound(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: dt
             k = int(np.argmax(ratio))
             worst = tuple(int(i) for i in np.unravel_index(int(bad[k]), err.shape))
             return {"ok": False, "max_abs_err": max_err, "max_err_ratio": float(ratio[k]), "worst": worst}
-        usable = ok & (allowed > 0)
-        ratio = float((err[usable] / allowed[usable]).max()) if usable.any() else 0.0
-    return {"ok": True, "max_abs_err": max_err, "max_err_ratio": ratio, "worst": None}
+        err /= allowed                      # NaN where both are 0 or inf: not counted
+        ratio = float(np.nanmax(err, initial=0.0)) if err.size else 0.0
+    return {"ok": True, "max_abs_err": max_err, "max_err_ratio": ratio if np.isfinite(ratio) else 0.0, "worst": None}

@@ -28,6 +28,7 @@ UNARY = {
     # 0.5 x (1 + tanh(z)) = x sigmoid(2z): the same function, without cancellation for z << 0
     "gelu": lambda x: x / (1.0 + np.exp(-2.0 * GELU_C * (x + 0.044715 * x * x * x))),
 }
+COMPOSED = ("rsqrt", "sigmoid", "tanh", "gelu")     # several numpy calls: float64, then rounded
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
           "maximum": np.maximum, "minimum": np.minimum}
 REDUCE = {"sum": np.sum, "amax": np.max, "amin": np.min}
@@ -49,8 +50,9 @@ def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
     if n.op == "const":
         return np.asarray(a["value"], dtype=n.dtype.np_dtype)
     if n.op in UNARY:               # floats: computed in float64, rounded once (rsqrt, gelu, ...)
-        x = args[0]
-        return _as(UNARY[n.op](x.astype(np.float64) if n.dtype.is_float else x), n.dtype.np_dtype)
+        x = args[0]                 # (fp32 ops of one numpy call: in fp32, within an ulp)
+        wide = n.dtype.is_float and (n.op in COMPOSED or x.dtype != np.float32)
+        return _as(UNARY[n.op](x.astype(np.float64) if wide else x), n.dtype.np_dtype)
     if n.op in BINARY:
         return _as(BINARY[n.op](args[0], args[1]), n.dtype.np_dtype)
     if n.op == "sum":
