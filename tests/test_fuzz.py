@@ -15,10 +15,11 @@ from fuzz import reference
 from fuzz.gen import RandomChooser, from_seed, generate
 from fuzz.runner import Runner, report, search
 
-N_SEEDS = 160
+N_SEEDS = 520
 
 # seed -> the bug class it fails with today (found by the fuzzer; see the report)
-KNOWN: dict[int, str] = {}
+RACE = "new: a later write over part of an output races with the cube store before it (no dependency)"
+KNOWN: dict[int, str] = {174: RACE, 215: RACE, 501: RACE}
 
 
 @pytest.fixture(scope="module")

@@ -46,16 +46,18 @@ class V:
         return V(f(self.v), f(self.e))
 
 
-def _rounded(x: V, dt: str, certain=None) -> V:
+def _rounded(x: V, dt: str, certain=None, fp32_ulps: float = 0.5) -> V:
     """The value rounded to dtype dt: its rounding error added to the bound; overflow of a
-    finite value makes the element undetermined."""
+    finite value makes the element undetermined.  `fp32_ulps`: the error of the fp32 evaluation
+    (0.5 ulp when correctly rounded; numpy's SIMD float32 exp and log are within 4 ulps)."""
     v, e = x.v, x.e
     with np.errstate(all="ignore"):
         a = np.abs(v)
         if dt in INTS:
             e = np.where(np.isfinite(v) & (a + e > MAXV[dt]), np.inf, e)
             return V(v, e)
-        u = U[dt] + (U32 if dt != "fp32" else 0.0)
+        u32 = U32 * fp32_ulps / 0.5
+        u = max(U[dt], u32) if dt == "fp32" else U[dt] + u32
         e = e + u * a + TINY[dt]
         e = np.where(np.isfinite(v) & (a + e > MAXV[dt] * 0.999), np.inf, e)
         if certain is not None:
@@ -126,7 +128,7 @@ def lipschitz(f, xs: list[V], dt, exact=True) -> V:
     return _rounded(out, dt, _nonfinite_certain(v, *xs))
 
 
-def monotone(f, x: V, dt, domain_lo=None, open_lo=False) -> V:
+def monotone(f, x: V, dt, domain_lo=None, open_lo=False, fp32_ulps=0.5) -> V:
     """Monotone f: the error of f(x) is at most that of the interval's endpoints."""
     with np.errstate(all="ignore"):
         v = f(x.v)
@@ -142,15 +144,15 @@ def monotone(f, x: V, dt, domain_lo=None, open_lo=False) -> V:
                 straddle = (x.v - x.e < domain_lo) & (x.v + x.e >= domain_lo)
             e = np.where(straddle & (x.e > 0), np.inf, e)
             cert = cert & ~(straddle & (x.e > 0))
-    return _rounded(V(v, e), dt, cert)
+    return _rounded(V(v, e), dt, cert, fp32_ulps)
 
 
 def exp(x, dt):
-    return monotone(np.exp, x, dt)
+    return monotone(np.exp, x, dt, fp32_ulps=4.0)
 
 
 def log(x, dt):
-    return monotone(np.log, x, dt, domain_lo=0.0, open_lo=True)
+    return monotone(np.log, x, dt, domain_lo=0.0, open_lo=True, fp32_ulps=4.0)
 
 
 def sqrt(x, dt):

@@ -60,7 +60,7 @@ class Outcome:
     def signature(self) -> str:
         """What makes two failures the same bug, roughly: category, exception, message head."""
         head = self.detail.splitlines()[0] if self.detail else ""
-        head = re.sub(r"^\S+\.py:\d+: ", "", head)
+        head = re.sub(r"fuzzk_\w+\.py(:\d+)?:? ?", "", head)
         head = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", head)
         head = re.sub(r"'[^']*'", "'_'", head)[:90]
         if self.category == "wrong":
@@ -263,6 +263,8 @@ def known_class(case: Case, o: Outcome) -> str:
         return "res.ok MISMATCH on a correct fp16/bf16 kernel"
     if not o.failed:
         return ""
+    if o.stage == "checked" and "race" in d and any(st.kind == "overlap" for st in case.stores):
+        return "new: a later write over part of an output races with the cube store before it (no dependency)"
     if any(n.op == "bin" and n.attrs["fn"] == "div" and n.dtype == "fp32" and any(
             not isinstance(a, tuple) and case.nodes[a].dtype in ("int8", "int32") for a in n.args)
            for n in case.nodes):
