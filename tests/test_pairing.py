@@ -226,3 +226,27 @@ def test_a_cube_task_pairs_with_one_epilogue_group(rng, engine):
     res = pypto.sim.simulate(ck.program, a, b, c, d, machine="teach", check=True, engine=engine)
     np.testing.assert_allclose(res.outputs["c"], 1 / (1 + np.exp(-(a @ b))), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(res.outputs["d"], np.exp((a @ b) * 0.1), rtol=1e-4, atol=1e-4)
+
+
+@pypto.jit
+def overwrite_cube_rows(a, out):
+    p = pypto.matmul(a, a, b_trans=True)
+    out[:] = p
+    out[:13] = pypto.neg(p[:13])
+
+
+def test_a_vector_group_writing_over_a_cube_store_is_not_paired_and_follows_it(rng):
+    """A write after the cube's write into its output needs the cube task finished: the group
+    gets a task dependency, not a flag per tile (fuzz seeds 174, 215, 501 raced here)."""
+    a = rng.uniform(0.25, 4, (16, 1000)).astype(np.float16)
+    out = np.zeros((16, 16), np.float16)
+    ck = overwrite_cube_rows.compile(a, out, machine="teach")
+    assert all(t.pair is None for t in ck.program.tasks)
+    vec = [t for t in ck.program.tasks if t.core_type == "AIV"]
+    cube = [t for t in ck.program.tasks if t.core_type == "AIC"]
+    assert vec and all(set(c.id for c in cube) <= set(t.deps) for t in vec)
+    res = ck.simulate(a, out, checked=True)
+    p = (a.astype(np.float64) @ a.T.astype(np.float64))
+    want = np.concatenate([-p[:13], p[13:]]).astype(np.float16)
+    np.testing.assert_allclose(res.outputs["out"].astype(np.float64), want, rtol=2e-3)
+    assert ck.simulate(a, out).ok

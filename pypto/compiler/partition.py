@@ -65,7 +65,9 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
     """Vector groups that only finish the tiles of one cube group: vector group -> (cube group,
     {vector iteration: the cube iteration whose stored tile it reads}).  A vector iteration must
     read GM written by exactly one cube tile (its loads inside that tile's window) and every
-    iteration must read one, else the group is not an epilogue and is left unpaired."""
+    iteration must read one, else the group is not an epilogue and is left unpaired; so is a group
+    that writes into a buffer cube tiles store to (`out[:] = a @ b; out[:13] = -out[:13]`: a write
+    after the cube's needs the cube task finished, not a flag per tile it reads)."""
     kind = {i.id: i.kind for i in g.groups}
     grids: dict[str, _TileGrid] = {}
     for n in g.nodes:
@@ -74,15 +76,20 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
     if not grids:
         return {}
     found: dict[int, dict[int, set]] = {}
+    overwrites: set[int] = set()            # vector groups writing a buffer cube tiles store to
     for n in g.nodes:
         if n.op == "TLOAD" and kind[n.group] == "vector":
             grid = grids.get(n.attrs["gm"].buf.name)
             if grid is not None:
                 found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
+        elif n.op == "TSTORE" and kind[n.group] == "vector" and n.attrs["gm"].buf.name in grids:
+            overwrites.add(n.group)
     out, paired = {}, set()
     for info in g.groups:
         its = found.get(info.id)
         if not its or len(its) != info.n_outer or any(len(s) != 1 or None in s for s in its.values()):
+            continue
+        if info.id in overwrites:           # its stores must follow the cube's: a task dependency
             continue
         tiles = {o: next(iter(s)) for o, s in its.items()}
         cubes = {c for c, _ in tiles.values()}
