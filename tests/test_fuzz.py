@@ -18,8 +18,8 @@ from fuzz.runner import Runner, report, search
 N_SEEDS = 520
 
 # seed -> the bug class it fails with today (found by the fuzzer; see the report)
-RACE = "new: a later write over part of an output races with the cube store before it (no dependency)"
-KNOWN: dict[int, str] = {174: RACE, 215: RACE, 501: RACE}
+# (174, 215, 501: a later write over part of an output raced with the cube store before it; fixed)
+KNOWN: dict[int, str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -423,6 +423,8 @@ class Generator:
                                 and math.prod(broadcast(x.shape, n.shape)) <= MAX_ELEMS)
         elif how == "input":
             b = self.new_input(self.bcast_partner(x.shape), x.dtype)
+        if b is not None and not isinstance(b, tuple) and math.prod(broadcast(x.shape, b.shape) or ()) > MAX_ELEMS:
+            b = None                    # a partner that would broadcast x beyond the size limit
         if b is None:
             v = self.const(x.dtype)
             if x.dtype in INTS and c.chance(0.05):
