@@ -223,3 +223,16 @@ def test_an_intermediate_that_overflows_makes_no_false_alarm(rng):
     x[0, 0] = -10.061262
     res = gelu32.compile(x, np.zeros_like(x)).simulate(x, np.zeros_like(x))
     assert res.outputs["out"][0, 0] == 0 and res.ok, res.check
+
+
+def test_an_overflow_next_to_a_nan_makes_no_false_alarm():
+    """fp16 sigmoid(-11.11): exp(11.11) overflows fp16, so 1 / (1 + inf) = 0 where the exact value
+    is 1.5e-5, with a NaN elsewhere in the tensor (fuzz data seed 2177)."""
+    @pypto.jit
+    def sig(x, out):
+        out[:] = pypto.sigmoid(x)
+    x = np.linspace(-20, 20, 8 * 128).reshape(8, 128).astype(np.float16)
+    x[0, 0], x[3, 5] = -11.11, np.nan
+    res = sig.compile(x, np.zeros_like(x)).simulate(x, np.zeros_like(x))
+    assert res.outputs["out"][0, 0] == 0 and np.isnan(res.outputs["out"][3, 5])
+    assert res.ok, res.check

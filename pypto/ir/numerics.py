@@ -76,7 +76,7 @@ class Approx:
             return self
         mag = np.abs(self.v)
         top = float(np.finfo(dtype.np_dtype).max)
-        over = bool(np.max(mag, initial=0.0) > top)
+        over = bool(np.any(mag > top))                  # (a max would be NaN past a NaN)
         if np.ndim(mag) and mag.shape == np.broadcast_shapes(mag.shape, np.shape(self.e)):
             e = np.multiply(mag, u, out=mag)            # in place: one array
             e += self.e
