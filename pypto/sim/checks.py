@@ -8,6 +8,9 @@ reads or writes GM another task writes must run after it.
 """
 from __future__ import annotations
 
+import bisect
+import collections
+
 from ..errors import SimulationError
 from ..ir.exec import SYNC_OPS, accesses, written_gm
 from ..ir.gm import GMRef
@@ -23,25 +26,55 @@ def _describe(task, k) -> str:
     return f"task {task.id} instruction {k} {ins.op} on {ins.pipe}{loc}"
 
 
+class _Intervals:
+    """Byte ranges [lo, hi) of one space, each with a value, found by overlap: the ranges sorted
+    by start, and the longest one bounds how far back an overlapping range can start."""
+
+    def __init__(self):
+        self.keys: list[tuple[int, int]] = []
+        self.values: dict[tuple[int, int], object] = {}
+        self.longest = 0
+
+    def overlapping(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        i0 = bisect.bisect_left(self.keys, (lo - self.longest + 1,))
+        i1 = bisect.bisect_left(self.keys, (hi,))
+        return [k for k in self.keys[i0:i1] if k[1] > lo]
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def set(self, key: tuple[int, int], value) -> None:
+        if key not in self.values:
+            bisect.insort(self.keys, key)
+            self.longest = max(self.longest, key[1] - key[0])
+        self.values[key] = value
+
+    def remove(self, key: tuple[int, int]) -> None:
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        del self.values[key]
+
+
 def find_races(program: Program, times) -> list[str]:
     """Every race inside a task (first few per task), as readable sentences: on-chip bytes, and
-    GM the task writes, by the byte ranges `pypto.ir.exec.accesses` defines for the sync pass."""
+    GM the task writes, by the byte ranges `pypto.ir.exec.accesses` defines for the sync pass.
+    For each range: the last writer and the readers since, looked up by overlap."""
     found = []
     for t in program.tasks:
         written = written_gm(t.instrs)
-        last_write: dict[tuple, int] = {}
-        readers: dict[tuple, list[int]] = {}
+        last_write: dict[str, _Intervals] = collections.defaultdict(_Intervals)
+        readers: dict[str, _Intervals] = collections.defaultdict(_Intervals)
         per_task = 0
+        tt = times[t.id]
         for k, ins in enumerate(t.instrs):
             if ins.op in SYNC_OPS:
                 continue
-            start, end = times[t.id][k]
+            start = tt[k][0]
             acc = accesses(ins, written)
             for space, lo, hi, w in acc:
-                for (sp, a, b), j in list(last_write.items()):
-                    if sp != space or not (a < hi and lo < b):
-                        continue
-                    j_start, j_end = times[t.id][j]
+                writes = last_write[space]
+                for key in writes.overlapping(lo, hi):
+                    j = writes.get(key)
+                    j_end = tt[j][1]
                     if j_end > start:    # this reads/overwrites before the writer finished
                         what = "overwrites" if w else "reads"
                         found.append(f"race in task {t.id}: {_describe(t, k)} {what} {space}[{lo:#x}:{hi:#x}] "
@@ -49,24 +82,27 @@ def find_races(program: Program, times) -> list[str]:
                                      f"(cycle {j_end})")
                         per_task += 1
                 if w:
-                    for (sp, a, b), js in readers.items():
-                        if sp != space or not (a < hi and lo < b):
-                            continue
-                        for j in js:
-                            if times[t.id][j][1] > start:
+                    reads = readers[space]
+                    for key in reads.overlapping(lo, hi):
+                        for j in reads.get(key):
+                            if tt[j][1] > start:
                                 found.append(f"race in task {t.id}: {_describe(t, k)} overwrites "
                                              f"{space}[{lo:#x}:{hi:#x}] at cycle {start} while "
-                                             f"{_describe(t, j)} still reads it (until cycle {times[t.id][j][1]})")
+                                             f"{_describe(t, j)} still reads it (until cycle {tt[j][1]})")
                                 per_task += 1
             for space, lo, hi, w in acc:
                 if w:
-                    for rk in [rk for rk in last_write if rk[0] == space and rk[1] < hi and lo < rk[2]]:
-                        del last_write[rk]
-                    for rk in [rk for rk in readers if rk[0] == space and rk[1] < hi and lo < rk[2]]:
-                        del readers[rk]
-                    last_write[(space, lo, hi)] = k
+                    for ranges in (last_write[space], readers[space]):
+                        for key in ranges.overlapping(lo, hi):
+                            ranges.remove(key)
+                    last_write[space].set((lo, hi), k)
                 else:
-                    readers.setdefault((space, lo, hi), []).append(k)
+                    reads = readers[space]
+                    js = reads.get((lo, hi))
+                    if js is None:
+                        reads.set((lo, hi), [k])
+                    else:
+                        js.append(k)
             if per_task >= 3:
                 break
     return found
