@@ -130,6 +130,19 @@ def located(err: "PyptoError", depth: int = 2) -> "PyptoError":
     return err.relocated(loc) if loc is not None else err
 
 
+def at_caller(fn):
+    """Decorator of a public API function outside a kernel (machines, pipeline editing): a
+    PyptoError it raises without a location points at the user's line that called it
+    (`located`), with no frame of pypto."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except PyptoError as e:
+            raise located(e).with_traceback(None) from None
+    return wrapper
+
+
 def format_location(loc: SourceLoc | None) -> str:
     """`file:line` followed by the source line and carets under the failing call (under the
     whole statement when the columns are not known)."""

@@ -19,21 +19,8 @@ from __future__ import annotations
 import inspect
 import re
 
-import functools
-
-from ..errors import PyptoError, located
+from ..errors import PyptoError, at_caller
 from .pipeline import LEVELS, Pass, Pipeline
-
-
-def _at_caller(fn):
-    """Errors of pipeline editing point at the user's line that made the edit."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PyptoError as e:
-            raise located(e).with_traceback(None) from None
-    return wrapper
 
 
 class OptimizationPass:
@@ -91,7 +78,7 @@ def _level_of(p: Pass) -> tuple[str, str]:
 class CompilerPipeline:
     """An editable list of named passes, checked so that levels follow each other."""
 
-    @_at_caller
+    @at_caller
     def __init__(self, entries=(), base: bool = True):
         from . import default_passes
         self._passes: list[Pass] = default_passes() if base else []
@@ -110,7 +97,7 @@ class CompilerPipeline:
             raise PyptoError(f"no pass named '{name}' in the pipeline", expected=", ".join(self.names),
                              got=name) from None
 
-    @_at_caller
+    @at_caller
     def add(self, name: str, p) -> "CompilerPipeline":
         """Replace the pass of that name, or put the pass at the end of its level."""
         new = as_pass(name, p)
@@ -123,22 +110,22 @@ class CompilerPipeline:
         pos = max((i + 1 for i, q in enumerate(self._passes) if _level_of(q)[1] == src), default=0)
         return self._edit(lambda ps: ps.insert(pos, new))
 
-    @_at_caller
+    @at_caller
     def insert_before(self, name: str, new_name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.insert(i, as_pass(new_name, p)))
 
-    @_at_caller
+    @at_caller
     def insert_after(self, name: str, new_name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.insert(i + 1, as_pass(new_name, p)))
 
-    @_at_caller
+    @at_caller
     def remove(self, name: str) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.pop(i))
 
-    @_at_caller
+    @at_caller
     def replace(self, name: str, p) -> "CompilerPipeline":
         i = self._index(name)
         return self._edit(lambda ps: ps.__setitem__(i, as_pass(name, p)))
@@ -155,7 +142,7 @@ class CompilerPipeline:
     def pipeline(self) -> Pipeline:
         return Pipeline(list(self._passes))
 
-    @_at_caller
+    @at_caller
     def compile(self, kernel, *args, machine="a2a3", snapshots: bool = False, options=None, **consts):
         """Compile `kernel` (a @pypto.jit kernel) with this pipeline: a CompiledKernel."""
         return kernel.compile(*args, machine=machine, snapshots=snapshots, pipeline=self, options=options,

@@ -20,21 +20,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-import functools
+from ..errors import PyptoError, at_caller
 
-from ..errors import PyptoError, located
-
-
-def _at_caller(fn):
-    """A bad machine (unknown name, bad field, malformed TOML) is reported at the user's line
-    that asked for it (`located`), with no frame of this module."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except PyptoError as e:
-            raise located(e).with_traceback(None) from None
-    return wrapper
 
 # DMA bandwidth per core and path, GiB/s (public figures of the a2a3 / 910B class).
 A2A3_BANDWIDTH = {
@@ -92,7 +79,7 @@ class Machine:
         return {"UB": self.ub_kib * 1024, "L1": self.l1_kib * 1024, "L0A": self.l0a_kib * 1024,
                 "L0B": self.l0b_kib * 1024, "L0C": self.l0c_kib * 1024, "BT": self.bt_kib * 1024}
 
-    @_at_caller
+    @at_caller
     def replace(self, **changes) -> "Machine":
         unknown = [k for k in changes if k not in FIELDS]
         if unknown:
@@ -130,13 +117,13 @@ class Machine:
 
     # --- files ------------------------------------------------------------------------
     @classmethod
-    @_at_caller
+    @at_caller
     def from_toml(cls, path) -> "Machine":
         """A machine described by a TOML file (see the module docstring)."""
         return _from_toml(os.fspath(path), ())
 
     @classmethod
-    @_at_caller
+    @at_caller
     def from_dict(cls, data: dict, *, where: str = "machine description", base_dir: str = ".") -> "Machine":
         """A machine from a mapping with the TOML file's keys (`base`, fields, `bandwidth_gibps`)."""
         return _from_dict(dict(data), where, base_dir, ())
@@ -309,7 +296,7 @@ A5 = A2A3.replace(name="a5", n_aic=32, n_aiv=64, clock_ghz=1.65, ub_kib=256, l0c
 MACHINES = {m.name: m for m in (A2A3, TEACH, A5)}
 
 
-@_at_caller
+@at_caller
 def load_machine(path_or_name) -> Machine:
     """A built-in machine by name, or a machine described by a .toml file."""
     if isinstance(path_or_name, Machine):
