@@ -10,9 +10,11 @@ of their previous use.
 """
 from __future__ import annotations
 
+import collections
+
 from ..ir.core import Attrs
-from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, accesses, stream_shape,
-                       written_gm)
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, accesses,
+                       stream_shape, written_gm)
 from .pipeline import PassContext
 
 
@@ -84,8 +86,7 @@ def plan_flags(pipes, accesses):
     """
     n = len(pipes)
     events = EVENTS_PER_PIPE_PAIR
-    ranges: dict[tuple, list] = {}
-    by_key: dict[str, list[tuple]] = {}
+    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)   # [last writer, readers]
     synced: dict[tuple[str, str], int] = {}
     next_event: dict[tuple[str, str], int] = {}
     live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
@@ -143,15 +144,15 @@ def plan_flags(pipes, accesses):
         need: dict[str, int] = {}
         acc = accesses[idx]
         for key, lo, hi, w in acc:
-            for rk in by_key.get(key, ()):
-                if rk[1] < hi and lo < rk[2]:
-                    writer, readers = ranges[rk]
-                    if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
-                        need[writer[0]] = max(need.get(writer[0], -1), writer[1])
-                    if w:
-                        for p, j in readers.items():
-                            if p != q and j > synced.get((p, q), -1):
-                                need[p] = max(need.get(p, -1), j)
+            table = ranges[key]
+            for rk in table.overlapping(lo, hi):
+                writer, readers = table.values[rk]
+                if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
+                    need[writer[0]] = max(need.get(writer[0], -1), writer[1])
+                if w:
+                    for p, j in readers.items():
+                        if p != q and j > synced.get((p, q), -1):
+                            need[p] = max(need.get(p, -1), j)
         cq = clock.get(q, empty)
         if need:
             pre = before.setdefault(idx, [])
@@ -198,15 +199,13 @@ def plan_flags(pipes, accesses):
         snap[idx] = cq
         last_of[q] = idx
         for key, lo, hi, w in acc:
-            rk = (key, lo, hi)
-            if rk not in ranges:
-                ranges[rk] = [None, {}]
-                by_key.setdefault(key, []).append(rk)
+            table, rk = ranges[key], (lo, hi)
+            if rk not in table:
+                table.set(rk, [None, {}])
             if w:
                 # a write supersedes everything it overlaps: later accesses only need to see it
-                for ok in by_key[key]:
-                    if ok[1] < hi and lo < ok[2]:
-                        ranges[ok] = [(q, idx), {}]
+                for ok in table.overlapping(lo, hi):
+                    table.values[ok] = [(q, idx), {}]
             else:
-                ranges[rk][1][q] = idx
+                table.values[rk][1][q] = idx
     return before, after, flags

@@ -6,6 +6,7 @@ Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are
 """
 from __future__ import annotations
 
+import bisect
 import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -110,6 +111,38 @@ def accesses(ins: Instr, written_gm=None) -> list[Access]:
             lo, hi = o.span()
             out.append(Access("GM:" + o.buf.name, lo, hi, w))
     return out
+
+
+class Intervals:
+    """Ranges [lo, hi) of one space, each with a value, found by overlap in O(log n + hits): the
+    ranges sorted by start, and the longest one bounds how far back an overlapping range can
+    start.  The per-space range tables of the sync inserter and the race checker."""
+
+    def __init__(self):
+        self.keys: list[tuple[int, int]] = []
+        self.values: dict[tuple[int, int], object] = {}
+        self.longest = 0
+
+    def overlapping(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        i0 = bisect.bisect_left(self.keys, (lo - self.longest + 1,))
+        i1 = bisect.bisect_left(self.keys, (hi,))
+        return [k for k in self.keys[i0:i1] if k[1] > lo]
+
+    def get(self, key, default=None):
+        return self.values.get(key, default)
+
+    def __contains__(self, key) -> bool:
+        return key in self.values
+
+    def set(self, key: tuple[int, int], value) -> None:
+        if key not in self.values:
+            bisect.insort(self.keys, key)
+            self.longest = max(self.longest, key[1] - key[0])
+        self.values[key] = value
+
+    def remove(self, key: tuple[int, int]) -> None:
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        del self.values[key]
 
 
 def written_gm(instrs) -> set[str]:

@@ -8,11 +8,10 @@ reads or writes GM another task writes must run after it.
 """
 from __future__ import annotations
 
-import bisect
 import collections
 
 from ..errors import SimulationError
-from ..ir.exec import SYNC_OPS, accesses, written_gm
+from ..ir.exec import SYNC_OPS, Intervals, accesses, written_gm
 from ..ir.gm import GMRef
 from ..ir.program import Program
 
@@ -26,34 +25,6 @@ def _describe(task, k) -> str:
     return f"task {task.id} instruction {k} {ins.op} on {ins.pipe}{loc}"
 
 
-class _Intervals:
-    """Byte ranges [lo, hi) of one space, each with a value, found by overlap: the ranges sorted
-    by start, and the longest one bounds how far back an overlapping range can start."""
-
-    def __init__(self):
-        self.keys: list[tuple[int, int]] = []
-        self.values: dict[tuple[int, int], object] = {}
-        self.longest = 0
-
-    def overlapping(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        i0 = bisect.bisect_left(self.keys, (lo - self.longest + 1,))
-        i1 = bisect.bisect_left(self.keys, (hi,))
-        return [k for k in self.keys[i0:i1] if k[1] > lo]
-
-    def get(self, key, default=None):
-        return self.values.get(key, default)
-
-    def set(self, key: tuple[int, int], value) -> None:
-        if key not in self.values:
-            bisect.insort(self.keys, key)
-            self.longest = max(self.longest, key[1] - key[0])
-        self.values[key] = value
-
-    def remove(self, key: tuple[int, int]) -> None:
-        del self.keys[bisect.bisect_left(self.keys, key)]
-        del self.values[key]
-
-
 def find_races(program: Program, times) -> list[str]:
     """Every race inside a task (first few per task), as readable sentences: on-chip bytes, and
     GM the task writes, by the byte ranges `pypto.ir.exec.accesses` defines for the sync pass.
@@ -61,8 +32,8 @@ def find_races(program: Program, times) -> list[str]:
     found = []
     for t in program.tasks:
         written = written_gm(t.instrs)
-        last_write: dict[str, _Intervals] = collections.defaultdict(_Intervals)
-        readers: dict[str, _Intervals] = collections.defaultdict(_Intervals)
+        last_write: dict[str, Intervals] = collections.defaultdict(Intervals)
+        readers: dict[str, Intervals] = collections.defaultdict(Intervals)
         per_task = 0
         tt = times[t.id]
         for k, ins in enumerate(t.instrs):
