@@ -295,7 +295,12 @@ def test_a_mistake_in_a_pypto_cell_shows_a_short_error_with_its_line(lab, browse
             text = nb.output_text(cell)
             assert "TileShapeError" in text, text
             assert BAD_LINE in text, text
-            assert re.search(r"^\s*\^\s*$", text, re.M), f"no caret line in:\n{text}"
+            lines = text.splitlines()                   # carets under the failing call
+            at = next((i for i, ln in enumerate(lines) if ln.strip() == BAD_LINE), None)
+            assert at is not None and at + 1 < len(lines), f"no source line in:\n{text}"
+            src, caret = lines[at], lines[at + 1]
+            assert caret.strip() == "^" * len(BAD_LINE) and caret.index("^") == src.index(BAD_LINE), \
+                f"no caret line under the call in:\n{text}"
             assert re.search(r"\bline 4\b|:4:", text), f"the kernel's line (4) is not named in:\n{text}"
             assert "Traceback" not in text, text
             assert "pypto/" not in text, f"pypto's own frames leak into:\n{text}"
