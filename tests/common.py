@@ -22,3 +22,12 @@ def byte_accesses(ins):
             lo, hi = o.span()
             out.append(("GM:" + o.buf.name, lo, hi, w))
     return out
+
+
+def marker_line(path: str, tag: str) -> int:
+    """The number of the one line of file `path` that ends with the comment `tag`
+    (e.g. `# <M:vec-set>`): where a test expects an error to point."""
+    with open(path) as f:
+        hits = [i for i, text in enumerate(f.read().splitlines(), 1) if text.rstrip().endswith(tag)]
+    assert len(hits) == 1, f"marker {tag} found {len(hits)} times"
+    return hits[0]

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import pypto
+from common import marker_line
 
 THIS = os.path.abspath(__file__)
 FILE = os.path.basename(THIS)
@@ -19,11 +20,7 @@ _SRC = open(THIS).read().splitlines()
 
 
 def line_of(marker: str) -> int:
-    """Line number of the (single) source line carrying `# <E:marker>`."""
-    tag = f"# <E:{marker}>"
-    hits = [i for i, text in enumerate(_SRC, 1) if text.rstrip().endswith(tag)]
-    assert len(hits) == 1, f"marker {tag} found {len(hits)} times"
-    return hits[0]
+    return marker_line(THIS, f"# <E:{marker}>")
 
 
 def kernel_lines(kernel) -> set[int]:

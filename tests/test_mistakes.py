@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import pypto
+from common import marker_line
 from pypto.compiler import OptimizationPass
 
 THIS = os.path.abspath(__file__)
@@ -24,10 +25,7 @@ _SRC = open(THIS).read().splitlines()
 
 
 def line_of(marker: str) -> int:
-    tag = f"# <M:{marker}>"
-    hits = [i for i, text in enumerate(_SRC, 1) if text.rstrip().endswith(tag)]
-    assert len(hits) == 1, f"marker {tag} found {len(hits)} times"
-    return hits[0]
+    return marker_line(THIS, f"# <M:{marker}>")
 
 
 def check_located(err: pypto.PyptoError, marker: str, under: str):
