@@ -97,6 +97,11 @@ def code_loc(code, lasti: int, line: int | None = None, func: str | None = None)
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def in_package(fname: str) -> bool:
+    """Whether `fname` is a file of the pypto package itself (not the user's code)."""
+    return os.path.abspath(fname).startswith(_PKG_DIR)
+
+
 @functools.lru_cache(maxsize=1)
 def _library_dirs() -> tuple[str, ...]:
     paths = sysconfig.get_paths()
@@ -113,8 +118,7 @@ def caller_loc(depth: int = 1) -> SourceLoc | None:
     libs = _library_dirs()
     while f is not None:
         name = f.f_code.co_filename
-        path = os.path.abspath(name)
-        if not path.startswith(_PKG_DIR) and not path.startswith(libs) and not name.startswith("<frozen"):
+        if not in_package(name) and not os.path.abspath(name).startswith(libs) and not name.startswith("<frozen"):
             return code_loc(f.f_code, f.f_lasti, f.f_lineno)
         f = f.f_back
     return None

@@ -13,9 +13,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
-                      caller_loc, located)
+                      caller_loc, in_package, located)
 from ..sim.machine import get_machine
-from .tracer import Tensor, TraceContext, in_package
+from .tracer import Tensor, TraceContext
 
 
 class JitKernel:

@@ -6,22 +6,13 @@ annotation or as a shape-only argument) and, while tracing, the proxy of a graph
 from __future__ import annotations
 
 import numbers
-import os
 import sys
 from typing import Sequence
 
 from .. import dtypes as dt
-from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError, code_loc
+from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError, code_loc, in_package
 from ..ir.core import Attrs, fmt_shape
 from ..ir.tensor import OPS, Param, TileSpec, TNode, TensorGraph, infer_shape
-
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def in_package(fname: str) -> bool:
-    """Whether `fname` is a file of the pypto package itself (not the user's code)."""
-    return os.path.abspath(fname).startswith(_PKG_DIR + os.sep)
-
 
 def user_loc() -> SourceLoc | None:
     """The innermost stack frame outside the pypto package: the user's kernel line, with the
