@@ -16,7 +16,8 @@ Two ways to run, with the same results:
   close to that of the same math written directly;
 * the reference interpreter (checked mode, and programs the plan refuses: operands out of bounds,
   no functional rule, shapes that do not combine): one instruction at a time, with the checks;
-  what fails is a SimulationError naming the task, instruction and kernel line.  In checked mode fresh on-chip bytes are 0xFF (NaN for every float
+  what fails is a SimulationError naming the task, instruction and kernel line.  In checked
+  mode fresh on-chip bytes are 0xFF (NaN for every float
   dtype) and a byte mask tracks what the current task has written, so a read of bytes it never
   wrote is reported, as are tiles beyond their space and windows beyond their GM buffer.
 """
