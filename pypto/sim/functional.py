@@ -17,9 +17,9 @@ Two ways to run, with the same results:
 * the reference interpreter (checked mode, and programs the plan refuses: operands out of bounds,
   no functional rule, shapes that do not combine): one instruction at a time, with the checks;
   what fails is a SimulationError naming the task, instruction and kernel line.  In checked
-  mode fresh on-chip bytes are 0xFF (NaN for every float
-  dtype) and a byte mask tracks what the current task has written, so a read of bytes it never
-  wrote is reported, as are tiles beyond their space and windows beyond their GM buffer.
+  mode fresh on-chip bytes are 0xFF (NaN for every float dtype) and a byte mask tracks what the
+  current task has written, so a read of bytes it never wrote is reported, as are tiles beyond
+  their space and windows beyond their GM buffer.
 """
 from __future__ import annotations
 
