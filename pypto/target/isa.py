@@ -1,0 +1,168 @@
+"""The PTO instruction table: one row per instruction the compiler can emit and the simulators run.
+
+A row says what the instruction is (`kind`, the math `fn` it applies and its operand `form`),
+where it runs (its pipe, from the kind), which on-chip spaces its operands live in, what it
+computes (`semantics`: a numpy function, see `semantics.py`) and what it costs (`cost`: the rule's
+class and its constants).  Every pass and engine reads these rows: the tiling asks `find(fn, form)`
+for an opcode instead of building its name, the PTO parser checks operands against `KINDS`, the
+functional simulator applies `semantics`, the cost model reads `cost` -- so the structure of an
+opcode is data, never a string parsed back.
+
+Forms of the vector math: "" (tile op tile, or a unary op), "S" (tile op scalar), "ROWEXPAND" /
+"COLEXPAND" (the second operand is a per-row [.., M, 1] / per-column [.., 1, N] vector broadcast
+along the row / column), "ROW" / "COL" (a reduction along the last / second-to-last dim).
+
+Adding an element-wise instruction is one entry in UNARY_FNS or BINARY_FNS (its numpy function
+and cycles per repeat); the table, the parser, both simulators and docs/instructions.md follow.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from . import semantics as sem
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What all instructions of one kind share: the operand spaces (destination, sources; "num"
+    is a scalar), the cost rule's class and how the documentation describes the operands."""
+    dst: tuple[str, ...]
+    srcs: tuple[tuple[str, ...], ...]
+    cost: str                           # vector | cube | dma | sync
+    operands: str                       # for docs/instructions.md
+    pipe: str = "V"
+
+
+KINDS: dict[str, Kind] = {
+    "load": Kind(("UB", "L1"), (("GM",),), "dma", "UB/L1 <- GM", "MTE2"),
+    "store": Kind(("GM",), (("UB", "L0C"),), "dma", "GM <- UB/L0C", "MTE3"),   # FIX from L0C
+    "extract": Kind(("L0A", "L0B"), (("L1",),), "dma", "L0A/L0B <- L1", "MTE1"),
+    "move": Kind(("BT",), (("L1",),), "dma", "BT <- L1", "MTE1"),
+    "cube": Kind(("L0C",), (("L0A",), ("L0B",)), "cube", "L0C <- L0A x L0B", "M"),
+    "unary": Kind(("UB",), (("UB",),), "vector", "UB <- UB"),
+    "cvt": Kind(("UB",), (("UB",),), "vector", "UB <- UB (to=dtype)"),
+    "binary": Kind(("UB",), (("UB",), ("UB",)), "vector", "UB <- UB, UB"),
+    "scalar": Kind(("UB",), (("UB",), ("num",)), "vector", "UB <- UB, scalar"),
+    "expand": Kind(("UB",), (("UB",), ("UB",)), "vector", "UB <- UB (row/col vector)"),
+    "expand_binary": Kind(("UB",), (("UB",), ("UB",)), "vector", "UB <- UB, UB (row/col vector)"),
+    "reduce": Kind(("UB",), (("UB",),), "vector", "UB <- UB (dim=)"),
+    "flag": Kind((), (), "sync", "pipe -> pipe, EVENT_ID", ""),
+    "barrier": Kind((), (), "sync", "pipe", "S"),
+    "cross": Kind((), (), "sync", "pipe -> AIV slot / AIC -> pipe, EVENT_ID", ""),
+}
+
+
+@dataclass(frozen=True)
+class Instruction:
+    name: str
+    kind: str
+    fn: str = ""                        # the math: "ADD", "EXP", "SUM", ...
+    form: str = ""                      # "", "S", "ROWEXPAND", "COLEXPAND", "ROW", "COL"
+    semantics: Callable | None = None   # numpy function of the math (None: a move or a sync)
+    slope: int = 1                      # vector: cycles per 256-byte repeat
+    cycles: int = 0                     # sync: fixed cycles
+    doc: str = ""
+
+    @property
+    def spec(self) -> Kind:
+        return KINDS[self.kind]
+
+    @property
+    def cost(self) -> str:
+        return KINDS[self.kind].cost
+
+
+# element-wise math: fn -> (numpy function, cycles per repeat, what it computes)
+UNARY_FNS: dict[str, tuple[Callable, int, str]] = {
+    "EXP": (np.exp, 4, "exp(x)"),
+    "LOG": (np.log, 4, "natural log"),
+    "SQRT": (np.sqrt, 4, "square root"),
+    "RSQRT": (sem.rsqrt, 4, "1 / sqrt(x)"),
+    "ABS": (np.abs, 1, "|x|"),
+    "NEG": (sem.negative, 1, "-x"),
+    "RELU": (sem.relu, 1, "max(x, 0)"),
+    "RECIP": (np.reciprocal, 4, "1 / x"),
+}
+BINARY_FNS: dict[str, tuple[Callable, int, str]] = {
+    "ADD": (np.add, 1, "a + b"),
+    "SUB": (np.subtract, 1, "a - b"),
+    "MUL": (np.multiply, 1, "a * b"),
+    "DIV": (np.divide, 4, "a / b"),
+    "MAX": (np.maximum, 1, "max(a, b)"),
+    "MIN": (np.minimum, 1, "min(a, b)"),
+}
+REDUCE_FNS: dict[str, tuple[Callable, int, str]] = {
+    "SUM": (sem.reduce_sum, 2, "sum"),
+    "MAX": (sem.reduce_max, 2, "maximum"),
+    "MIN": (sem.reduce_min, 2, "minimum"),
+}
+EXPAND_FORMS = ("ROWEXPAND", "COLEXPAND")
+REDUCE_FORMS = ("ROW", "COL")
+
+
+def _rows() -> list[Instruction]:
+    rows = [
+        Instruction("TLOAD", "load", doc="GM window -> tile"),
+        Instruction("TSTORE", "store", doc="tile -> GM window (from L0C on FIX, optionally act=relu)"),
+        Instruction("TEXTRACT", "extract", doc="a window of an L1 tile -> L0A/L0B"),
+        Instruction("TMOV", "move", doc="a bias row L1 -> BT"),
+        Instruction("TMATMUL", "cube", doc="L0C = A x B"),
+        Instruction("TMATMUL_ACC", "cube", doc="L0C += A x B"),
+        Instruction("TMATMUL_BIAS", "cube", doc="L0C = bias row + A x B"),
+    ]
+    rows += [Instruction(f"T{fn}", "unary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in UNARY_FNS.items()]
+    rows.append(Instruction("TCVT", "cvt", "CVT", doc="dtype conversion"))
+    rows += [Instruction(f"T{fn}", "binary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in BINARY_FNS.items()]
+    rows += [Instruction(f"T{fn}S", "scalar", fn, "S", f, slope, doc=d.replace("b", "scalar"))
+             for fn, (f, slope, d) in BINARY_FNS.items()]
+    for rc, form in zip(REDUCE_FORMS, EXPAND_FORMS):
+        along = "row" if rc == "ROW" else "column"
+        rows.append(Instruction(f"T{form}", "expand", "", form, doc=f"a per-{along} vector broadcast along the {along}"))
+        rows += [Instruction(f"T{form}{fn}", "expand_binary", fn, form, f, slope, doc=f"{d}, b per {along}")
+                 for fn, (f, slope, d) in BINARY_FNS.items()]
+        rows += [Instruction(f"T{rc}{fn}", "reduce", fn, rc, f, slope, doc=f"{d} of each {along}")
+                 for fn, (f, slope, d) in REDUCE_FNS.items()]
+    rows += [Instruction("SET_FLAG", "flag", cycles=1, doc="signal an event from one pipe to another"),
+             Instruction("WAIT_FLAG", "flag", cycles=1, doc="block a pipe until the event is set"),
+             Instruction("PIPE_BARRIER", "barrier", cycles=1, doc="block until a pipe has drained"),
+             Instruction("CROSS_SET_FLAG", "cross", cycles=1, doc="count up a flag of an AIV of the pair"),
+             Instruction("CROSS_WAIT_FLAG", "cross", cycles=1, doc="block until the paired AIC has set the flag")]
+    return rows
+
+
+INSTRUCTIONS: dict[str, Instruction] = {r.name: r for r in _rows()}
+_BY_MATH: dict[tuple[str, str], Instruction] = {(r.fn, r.form): r for r in INSTRUCTIONS.values() if r.fn or r.form}
+SYNC_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "sync")
+MOVE_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "dma")
+
+
+def find(fn: str, form: str = "") -> str:
+    """The opcode applying math `fn` in operand form `form` (`find("SUB", "ROWEXPAND")` is
+    "TROWEXPANDSUB"); KeyError naming what exists when there is none."""
+    row = _BY_MATH.get((fn, form))
+    if row is None:
+        forms = sorted(f for g, f in _BY_MATH if g == fn)
+        raise KeyError(f"no PTO instruction applies {fn!r} in form {form!r}"
+                       + (f" (it exists in forms {forms})" if forms else ""))
+    return row.name
+
+
+def row(op: str) -> Instruction:
+    """The table row of an opcode; KeyError for an unknown one."""
+    return INSTRUCTIONS[op]
+
+
+def pipe_of(op: str, src_space: str | None = None) -> str:
+    """The pipe that executes an instruction (TSTORE: FIX from L0C, else MTE3)."""
+    kind = INSTRUCTIONS[op].kind if op in INSTRUCTIONS else "unary"
+    if kind == "store" and src_space == "L0C":
+        return "FIX"
+    return KINDS[kind].pipe
+
+
+def is_vector(op: str) -> bool:
+    r = INSTRUCTIONS.get(op)
+    return r is not None and r.cost == "vector"

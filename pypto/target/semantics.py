@@ -1,0 +1,85 @@
+"""The numpy functions behind the PTO instructions' math (the `semantics` column of the
+instruction table).  Each takes arrays with any number of leading axes and an optional `out=`,
+like a numpy ufunc; fp16/bf16 results of several numpy steps are computed in fp32 and rounded
+once, as the hardware's single instruction does."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import DT_BF16, DT_FP16
+
+LOW_FLOATS = (DT_FP16.np_dtype, DT_BF16.np_dtype)
+
+
+def wide(dtype):
+    """The dtype a multi-step function computes in: fp32 for fp16/bf16 (rounded once, at the
+    end), else the dtype itself."""
+    return np.dtype(np.float32) if dtype in LOW_FLOATS else dtype
+
+
+def rounded(r, dtype, out):
+    """A result computed in a wider dtype (or in fresh memory), rounded to `dtype` or into `out`."""
+    if out is None:
+        return r.astype(dtype, copy=False)
+    out[...] = r
+    return out
+
+
+def rsqrt(x, out=None):
+    """1 / sqrt(x); for fp16/bf16 computed in fp32 and rounded once."""
+    w = wide(x.dtype)
+    if w == x.dtype:
+        return np.reciprocal(np.sqrt(x, out=out), out=out)
+    return rounded(np.reciprocal(np.sqrt(x.astype(w))), x.dtype, out)
+
+
+def negative(x, out=None):
+    """np.negative, made in fresh memory and copied into `out`: numpy 2.x's SIMD loop for negative
+    writes wrong elements into a strided output from an input strided by 4 (32-bit) or 8 (64-bit)
+    elements (e.g. a column of [N, 1] windows run as one batch)."""
+    return rounded(np.negative(np.ascontiguousarray(x)), x.dtype, out)
+
+
+def relu(x, out=None):
+    return np.maximum(x, np.zeros((), x.dtype), out=out)
+
+
+def reduce_sum(x, axis, keepdims):
+    """A sum of fp16/bf16 accumulated in fp32 and rounded once; others in their own dtype."""
+    return np.sum(x, axis=axis, keepdims=keepdims, dtype=wide(x.dtype)).astype(x.dtype, copy=False)
+
+
+def reduce_max(x, axis, keepdims):
+    return np.max(x, axis=axis, keepdims=keepdims)
+
+
+def reduce_min(x, axis, keepdims):
+    return np.min(x, axis=axis, keepdims=keepdims)
+
+
+def product(dtype):
+    """TMATMUL: both factors converted to the accumulator's dtype (an fp16/bf16 accumulator: the
+    product computed in fp32 and rounded once)."""
+    w = wide(dtype)
+
+    def f(a, b, out=None):
+        p = np.matmul(a.astype(w, copy=False), b.astype(w, copy=False), out=out if w == dtype else None)
+        return p if w == dtype else rounded(p, dtype, out)
+    return f
+
+
+def accumulate(dtype):
+    """TMATMUL_ACC: the accumulator plus the product; TMATMUL_BIAS: the bias row plus the product
+    (in fp32 for an fp16/bf16 accumulator, rounded once)."""
+    w = wide(dtype)
+    prod_ = product(w)
+
+    def f(acc, a, b, out=None):
+        if w == dtype:
+            return np.add(acc, prod_(a, b), out=out)
+        return rounded(np.add(acc.astype(w), prod_(a, b)), dtype, out)
+    return f
+
+
+# what the FIX pipe applies to a tile on its way out of L0C (TSTORE act=)
+ACTIVATIONS = {"relu": relu}
