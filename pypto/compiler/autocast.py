@@ -55,11 +55,13 @@ from .pipeline import Pass, PassContext
 from .tensor_passes import Rewriter
 
 LOW_PRECISION = ("fp16", "bf16")
-ACCUMULATE = ("sum",)
-AMPLIFY = ("sum", "exp", "log")     # ops that magnify the rounding of their operand
-INEXACT = ("add", "sub", "mul", "div", "exp", "log", "sqrt", "rsqrt", "recip")
-EXACT = ("maximum", "minimum", "relu", "neg", "abs", "copy", "amax", "amin")
-DECLARED = ("cast", "matmul", "reshape", "transpose", "view", "store")
+# the rule table's op lists, read from the registry's `precision` and `amplifies` columns
+ACCUMULATE = tuple(op for op, r in OPS.items() if r.precision == "accumulate")
+AMPLIFY = tuple(op for op, r in OPS.items() if r.amplifies and r.kind != "composite")
+INEXACT = tuple(op for op, r in OPS.items() if r.precision == "inexact" and r.kind != "composite")
+EXACT = tuple(op for op, r in OPS.items() if r.precision == "exact" and r.kind not in ("composite", "layout"))
+DECLARED = tuple(op for op, r in OPS.items() if r.precision == "declared" and r.kind not in ("input", "const")) + \
+    tuple(op for op, r in OPS.items() if r.kind == "layout")
 
 # op -> the rule that applies to it in fp16/bf16 (the table above, as data)
 RULES: dict[str, str] = {

@@ -9,19 +9,21 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import SourceLoc
 from ..ir.core import Attrs, broadcast_shapes
+from ..ir.ops import Builder
 from ..ir.tensor import OPS, TensorGraph, TNode, infer_shape
-from ..ir.tensor_eval import BINARY as NP_BINARY, GELU_C
 from .pipeline import Pass, PassContext
 
 
-class Rewriter:
-    """Builds a new graph from an old one, node by node, renumbering ids densely."""
+class Rewriter(Builder):
+    """Builds a new graph from an old one, node by node, renumbering ids densely; as a `Builder`
+    (ir/ops.py) it is what registry decompositions write their ops with."""
 
     def __init__(self, g: TensorGraph):
         self.g = g
         self.nodes: list[TNode] = []
         self.map: dict[int, int] = {}
         self.loc: SourceLoc | None = None
+        self.extra: dict = {}
 
     def emit(self, op: str, inputs, shape, dtype: DType, attrs=None, loc=None) -> int:
         nid = len(self.nodes)
@@ -40,29 +42,12 @@ class Rewriter:
     def dtype(self, i: int) -> DType:
         return self.nodes[i].dtype
 
-    # small builders used by decompositions: each takes and returns new ids
-    def const(self, v, dtype):
-        return self.emit("const", [], (), dtype, {"value": float(v)})
-
-    def bin(self, op, a, b, tile=None):
-        return self.emit(op, [a, b], broadcast_shapes(self.shape(a), self.shape(b)), self.dtype(a),
-                         _tile(tile))
-
-    def bins(self, op, a, scalar, tile=None):
-        return self.bin(op, a, self.const(scalar, self.dtype(a)), tile)
-
-    def un(self, op, a, tile=None):
-        return self.emit(op, [a], self.shape(a), self.dtype(a), _tile(tile))
-
     def red(self, op, a, dim, tile=None):
+        if tile is None:
+            return super().red(op, a, dim)
         s = list(self.shape(a))
         s[dim] = 1
         return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **_tile(tile)})
-
-    def cast(self, a, dtype: DType, tile=None):
-        if self.dtype(a) == dtype:
-            return a
-        return self.emit("cast", [a], self.shape(a), dtype, {"to": dtype.name, **_tile(tile)})
 
     def graph(self) -> TensorGraph:
         return self.g.replace(self.nodes)
@@ -73,85 +58,26 @@ def _tile(tile):
 
 
 # ---------------------------------------------------------------------------------------
-# decompose: composite ops -> primitives, in the composite's dtype (the autocast pass decides
-# which fp16/bf16 values compute in fp32)
-
-def _sigmoid(rw, x, t):
-    e = rw.un("exp", rw.un("neg", x, t), t)
-    return rw.un("recip", rw.bins("add", e, 1.0, t), t)
-
-
-def _tanh(rw, x, t):
-    s = _sigmoid(rw, rw.bins("mul", x, 2.0, t), t)
-    return rw.bins("sub", rw.bins("mul", s, 2.0, t), 1.0, t)
-
-
-def _gelu(rw, x, t):
-    """0.5 x (1 + tanh(c (x + 0.044715 x^3))), computed as x * sigmoid(2c (x + 0.044715 x^3)):
-    the same function (1 + tanh(z) = 2 sigmoid(2z)) in five fewer vector ops."""
-    x3 = rw.bin("mul", rw.bin("mul", x, x, t), x, t)
-    inner2 = rw.bins("mul", rw.bin("add", x, rw.bins("mul", x3, 0.044715, t), t), 2.0 * GELU_C, t)
-    return rw.bin("mul", x, _sigmoid(rw, inner2, t), t)
-
-
-def _mean(rw, x, dim, t):
-    n = rw.shape(x)[dim]
-    return rw.bins("mul", rw.red("sum", x, dim, t), 1.0 / n, t)
-
-
-def _softmax(rw, x, dim, t):
-    m = rw.red("amax", x, dim, t)
-    e = rw.un("exp", rw.bin("sub", x, m, t), t)
-    return rw.bin("div", e, rw.red("sum", e, dim, t), t)
-
-
-def _rms_norm(rw, x, w, eps, t):
-    last = len(rw.shape(x)) - 1
-    ms = _mean(rw, rw.bin("mul", x, x, t), last, t)
-    r = rw.un("rsqrt", rw.bins("add", ms, eps, t), t)
-    return rw.bin("mul", rw.bin("mul", x, r, t), w, t)
-
+# decompose: composite ops -> primitives (each row's `decompose`, ir/ops.py), in the composite's
+# dtype (the autocast pass decides which fp16/bf16 values compute in fp32)
 
 def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     for n in g.nodes:
-        if OPS[n.op].kind != "composite":
+        row = OPS[n.op]
+        if row.kind != "composite":
             rw.keep(n)
             continue
         rw.loc = n.loc
         t = n.attrs.get("tile")
-        ins = [rw.map[i] for i in n.inputs]
-        ins = [rw.cast(i, n.dtype, t) for i in ins]
-        x = ins[0]
-        if n.op == "mean":
-            out = _mean(rw, x, n.attrs["dim"], t)
-        elif n.op == "sigmoid":
-            out = _sigmoid(rw, x, t)
-        elif n.op == "tanh":
-            out = _tanh(rw, x, t)
-        elif n.op == "gelu":
-            out = _gelu(rw, x, t)
-        elif n.op == "softmax":
-            out = _softmax(rw, x, n.attrs["dim"], t)
-        elif n.op == "rms_norm":
-            out = _rms_norm(rw, x, ins[1], n.attrs["eps"], t)
-        elif n.op == "layernorm":
-            last = len(rw.shape(x)) - 1
-            d = rw.bin("sub", x, _mean(rw, x, last, t), t)
-            var = _mean(rw, rw.bin("mul", d, d, t), last, t)
-            out = rw.bin("mul", d, rw.un("rsqrt", rw.bins("add", var, n.attrs["eps"], t), t), t)
-            rest = ins[1:]
-            if n.attrs["has_weight"]:
-                out = rw.bin("mul", out, rest.pop(0), t)
-            if n.attrs["has_bias"]:
-                out = rw.bin("add", out, rest.pop(0), t)
-        else:  # pragma: no cover - every composite of OPS is handled above
-            raise NotImplementedError(n.op)
-        out = rw.cast(out, n.dtype, t)
-        if n.op == "mean" and not n.attrs["keepdim"]:
-            out = rw.emit("reshape", [out], n.shape, n.dtype, {"shape": n.shape})
+        rw.extra = _tile(t)
+        ins = [rw.cast(rw.map[i], n.dtype) for i in n.inputs]
+        out = row.decompose(rw, ins, n.attrs)
+        out = rw.cast(out, n.dtype)
+        if rw.shape(out) != n.shape:            # a reduction without keepdim of a keepdim result
+            out = rw.reshape(out, n.shape)
         rw.map[n.id] = out
-        rw.loc = None
+        rw.loc, rw.extra = None, {}
     return rw.graph()
 
 
@@ -228,7 +154,7 @@ def fold(op: str, a, b, dtype: DType):
         return None
     try:
         with np.errstate(all="ignore"):
-            r = np.asarray(NP_BINARY[op](np.asarray(a, dtype.np_dtype), np.asarray(b, dtype.np_dtype)))
+            r = np.asarray(OPS[op].ref([np.asarray(a, dtype.np_dtype), np.asarray(b, dtype.np_dtype)], {}))
             r = r.astype(dtype.np_dtype)
     except (OverflowError, ValueError, TypeError):
         return None
@@ -252,30 +178,32 @@ def _simplified(rw: Rewriter, n: TNode, users, origin) -> int | None:
             v = fold(n.op, ca, cb, n.dtype)
             if v is not None:
                 return rw.emit("const", [], n.shape, n.dtype, {"value": v}, n.loc)
-        if cb is not None and same(a) and ((n.op in ("mul", "div") and cb == 1)
-                                           or (n.op in ("add", "sub") and cb == 0)):
+        row = OPS[n.op]
+        if cb is not None and same(a) and row.identity is not None and cb == row.identity:
             return a
-        if ca is not None and same(b) and ((n.op == "mul" and ca == 1) or (n.op == "add" and ca == 0)):
+        if ca is not None and same(b) and row.commutative and row.identity is not None and ca == row.identity:
             return b
-        if n.op == "mul":  # (x * c1) * c2 -> x * (c1 * c2), when nothing else reads x * c1
+        if row.reassociates:  # (x * c1) * c2 -> x * (c1 * c2), when nothing else reads x * c1
             for k in (0, 1):
                 c2, inner_id = _cval(rw, ins[1 - k]), ins[k]
                 inner = rw.nodes[inner_id]
-                if (c2 is None or inner.op != "mul" or origin.get(inner_id) != n.inputs[k]
+                if (c2 is None or inner.op != n.op or origin.get(inner_id) != n.inputs[k]
                         or len(users[n.inputs[k]]) != 1):
                     continue
                 for j in (0, 1):
                     c1, x = _cval(rw, inner.inputs[1 - j]), inner.inputs[j]
-                    v = None if c1 is None or not same(x) else fold("mul", c1, c2, n.dtype)
+                    v = None if c1 is None or not same(x) else fold(n.op, c1, c2, n.dtype)
                     if v is not None:
                         c = rw.emit("const", [], (), n.dtype, {"value": v}, n.loc)
-                        return rw.emit("mul", [x, c], n.shape, n.dtype, n.attrs, n.loc)
+                        return rw.emit(n.op, [x, c], n.shape, n.dtype, n.attrs, n.loc)
         return None
     if not ins:
         return None
     inner = rw.nodes[ins[0]]
-    if n.op == "neg" and inner.op == "neg":
+    if OPS[n.op].involution and inner.op == n.op:
         return inner.inputs[0]
+    if OPS[n.op].idempotent and OPS[n.op].kind == "unary" and inner.op == n.op and n.op != "copy":
+        return inner.id
     if n.op == "cast":
         if inner.dtype == n.dtype:
             return inner.id
@@ -328,13 +256,10 @@ def simplify(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 # ---------------------------------------------------------------------------------------
 # cse: one node per distinct computation
 
-COMMUTATIVE = ("add", "mul", "maximum", "minimum")
-
-
 def cse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     """Common subexpression elimination: nodes with the same op, the same (already merged)
     inputs, equal attrs (a `tile` TileSpec compares without its location), shape and dtype are
-    one node, the first; add/mul/maximum/minimum ignore their operand order.  Consts of equal
+    one node, the first; commutative ops (the registry's column) ignore their operand order.  Consts of equal
     value and dtype merge (0.0 and -0.0 do not); inputs and stores never do."""
     rw = Rewriter(g)
     seen: dict = {}
@@ -343,7 +268,7 @@ def cse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.keep(n)
             continue
         ins = tuple(rw.map[i] for i in n.inputs)
-        if n.op in COMMUTATIVE:
+        if OPS[n.op].commutative:
             ins = tuple(sorted(ins))
         v = n.attrs.get("value")
         sign = math.copysign(1.0, v) if n.op == "const" and isinstance(v, float) else None

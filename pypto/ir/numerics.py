@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from .ops import OPS, Builder
 from .tensor import TensorGraph, TNode
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
@@ -46,7 +47,6 @@ UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 UNDERFLOW = {"fp32": 2.0 ** -149, "fp16": 2.0 ** -24, "bf16": 2.0 ** -133}
 ACCUMULATOR_UNIT = 2.0 ** -24       # float sums and matmuls accumulate in fp32 at least
 SAFETY = 4.0                        # two evaluations within the bound, and second-order terms
-GELU_C = 0.7978845608028654         # sqrt(2 / pi)
 
 _F64 = np.float64
 
@@ -141,19 +141,6 @@ def _approx(x) -> Approx:
     return x if isinstance(x, Approx) else Approx(x)
 
 
-def _broadcast_max(a: Approx, b: Approx, f) -> Approx:
-    return Approx(f(a.v, b.v), np.maximum(a.e, b.e))
-
-
-def _sigmoid(x: Approx, r) -> Approx:
-    return r(r(r(Approx(-x.v, x.e).exp()) + 1.0).recip())
-
-
-def _mean(x: Approx, axis: int, r) -> Approx:
-    n = x.v.shape[axis]
-    return r(r(x.sum(axis, True)) * r(Approx(1.0 / n)))
-
-
 def _matmul_bound(a: Approx, b: Approx, y: np.ndarray, float_acc: bool) -> np.ndarray:
     """|A| e_B + e_A |B| + e_A e_B + (K - 1) u32 |A||B|, each product of magnitudes bounded by
     the norms of A's rows and B's columns (Cauchy-Schwarz): no second K-long product."""
@@ -170,72 +157,39 @@ def _matmul_bound(a: Approx, b: Approx, y: np.ndarray, float_acc: bool) -> np.nd
     return np.broadcast_to(e, y.shape)
 
 
-def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
-    """The reference value `y` of node n (float64) with its error bound, from its operands';
-    `float_acc`: a matmul's operands are floats (int8 products accumulate exactly)."""
-    a = n.attrs
-    d = n.dtype
-    r = (lambda q: q.rounded(d))          # one rounding step in the node's dtype
-    x = ins[0] if ins else None
-    fl = d.is_float
-    op = n.op
+class _Bounds(Builder):
+    """A `Builder` on Approx values: a composite's decomposition (its registry row's, the one the
+    compiler runs) evaluated with every step rounded to the composite's dtype."""
+
+    def emit(self, op, inputs, shape, dtype, attrs=None):
+        attrs = attrs or {}
+        if op == "const":
+            v = attrs["value"]
+            exact = not dtype.is_float or float(np.asarray(v, dtype.np_dtype)) == v
+            return Approx(v) if exact else Approx(v).rounded(dtype)
+        with np.errstate(all="ignore"):
+            y = np.asarray(OPS[op].ref([x.v for x in inputs], attrs), _F64)
+        return _step(op, dtype, attrs, inputs, y)
+
+    def shape(self, v):
+        return np.shape(v.v)
+
+    def dtype(self, v):
+        return self._dtype
+
+    def __init__(self, dtype):
+        self._dtype = dtype
+
+
+def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
+    """One op's result `y` with its bound: the row's rule, then the op's own rounding."""
+    row = OPS[op]
     if op == "input":
         return Approx(y)
     if op == "const":
-        return Approx(y).rounded(d) if fl else Approx(y)
-    if op in ("add", "sub", "mul", "div"):
-        b = ins[1]
-        out = {"add": x.__add__, "sub": x.__sub__, "mul": x.__mul__, "div": x.__truediv__}[op](b)
-    elif op in ("maximum", "minimum"):
-        out = _broadcast_max(x, ins[1], np.maximum if op == "maximum" else np.minimum)
-    elif op in ("abs", "neg", "relu", "copy"):
-        out = Approx(y, x.e)
-    elif op == "exp":
-        out = x.exp()
-    elif op == "log":
-        out = x.log()
-    elif op == "sqrt":
-        out = x.sqrt()
-    elif op == "rsqrt":
-        out = x.sqrt().recip()
-    elif op == "recip":
-        out = x.recip()
-    elif op == "sum":
-        out = x.sum(a["dim"], a["keepdim"], fl)
-    elif op in ("amax", "amin"):
-        out = x.extreme(np.max if op == "amax" else np.min, a["dim"], a["keepdim"])
-    elif op == "mean":
-        out = _mean(x, a["dim"], r)
-        if not a["keepdim"]:
-            out = Approx(np.squeeze(out.v, a["dim"]), np.squeeze(out.full_e, a["dim"]))
-    elif op == "sigmoid":
-        out = _sigmoid(x, r)
-    elif op == "tanh":                      # 2 sigmoid(2x) - 1
-        out = r(r(_sigmoid(Approx(2 * x.v, 2 * x.e), r) * 2.0) - 1.0)
-    elif op == "gelu":                      # x sigmoid(2c (x + 0.044715 x^3))
-        x3 = r(r(x * x) * x)
-        inner = r(r(x + r(x3 * 0.044715)) * (2.0 * GELU_C))
-        out = x * _sigmoid(inner, r)
-    elif op == "softmax":
-        dim = a["dim"]
-        m = x.extreme(np.max, dim, True)
-        ex = r(r(x - m).exp())
-        out = ex / r(ex.sum(dim, True))
-    elif op == "rms_norm":
-        last = x.v.ndim - 1
-        ms = _mean(r(x * x), last, r)
-        out = r(x * r(r(ms + a["eps"]).sqrt().recip())) * ins[1]
-    elif op == "layernorm":
-        last = x.v.ndim - 1
-        dev = r(x - _mean(x, last, r))
-        var = _mean(r(dev * dev), last, r)
-        out = dev * r(r(var + a["eps"]).sqrt().recip())
-        rest = list(ins[1:])
-        if a["has_weight"]:
-            out = r(out) * rest.pop(0)
-        if a["has_bias"]:
-            out = r(out) + rest.pop(0)
-    elif op == "matmul":
+        return Approx(y).rounded(d) if d.is_float else Approx(y)
+    x = ins[0] if ins else None
+    if op == "matmul":
         av, ae, bv, be = x.v, x.full_e, ins[1].v, ins[1].full_e
         if a["a_trans"]:
             av, ae = np.swapaxes(av, -1, -2), np.swapaxes(ae, -1, -2)
@@ -244,22 +198,28 @@ def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = Tru
         out = Approx(y, _matmul_bound(Approx(av, ae), Approx(bv, be), y, float_acc))
     elif op == "cast":
         e = x.e
-        if not fl and np.any(e > 0):        # truncation to an integer may step by one
+        if not d.is_float and np.any(e > 0):        # truncation to an integer may step by one
             e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
         out = Approx(y, e)
-    elif op == "reshape":
-        out = Approx(y, np.reshape(x.full_e, a["shape"]))
-    elif op == "transpose":
-        out = Approx(y, np.swapaxes(x.full_e, a["dim0"], a["dim1"]))
-    elif op == "view":
-        out = Approx(y, x.full_e[tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))])
+    elif row.kind == "composite":
+        b = _Bounds(d)
+        out = row.decompose(b, ins, a)
+        if np.shape(out.v) != np.shape(y):          # a keepdim result of a reduction without keepdim
+            out = Approx(np.reshape(out.v, np.shape(y)), np.reshape(out.full_e, np.shape(y)))
+    elif row.bound is not None:
+        out = row.bound(ins, {**a, "float_acc": float_acc} if row.kind == "reduce" else a)
     else:
         raise KeyError(op)
     out = Approx(y, np.broadcast_to(out.e, np.shape(y)))
-    if op in ("reshape", "transpose", "view", "abs", "neg", "relu", "copy", "maximum", "minimum",
-              "amax", "amin", "input"):
-        return out                           # exact: no rounding of their own
-    return out.rounded(d) if fl else out
+    if row.precision == "exact" or row.kind == "composite":
+        return out                           # exact, or rounded by its last step already
+    return out.rounded(d) if d.is_float else out
+
+
+def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
+    """The reference value `y` of node n (float64) with its error bound, from its operands';
+    `float_acc`: a matmul's operands are floats (int8 products accumulate exactly)."""
+    return _step(n.op, n.dtype, n.attrs, ins, y, float_acc)
 
 
 def bounds(g: TensorGraph, values: dict[int, np.ndarray]) -> dict[int, Approx]:

@@ -9,40 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, TextForm, broadcast_shapes, fmt_shape
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    kind: str       # input | const | unary | binary | reduce | matmul | cast | layout | composite | store
-    arity: int      # number of tensor inputs (-1: variable)
-    doc: str = ""
-
-
-UNARY = ("exp", "log", "sqrt", "rsqrt", "abs", "neg", "relu", "recip", "copy")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
-REDUCE = ("sum", "amax", "amin")
-
-OPS: dict[str, OpSpec] = {
-    "input": OpSpec("input", 0, "a kernel parameter"),
-    "const": OpSpec("const", 0, "a Python number used as an operand"),
-    **{op: OpSpec("unary", 1, f"elementwise {op}") for op in UNARY},
-    **{op: OpSpec("binary", 2, f"elementwise {op} with broadcasting") for op in BINARY},
-    **{op: OpSpec("reduce", 1, f"{op} over one dim") for op in REDUCE},
-    "matmul": OpSpec("matmul", 2, "(batched) matrix product on the cube unit"),
-    "cast": OpSpec("cast", 1, "dtype conversion"),
-    "reshape": OpSpec("layout", 1, "new shape, same elements"),
-    "transpose": OpSpec("layout", 1, "swap two dims"),
-    "view": OpSpec("layout", 1, "a rectangular window"),
-    "mean": OpSpec("composite", 1, "sum / n"),
-    "sigmoid": OpSpec("composite", 1, "1 / (1 + exp(-x))"),
-    "tanh": OpSpec("composite", 1, "2 * sigmoid(2x) - 1"),
-    "gelu": OpSpec("composite", 1, "tanh approximation of GELU"),
-    "softmax": OpSpec("composite", 1, "exp(x - max) / sum"),
-    "layernorm": OpSpec("composite", -1, "normalise over the last dim, then scale and shift"),
-    "rms_norm": OpSpec("composite", 2, "x * rsqrt(mean(x^2) + eps) * weight"),
-    "store": OpSpec("store", 1, "write a value into a region of an output parameter"),
-}
+from .core import Attrs, TextForm, fmt_shape
+from .ops import OPS
 
 
 @dataclass(frozen=True)
@@ -83,48 +51,9 @@ class TNode:
 
 
 def infer_shape(op: str, in_shapes: list[tuple[int, ...]], attrs) -> tuple[int, ...] | None:
-    """Result shape of `op`, or None when the inputs do not fit it."""
-    kind = OPS[op].kind
-    if kind in ("unary", "cast") or op in ("sigmoid", "tanh", "gelu", "softmax", "layernorm", "rms_norm"):
-        return tuple(in_shapes[0])
-    if kind == "binary":
-        return broadcast_shapes(in_shapes[0], in_shapes[1])
-    if kind == "reduce" or op == "mean":
-        s, d = list(in_shapes[0]), attrs["dim"]
-        if not 0 <= d < len(s):
-            return None
-        if attrs["keepdim"]:
-            s[d] = 1
-        else:
-            del s[d]
-        return tuple(s)
-    if op == "matmul":
-        return matmul_shape(in_shapes[0], in_shapes[1], attrs["a_trans"], attrs["b_trans"])
-    if op == "reshape":
-        return tuple(attrs["shape"])
-    if op == "transpose":
-        s = list(in_shapes[0])
-        a, b = attrs["dim0"], attrs["dim1"]
-        s[a], s[b] = s[b], s[a]
-        return tuple(s)
-    if op in ("view", "store"):
-        return tuple(attrs["shape"])
-    if op in ("input", "const"):
-        return None
-    raise KeyError(op)
-
-
-def matmul_shape(a, b, a_trans=False, b_trans=False):
-    if len(a) < 2 or len(b) < 2:
-        return None
-    m, k = (a[-1], a[-2]) if a_trans else (a[-2], a[-1])
-    k2, n = (b[-1], b[-2]) if b_trans else (b[-2], b[-1])
-    if k != k2:
-        return None
-    batch = broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
-    if batch is None:
-        return None
-    return tuple(batch) + (m, n)
+    """Result shape of `op` (its registry row's shape rule), or None when the inputs do not fit it."""
+    rule = OPS[op].shape
+    return None if rule is None else rule(in_shapes, attrs)
 
 
 @dataclass(frozen=True)

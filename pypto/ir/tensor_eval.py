@@ -1,46 +1,27 @@
 """The executable spec of the Tensor level: evaluate a Tensor Graph with numpy, op by op.
 
 This is the independent reference the simulator's tile-level results are checked against, and
-the engine of eager (debug) execution.  Composite ops are evaluated directly here, not through
-the compiler's decomposition, so that the two paths stay independent.
+the engine of eager (debug) execution.  Each op is evaluated by its registry row's numpy
+reference (`ir/ops.py`, column `ref`), never through the compiler's decomposition, so that the
+two paths stay independent.  A float result computed by several numpy steps (a composite, rsqrt,
+or any op of fp16/bf16 values) is computed in float64 and rounded once to the value's dtype; a
+single correctly rounded numpy call on fp32 values is made in fp32.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from ..dtypes import ALL_DTYPES
 from ..errors import UnsupportedError
+from .ops import OPS
 from .tensor import TensorGraph, TNode
 
-GELU_C = 0.7978845608028654  # sqrt(2 / pi)
+
+_FLOATS = tuple(d.np_dtype for d in ALL_DTYPES if d.is_float) + (np.dtype(np.float64),)
 
 
 def _as(x, like_dtype):
     return np.asarray(x).astype(like_dtype, copy=False)
-
-
-UNARY = {
-    "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "rsqrt": lambda x: np.reciprocal(np.sqrt(x)), "recip": np.reciprocal,
-    "abs": np.abs, "neg": np.negative, "relu": lambda x: np.maximum(x, np.zeros((), x.dtype)),
-    "copy": np.copy,
-    "sigmoid": lambda x: np.reciprocal(np.exp(-x) + np.ones((), x.dtype)),
-    "tanh": np.tanh,
-    # 0.5 x (1 + tanh(z)) = x sigmoid(2z): the same function, without cancellation for z << 0
-    "gelu": lambda x: x / (1.0 + np.exp(-2.0 * GELU_C * (x + 0.044715 * x * x * x))),
-}
-COMPOSED = ("rsqrt", "sigmoid", "tanh", "gelu")     # several numpy calls: float64, then rounded
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-          "maximum": np.maximum, "minimum": np.minimum}
-REDUCE = {"sum": np.sum, "amax": np.max, "amin": np.min}
-
-
-def acc_dtype(dtype):
-    """The reference accumulates float sums in higher precision than the kernel's dtype."""
-    if dtype == np.float32:
-        return np.float64
-    if np.issubdtype(dtype, np.integer):
-        return None
-    return np.float32
 
 
 def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
@@ -49,55 +30,14 @@ def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
         return params[a["param"]]
     if n.op == "const":
         return np.asarray(a["value"], dtype=n.dtype.np_dtype)
-    if n.op in UNARY:               # floats: computed in float64, rounded once (rsqrt, gelu, ...)
-        x = args[0]                 # (fp32 ops of one numpy call: in fp32, within an ulp)
-        wide = n.dtype.is_float and (n.op in COMPOSED or x.dtype != np.float32)
-        return _as(UNARY[n.op](x.astype(np.float64) if wide else x), n.dtype.np_dtype)
-    if n.op in BINARY:
-        return _as(BINARY[n.op](args[0], args[1]), n.dtype.np_dtype)
-    if n.op == "sum":
-        return _as(np.sum(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=acc_dtype(args[0].dtype)),
-                   n.dtype.np_dtype)
-    if n.op in REDUCE:
-        return _as(REDUCE[n.op](args[0], axis=a["dim"], keepdims=a["keepdim"]), n.dtype.np_dtype)
-    if n.op == "mean":
-        return _as(np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=np.float64), n.dtype.np_dtype)
-    if n.op == "softmax":
-        x = args[0].astype(np.float64)
-        e = np.exp(x - x.max(axis=a["dim"], keepdims=True))
-        return _as(e / e.sum(axis=a["dim"], keepdims=True), n.dtype.np_dtype)
-    if n.op == "rms_norm":
-        x = args[0].astype(np.float64)
-        r = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"])
-        return _as(r * args[1].astype(np.float64), n.dtype.np_dtype)
-    if n.op == "layernorm":
-        x = args[0].astype(np.float64)
-        mu = x.mean(axis=-1, keepdims=True)
-        var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
-        r = (x - mu) / np.sqrt(var + a["eps"])
-        rest = list(args[1:])
-        if a["has_weight"]:
-            r = r * rest.pop(0).astype(np.float64)
-        if a["has_bias"]:
-            r = r + rest.pop(0).astype(np.float64)
-        return _as(r, n.dtype.np_dtype)
-    if n.op == "matmul":
-        x, y = args
-        if a["a_trans"]:
-            x = np.swapaxes(x, -1, -2)
-        if a["b_trans"]:
-            y = np.swapaxes(y, -1, -2)
-        acc = np.int32 if x.dtype == np.int8 else np.float64
-        return _as(np.matmul(x.astype(acc), y.astype(acc)), n.dtype.np_dtype)
-    if n.op == "cast":
-        return _as(args[0], n.dtype.np_dtype)
-    if n.op == "reshape":
-        return np.reshape(args[0], a["shape"])
-    if n.op == "transpose":
-        return np.swapaxes(args[0], a["dim0"], a["dim1"])
-    if n.op == "view":
-        return args[0][tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))]
-    raise UnsupportedError(f"no numpy rule for tensor op '{n.op}'", loc=n.loc)
+    row = OPS.get(n.op)
+    if row is None or row.ref is None:
+        raise UnsupportedError(f"no numpy rule for tensor op '{n.op}'", loc=n.loc)
+    floats = [i for i, x in enumerate(args) if np.asarray(x).dtype in _FLOATS]
+    if n.dtype.is_float and (row.wide or any(args[i].dtype != np.float32 for i in floats)):
+        args = [x.astype(np.float64) if i in floats else x for i, x in enumerate(args)]
+    with np.errstate(all="ignore"):
+        return _as(row.ref(args, a), n.dtype.np_dtype)
 
 
 def evaluate(g: TensorGraph, arrays: dict[str, np.ndarray], values: dict | None = None) -> dict[str, np.ndarray]:

@@ -1,0 +1,515 @@
+"""The op registry: one row per Tensor-level op, read by every pass and engine.
+
+A row (`Op`) holds all the compiler knows of an op:
+
+- `kind` and `arity`: how the passes treat it (unary, binary, reduce, matmul, cast, layout,
+  composite, ...) and how many tensor inputs it takes;
+- `shape`: the shape rule (input shapes, attrs -> result shape, or None when they do not fit);
+- `ref`: the numpy reference semantics (the reference evaluator `tensor_eval` calls it), and
+  `wide`: whether the reference computes a float result in float64 and rounds once (several
+  numpy steps) rather than in the value's dtype (one correctly rounded numpy call);
+- `precision`: the autocast class ("inexact", "exact", "accumulate" or "declared", see
+  `compiler/autocast.py`) and `amplifies`: whether the op magnifies its operand's rounding
+  (a sum by n, exp by abs(x), log by 1/abs(log x));
+- `bound`: the first-order error rule of the honest check (`numerics.py`): operand Approx
+  values and attrs -> the result's Approx before its own rounding;
+- algebra: `commutative`, `identity` (x op identity == x, on the right; on both sides when
+  commutative), `involution` (f(f(x)) == x), `idempotent` (f(f(x)) == f(x)), `reassociates`
+  ((x op c1) op c2 may become x op (c1 op c2));
+- `tile`: the lowering, as the PTO math it applies (`target.isa.find(tile, form)` gives the
+  opcode), or `decompose`: the op written in other ops on a `Builder` -- the compiler's
+  decomposition pass and the honest check's bounds both run it;
+- `float_only`, `doc`; room for what later work adds per op (`grad`, `quant`).
+
+Adding an element-wise op is one row here (with a `decompose` when it is built from others, or
+a `tile` naming the instruction that computes it, which is one entry in target/isa.py) and the
+frontend function that calls it (one line in frontend/ops.py).  `tests/test_registry.py` fails
+when a row lacks a column its kind needs, or names an instruction without semantics or cost.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .core import broadcast_shapes
+
+GELU_C = 0.7978845608028654         # sqrt(2 / pi)
+LN2 = 0.6931471805599453
+LN10 = 2.302585092994046
+
+
+# ---------------------------------------------------------------------------------------
+# the builder decompositions are written on
+
+class Builder:
+    """What a decomposition writes its ops with.  Subclasses define `emit(op, inputs, shape,
+    dtype, attrs) -> value`, `shape(value)` and `dtype(value)`; the compiler's emits graph nodes,
+    the honest check's computes values with their error bounds."""
+
+    extra: dict = {}            # attrs added to every emitted op (the compiler's tile shape)
+
+    def emit(self, op, inputs, shape, dtype, attrs=None):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def shape(self, v):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def dtype(self, v):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def const(self, value, dtype):
+        return self.emit("const", [], (), dtype, {"value": float(value) if dtype.is_float else int(value)})
+
+    def un(self, op, a):
+        return self.emit(op, [a], self.shape(a), self.dtype(a), dict(self.extra))
+
+    def bin(self, op, a, b):
+        return self.emit(op, [a, b], broadcast_shapes(self.shape(a), self.shape(b)), self.dtype(a), dict(self.extra))
+
+    def bins(self, op, a, scalar):
+        return self.bin(op, a, self.const(scalar, self.dtype(a)))
+
+    def red(self, op, a, dim):
+        s = list(self.shape(a))
+        s[dim] = 1
+        return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **self.extra})
+
+    def cast(self, a, dtype):
+        if self.dtype(a) == dtype:
+            return a
+        return self.emit("cast", [a], self.shape(a), dtype, {"to": dtype.name, **self.extra})
+
+    def reshape(self, a, shape):
+        shape = tuple(shape)
+        return a if shape == tuple(self.shape(a)) else self.emit("reshape", [a], shape, self.dtype(a),
+                                                                  {"shape": shape})
+
+    def view(self, a, shape, offsets):
+        return self.emit("view", [a], tuple(shape), self.dtype(a), {"shape": tuple(shape), "offsets": tuple(offsets)})
+
+
+# ---------------------------------------------------------------------------------------
+# the row
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    kind: str                       # input const unary binary reduce matmul cast layout composite store
+    arity: int                      # tensor inputs (-1: variable)
+    doc: str = ""
+    shape: Callable | None = None   # (input shapes, attrs) -> result shape | None
+    ref: Callable | None = None     # (numpy args, attrs) -> numpy result
+    wide: bool = False              # the reference computes floats in float64, rounded once
+    precision: str = "declared"     # inexact | exact | accumulate | declared
+    amplifies: bool = False
+    bound: Callable | None = None   # (operand Approx values, attrs) -> Approx before rounding
+    commutative: bool = False
+    identity: float | None = None
+    involution: bool = False
+    reassociates: bool = False      # (x op c1) op c2 -> x op (c1 op c2) is allowed
+    idempotent: bool = False
+    tile: str = ""                  # the PTO math of its lowering (target.isa.find(tile, form))
+    combine: str = ""               # reduce: the binary op that joins partial results of tiles
+    scalar_left: tuple = ()         # non-commutative binary: c op x = binary(unary(x), c)
+    decompose: Callable | None = None   # (builder, inputs, attrs) -> value
+    float_only: bool = False
+    grad: Callable | None = None    # reserved: a gradient rule
+    extra: dict = field(default_factory=dict)
+
+
+def _same(shapes, attrs):
+    return tuple(shapes[0])
+
+
+def _bcast(shapes, attrs):
+    return broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
+
+
+def _reduced(shapes, attrs):
+    s, d = list(shapes[0]), attrs["dim"]
+    if not 0 <= d < len(s):
+        return None
+    if attrs["keepdim"]:
+        s[d] = 1
+    else:
+        del s[d]
+    return tuple(s)
+
+
+def _from_attr(shapes, attrs):
+    return tuple(attrs["shape"])
+
+
+def _transposed(shapes, attrs):
+    s = list(shapes[0])
+    a, b = attrs["dim0"], attrs["dim1"]
+    s[a], s[b] = s[b], s[a]
+    return tuple(s)
+
+
+def matmul_shape(a, b, a_trans=False, b_trans=False):
+    if len(a) < 2 or len(b) < 2:
+        return None
+    m, k = (a[-1], a[-2]) if a_trans else (a[-2], a[-1])
+    k2, n = (b[-1], b[-2]) if b_trans else (b[-2], b[-1])
+    if k != k2:
+        return None
+    batch = broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+    if batch is None:
+        return None
+    return tuple(batch) + (m, n)
+
+
+# --- numpy reference helpers ---
+
+def acc_dtype(dtype):
+    """The reference accumulates float sums in higher precision than the kernel's dtype."""
+    if dtype == np.float32:
+        return np.float64
+    if np.issubdtype(dtype, np.integer):
+        return None
+    return np.float32
+
+
+def _np_reduce(f):
+    return lambda args, a: f(args[0], axis=a["dim"], keepdims=a["keepdim"])
+
+
+def _np_sum(args, a):
+    return np.sum(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=acc_dtype(args[0].dtype))
+
+
+def _np_matmul(args, a):
+    x, y = args
+    if a["a_trans"]:
+        x = np.swapaxes(x, -1, -2)
+    if a["b_trans"]:
+        y = np.swapaxes(y, -1, -2)
+    acc = np.int32 if x.dtype == np.int8 else np.float64
+    return np.matmul(x.astype(acc), y.astype(acc))
+
+
+def _np_window(args, a):
+    return args[0][tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))]
+
+
+def _np_softmax(args, a):
+    x = args[0]
+    e = np.exp(x - x.max(axis=a["dim"], keepdims=True))
+    return e / e.sum(axis=a["dim"], keepdims=True)
+
+
+def _np_log_softmax(args, a):
+    x = args[0]
+    s = x - x.max(axis=a["dim"], keepdims=True)
+    return s - np.log(np.exp(s).sum(axis=a["dim"], keepdims=True))
+
+
+def _np_logsumexp(args, a):
+    x = args[0]
+    m = x.max(axis=a["dim"], keepdims=True)
+    r = m + np.log(np.exp(x - m).sum(axis=a["dim"], keepdims=True))
+    return r if a["keepdim"] else np.squeeze(r, a["dim"])
+
+
+def _np_var(args, a):
+    return np.var(args[0], axis=a["dim"], keepdims=a["keepdim"], ddof=a["correction"])
+
+
+def _np_rms_norm(args, a):
+    x = args[0]
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + a["eps"]) * args[1]
+
+
+def _np_layernorm(args, a):
+    x = args[0]
+    mu = x.mean(axis=-1, keepdims=True)
+    r = (x - mu) / np.sqrt(((x - mu) ** 2).mean(axis=-1, keepdims=True) + a["eps"])
+    rest = list(args[1:])
+    if a["has_weight"]:
+        r = r * rest.pop(0)
+    if a["has_bias"]:
+        r = r + rest.pop(0)
+    return r
+
+
+def _np_sigmoid(x):
+    return np.reciprocal(np.exp(-x) + np.ones((), x.dtype))
+
+
+def _np_gelu(x):  # 0.5 x (1 + tanh(z)) = x sigmoid(2z): the same function, without cancellation for z << 0
+    return x / (1.0 + np.exp(-2.0 * GELU_C * (x + 0.044715 * x * x * x)))
+
+
+def _np_halves(x, dim):
+    n = x.shape[dim] // 2
+    return np.take(x, range(n), axis=dim), np.take(x, range(n, 2 * n), axis=dim)
+
+
+# --- error-bound helpers (operands are numerics.Approx values: .v, .e and their methods) ---
+
+def _exact(ins, a):
+    return ins[0].__class__(ins[0].v, ins[0].e)
+
+
+def _layout_bound(f):
+    """A layout op moves values and their bounds alike."""
+    return lambda ins, a: ins[0].__class__(f(ins[0].v, a), f(ins[0].full_e, a))
+
+
+def _largest(f):
+    return lambda ins, a: ins[0].__class__(f(ins[0].v, ins[1].v), np.maximum(ins[0].e, ins[1].e))
+
+
+# ---------------------------------------------------------------------------------------
+# decompositions: the op in other ops, on a Builder (every inner step in the op's dtype; the
+# autocast pass then decides which fp16/bf16 steps compute in fp32)
+
+def _sigmoid(b, x):
+    e = b.un("exp", b.un("neg", x))
+    return b.un("recip", b.bins("add", e, 1.0))
+
+
+def _mean(b, x, dim):
+    return b.bins("mul", b.red("sum", x, dim), 1.0 / b.shape(x)[dim])
+
+
+def _drop(b, x, dim, keepdim):
+    """A keepdim result with `dim` dropped unless keepdim."""
+    if keepdim:
+        return x
+    s = list(b.shape(x))
+    del s[dim]
+    return b.reshape(x, s)
+
+
+def _var(b, x, dim, correction=1):
+    d = b.bin("sub", x, _mean(b, x, dim))
+    n = b.shape(x)[dim]
+    return b.bins("mul", b.red("sum", b.bin("mul", d, d), dim), 1.0 / max(n - correction, 0) if n > correction
+                  else float("inf"))
+
+
+def _log_softmax_keep(b, x, dim):
+    s = b.bin("sub", x, b.red("amax", x, dim))
+    return b.bin("sub", s, b.un("log", b.red("sum", b.un("exp", s), dim)))
+
+
+def _softmax(b, ins, a):
+    x, dim = ins[0], a["dim"]
+    e = b.un("exp", b.bin("sub", x, b.red("amax", x, dim)))
+    return b.bin("div", e, b.red("sum", e, dim))
+
+
+def _logsumexp(b, ins, a):
+    x, dim = ins[0], a["dim"]
+    m = b.red("amax", x, dim)
+    r = b.bin("add", m, b.un("log", b.red("sum", b.un("exp", b.bin("sub", x, m)), dim)))
+    return _drop(b, r, dim, a["keepdim"])
+
+
+def _gelu(b, ins, a):
+    """0.5 x (1 + tanh(c (x + 0.044715 x^3))), computed as x * sigmoid(2c (x + 0.044715 x^3)):
+    the same function (1 + tanh(z) = 2 sigmoid(2z)) in five fewer vector ops."""
+    x = ins[0]
+    x3 = b.bin("mul", b.bin("mul", x, x), x)
+    inner2 = b.bins("mul", b.bin("add", x, b.bins("mul", x3, 0.044715)), 2.0 * GELU_C)
+    return b.bin("mul", x, _sigmoid(b, inner2))
+
+
+def _rms_norm(b, ins, a):
+    x, w = ins
+    last = len(b.shape(x)) - 1
+    r = b.un("rsqrt", b.bins("add", _mean(b, b.bin("mul", x, x), last), a["eps"]))
+    return b.bin("mul", b.bin("mul", x, r), w)
+
+
+def _layernorm(b, ins, a):
+    x, rest = ins[0], list(ins[1:])
+    last = len(b.shape(x)) - 1
+    d = b.bin("sub", x, _mean(b, x, last))
+    var = _mean(b, b.bin("mul", d, d), last)
+    out = b.bin("mul", d, b.un("rsqrt", b.bins("add", var, a["eps"])))
+    if a["has_weight"]:
+        out = b.bin("mul", out, rest.pop(0))
+    if a["has_bias"]:
+        out = b.bin("add", out, rest.pop(0))
+    return out
+
+
+def _swiglu(b, ins, a):
+    x, dim = ins[0], a["dim"]
+    s = list(b.shape(x))
+    n = s[dim] // 2
+    s[dim] = n
+    lo = b.view(x, s, [0] * len(s))
+    hi = b.view(x, s, [n if d == dim else 0 for d in range(len(s))])
+    return b.bin("mul", b.bin("mul", lo, _sigmoid(b, lo)), hi)
+
+
+def _clamp(b, x, lo, hi):
+    if lo is not None:
+        x = b.bins("maximum", x, lo)
+    if hi is not None:
+        x = b.bins("minimum", x, hi)
+    return x
+
+
+def _pow(b, x, y):
+    """x ** y for a Python number y."""
+    if y == 0.5:
+        return b.un("sqrt", x)
+    if y == -0.5:
+        return b.un("rsqrt", x)
+    if float(y).is_integer() and abs(y) <= 16:
+        k, out, base = int(abs(y)), None, x
+        while k:                            # binary exponentiation: x^13 = x^8 x^4 x
+            if k & 1:
+                out = base if out is None else b.bin("mul", out, base)
+            k >>= 1
+            if k:
+                base = b.bin("mul", base, base)
+        if out is None:                     # x ** 0
+            return b.bins("add", b.bins("mul", x, 0.0), 1.0)
+        return b.un("recip", out) if y < 0 else out
+    return b.un("exp", b.bins("mul", b.un("log", x), float(y)))
+
+
+def _composite(name, arity, doc, ref, decompose, shape=_same, wide=True, float_only=True,
+               precision_class="inexact", **kw) -> Op:
+    return Op(name, "composite", arity, doc, shape, ref, wide, precision_class, decompose=decompose,
+              float_only=float_only, **kw)
+
+
+def _elementwise(name, doc, np_fn, decompose, **kw) -> Op:
+    """A float element-wise op written in other ops: one row."""
+    return _composite(name, 1, doc, lambda args, a: np_fn(args[0]), lambda b, ins, a: decompose(b, ins[0]), **kw)
+
+
+def _unary(name, tile, doc, np_fn, precision, bound, float_only=True, wide=False, **kw) -> Op:
+    return Op(name, "unary", 1, doc, _same, lambda args, a: np_fn(args[0]), wide, precision, bound=bound,
+              tile=tile, float_only=float_only, **kw)
+
+
+def _binary(name, tile, doc, np_fn, precision, bound, **kw) -> Op:
+    return Op(name, "binary", 2, doc, _bcast, lambda args, a: np_fn(args[0], args[1]), False, precision,
+              bound=bound, tile=tile, **kw)
+
+
+def _reduce(name, tile, doc, ref, precision, bound, **kw) -> Op:
+    return Op(name, "reduce", 1, doc, _reduced, ref, False, precision, bound=bound, tile=tile, **kw)
+
+
+_ROWS = [
+    Op("input", "input", 0, "a kernel parameter"),
+    Op("const", "const", 0, "a Python number used as an operand"),
+    Op("store", "store", 1, "write a value into a region of an output parameter", _from_attr),
+    # --- element-wise primitives: one PTO instruction each
+    _unary("exp", "EXP", "e^x", np.exp, "inexact", lambda i, a: i[0].exp(), amplifies=True),
+    _unary("log", "LOG", "natural logarithm", np.log, "inexact", lambda i, a: i[0].log(), amplifies=True),
+    _unary("sqrt", "SQRT", "square root", np.sqrt, "inexact", lambda i, a: i[0].sqrt()),
+    _unary("rsqrt", "RSQRT", "1 / sqrt(x)", lambda x: np.reciprocal(np.sqrt(x)), "inexact",
+           lambda i, a: i[0].sqrt().recip(), wide=True),
+    _unary("recip", "RECIP", "1 / x", np.reciprocal, "inexact", lambda i, a: i[0].recip()),
+    _unary("abs", "ABS", "|x|", np.abs, "exact", _exact, float_only=False, idempotent=True),
+    _unary("neg", "NEG", "-x", np.negative, "exact", _exact, float_only=False, involution=True),
+    _unary("relu", "RELU", "max(x, 0)", lambda x: np.maximum(x, np.zeros((), x.dtype)), "exact", _exact,
+           float_only=False, idempotent=True),
+    _unary("copy", "", "the same values in a new tile (a GM view materialised)", np.copy, "exact", _exact,
+           float_only=False, idempotent=True),
+    _binary("add", "ADD", "a + b", np.add, "inexact", lambda i, a: i[0] + i[1], commutative=True, identity=0),
+    _binary("sub", "SUB", "a - b", np.subtract, "inexact", lambda i, a: i[0] - i[1], identity=0,
+            scalar_left=("neg", "add")),
+    _binary("mul", "MUL", "a * b", np.multiply, "inexact", lambda i, a: i[0] * i[1], commutative=True, identity=1,
+            reassociates=True),
+    _binary("div", "DIV", "a / b (true division)", np.divide, "inexact", lambda i, a: i[0] / i[1], identity=1,
+            scalar_left=("recip", "mul")),
+    _binary("maximum", "MAX", "the larger of a and b", np.maximum, "exact", _largest(np.maximum),
+            commutative=True, idempotent=True),
+    _binary("minimum", "MIN", "the smaller of a and b", np.minimum, "exact", _largest(np.minimum),
+            commutative=True, idempotent=True),
+    # --- reductions over one dim
+    _reduce("sum", "SUM", "sum over one dim (floats accumulate in fp32 at least)", _np_sum, "accumulate",
+            lambda i, a: i[0].sum(a["dim"], a["keepdim"], a.get("float_acc", True)), amplifies=True,
+            combine="add"),
+    _reduce("amax", "MAX", "maximum over one dim", _np_reduce(np.max), "exact",
+            lambda i, a: i[0].extreme(np.max, a["dim"], a["keepdim"]), combine="maximum"),
+    _reduce("amin", "MIN", "minimum over one dim", _np_reduce(np.min), "exact",
+            lambda i, a: i[0].extreme(np.min, a["dim"], a["keepdim"]), combine="minimum"),
+    # --- cube, dtype, layout
+    Op("matmul", "matmul", 2, "(batched) matrix product on the cube unit",
+       lambda s, a: matmul_shape(s[0], s[1], a["a_trans"], a["b_trans"]), _np_matmul),
+    Op("cast", "cast", 1, "dtype conversion", _same, lambda args, a: args[0]),
+    Op("reshape", "layout", 1, "new shape, same elements", _from_attr, lambda args, a: np.reshape(args[0], a["shape"]),
+       precision="exact", bound=_layout_bound(lambda x, a: np.reshape(x, a["shape"]))),
+    Op("transpose", "layout", 1, "swap two dims", _transposed,
+       lambda args, a: np.swapaxes(args[0], a["dim0"], a["dim1"]), precision="exact",
+       bound=_layout_bound(lambda x, a: np.swapaxes(x, a["dim0"], a["dim1"]))),
+    Op("view", "layout", 1, "a rectangular window", _from_attr, _np_window, precision="exact",
+       bound=_layout_bound(lambda x, a: _np_window([x], a))),
+    # --- composites: written in the ops above
+    _composite("mean", 1, "sum / n over one dim", lambda args, a: np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"]),
+               lambda b, ins, a: _drop(b, _mean(b, ins[0], a["dim"]), a["dim"], a["keepdim"]), shape=_reduced),
+    _composite("var", 1, "variance over one dim (correction: 1 is Bessel's, 0 the population's)", _np_var,
+               lambda b, ins, a: _drop(b, _var(b, ins[0], a["dim"], a["correction"]), a["dim"], a["keepdim"]),
+               shape=_reduced),
+    _composite("std", 1, "standard deviation over one dim: sqrt(var)",
+               lambda args, a: np.sqrt(_np_var(args, a)),
+               lambda b, ins, a: _drop(b, b.un("sqrt", _var(b, ins[0], a["dim"], a["correction"])), a["dim"],
+                                       a["keepdim"]), shape=_reduced),
+    _composite("logsumexp", 1, "log(sum(exp(x))) over one dim, computed stably", _np_logsumexp, _logsumexp,
+               shape=_reduced),
+    _composite("softmax", 1, "exp(x - max) / sum", _np_softmax, _softmax),
+    _composite("log_softmax", 1, "x - logsumexp(x), stably", _np_log_softmax,
+               lambda b, ins, a: _log_softmax_keep(b, ins[0], a["dim"])),
+    _composite("layernorm", -1, "normalise over the last dim, then scale and shift", _np_layernorm, _layernorm),
+    _composite("rms_norm", 2, "x * rsqrt(mean(x^2) + eps) * weight", _np_rms_norm, _rms_norm),
+    _composite("swiglu", 1, "silu(first half) * second half, halves along dim",
+               lambda args, a: (lambda lo, hi: lo * _np_sigmoid(lo) * hi)(*_np_halves(args[0], a["dim"])), _swiglu,
+               shape=lambda s, a: tuple(n // 2 if d == a["dim"] else n for d, n in enumerate(s[0]))),
+    _elementwise("sigmoid", "1 / (1 + exp(-x))", _np_sigmoid, _sigmoid),
+    _elementwise("tanh", "2 * sigmoid(2x) - 1", np.tanh,
+                 lambda b, x: b.bins("sub", b.bins("mul", _sigmoid(b, b.bins("mul", x, 2.0)), 2.0), 1.0)),
+    _composite("gelu", 1, "tanh approximation of GELU", lambda args, a: _np_gelu(args[0]), _gelu),
+    _elementwise("silu", "x * sigmoid(x) (swish)", lambda x: x * _np_sigmoid(x), lambda b, x: b.bin("mul", x, _sigmoid(b, x))),
+    _elementwise("softplus", "log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|))", lambda x: np.logaddexp(0.0, x),
+                 lambda b, x: b.bin("add", b.un("relu", x),
+                                    b.un("log", b.bins("add", b.un("exp", b.un("neg", b.un("abs", x))), 1.0)))),
+    _elementwise("hardsigmoid", "min(max(x / 6 + 1/2, 0), 1)", lambda x: np.clip(x / 6.0 + 0.5, 0.0, 1.0),
+                 lambda b, x: b.bins("minimum", b.un("relu", b.bins("add", b.bins("mul", x, 1 / 6), 0.5)), 1.0)),
+    _elementwise("hardswish", "x * min(max(x + 3, 0), 6) / 6", lambda x: x * np.clip(x + 3.0, 0.0, 6.0) / 6.0,
+                 lambda b, x: b.bin("mul", x, b.bins("mul", b.bins("minimum", b.un("relu", b.bins("add", x, 3.0)), 6.0),
+                                                     1 / 6))),
+    _elementwise("square", "x * x", np.square, lambda b, x: b.bin("mul", x, x), float_only=False),
+    _elementwise("expm1", "exp(x) - 1", np.expm1, lambda b, x: b.bins("sub", b.un("exp", x), 1.0)),
+    _elementwise("log1p", "log(1 + x)", np.log1p, lambda b, x: b.un("log", b.bins("add", x, 1.0))),
+    _elementwise("exp2", "2^x, as exp(x ln 2)", np.exp2, lambda b, x: b.un("exp", b.bins("mul", x, LN2))),
+    _elementwise("log2", "log(x) / ln 2", np.log2, lambda b, x: b.bins("mul", b.un("log", x), 1 / LN2)),
+    _elementwise("log10", "log(x) / ln 10", np.log10, lambda b, x: b.bins("mul", b.un("log", x), 1 / LN10)),
+    _composite("leaky_relu", 1, "x where x >= 0, else negative_slope * x",
+               lambda args, a: np.where(args[0] >= 0, args[0], args[0] * a["negative_slope"]),
+               lambda b, ins, a: b.bin("add", b.un("relu", ins[0]),
+                                       b.bins("mul", b.bins("minimum", ins[0], 0.0), a["negative_slope"]))),
+    _composite("elu", 1, "x where x > 0, else alpha (exp(x) - 1)",
+               lambda args, a: np.where(args[0] > 0, args[0], a["alpha"] * np.expm1(args[0])),
+               lambda b, ins, a: b.bin("add", b.un("relu", ins[0]), b.bins(
+                   "mul", b.bins("sub", b.un("exp", b.bins("minimum", ins[0], 0.0)), 1.0), a["alpha"]))),
+    _composite("clamp", 1, "min(max(x, min), max); either bound may be None", lambda args, a: np.clip(
+        args[0], a["min"], a["max"]), lambda b, ins, a: _clamp(b, ins[0], a["min"], a["max"]), wide=False,
+               float_only=False, precision_class="exact"),
+    _composite("pow", 1, "x ** exponent (a Python number): small integer powers by multiplication, 0.5 and -0.5 "
+               "by sqrt and rsqrt, others as exp(exponent * log(x))",
+               lambda args, a: np.power(args[0], a["exponent"]), lambda b, ins, a: _pow(b, ins[0], a["exponent"])),
+]
+
+OPS: dict[str, Op] = {op.name: op for op in _ROWS}
+
+
+def op(name: str) -> Op:
+    """The row of a tensor op; KeyError naming the known ops for an unknown one."""
+    try:
+        return OPS[name]
+    except KeyError:
+        raise KeyError(f"unknown tensor op {name!r}; known: {', '.join(sorted(OPS))}") from None
