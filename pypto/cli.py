@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 # --- argument parsing ------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
-    from .sim.machine import MACHINES
+    from .target.machine import MACHINES
     p = _Parser(prog="pypto", description="Compile pypto tile kernels through the five IR levels "
                                           "and simulate them.")
     p.add_argument("--version", action="version", version=f"pypto {__version__}")

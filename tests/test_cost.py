@@ -12,8 +12,9 @@ import pytest
 
 import pypto
 from pypto.ir.exec import TileRef
-from pypto.sim.cost import (base_cycles, cost, instruction_table, instruction_table_markdown, vocabulary)
-from pypto.sim.machine import A2A3, A5
+from pypto.sim.cost import cost, instruction_table, instruction_table_markdown, vocabulary
+from pypto.target.cost import base_cycles
+from pypto.target.machine import A2A3, A5
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ import pytest
 
 import pypto
 from pypto.compiler.tileshape import default_cube_tile
-from pypto.sim.machine import get_machine
+from pypto.target.machine import get_machine
 
 T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
 

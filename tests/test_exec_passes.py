@@ -16,8 +16,8 @@ from pypto.ir.core import Attrs
 from pypto.ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
 from pypto.ir.gm import GMBuffer, GMRef
 from pypto.ir.program import Program
-from pypto.sim.cost import base_cycles
-from pypto.sim.machine import get_machine
+from pypto.target.cost import base_cycles
+from pypto.target.machine import get_machine
 from pypto.sim.timing import run_timing
 from common import byte_accesses, layernorm, matmul, matmul_bias_gelu, softmax
 

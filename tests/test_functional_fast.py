@@ -20,7 +20,7 @@ from pypto.ir.tile import row_pitch
 from pypto.sim import functional_plan
 from pypto.sim.functional import _gm_arrays, _outputs, run_functional
 from pypto.sim.functional_plan import plan_for
-from pypto.sim.machine import get_machine
+from pypto.target.machine import get_machine
 from common import softmax
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -20,8 +20,8 @@ import pytest
 import pypto
 from pypto.errors import PyptoError, SimulationError
 from pypto.ir.program import Program
-from pypto.sim import functional_plan
 from pypto.sim.functional_plan import plan_for
+from pypto.target import isa, semantics
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -66,7 +66,7 @@ def test_size_one_dims_batched(machine, shape, tiles, body):
 
 def test_negative_into_strided_outputs():
     """TNEG's handler is right for every input and output stride (numpy's own loop is not)."""
-    neg = functional_plan.UNARY["TNEG"]
+    neg = isa.row("TNEG").semantics
     for dtype in (np.float32, np.float64, np.int32, np.float16):
         for si in range(1, 10):
             for so in range(1, 10):
@@ -184,16 +184,16 @@ def test_low_precision_rounded_once(dtype):
     """rsqrt, sums and matmul products of fp16/bf16 are computed in fp32 and rounded once."""
     x = np.random.default_rng(7).uniform(0.1, 4.0, (16, 64)).astype(dtype)
     once = (1 / np.sqrt(x.astype(np.float32))).astype(dtype)
-    rsqrt = functional_plan.UNARY["TRSQRT"]
+    rsqrt = isa.row("TRSQRT").semantics
     np.testing.assert_array_equal(rsqrt(x).view(np.uint16), once.view(np.uint16))
     out = np.zeros((16, 128), dtype)[:, ::2]
     rsqrt(x, out=out)
     np.testing.assert_array_equal(out.view(np.uint16), once.view(np.uint16))
     ones = np.ones((1, 4096), dtype)
-    total = functional_plan.REDUCE["SUM"](ones, axis=-1, keepdims=True)
+    total = isa.row("TROWSUM").semantics(ones, axis=-1, keepdims=True)
     assert total.dtype == dtype and float(total[0, 0]) == 4096.0
     a, b = x[:, :32], x[:, 32:].T
-    prod = functional_plan._product(np.dtype(dtype))(a, b)
+    prod = semantics.product(np.dtype(dtype))(a, b)
     want = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype)
     np.testing.assert_array_equal(prod.view(np.uint16), want.view(np.uint16))
 

@@ -9,7 +9,7 @@ from pypto.compiler.l1reuse import reused_loads
 from pypto.errors import VerificationError
 from pypto.ir import block
 from pypto.ir.block import BlockGraph, Task
-from pypto.sim.machine import get_machine
+from pypto.target.machine import get_machine
 
 T, F16 = pypto.Tensor, pypto.DT_FP16
 # two cube cores: a 256 x 512 output in 128 x 128 tiles is one row of four tiles per task

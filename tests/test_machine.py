@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto.sim.machine import A2A3, A5, MACHINES, TEACH, Machine, get_machine, load_machine
+from pypto.target.machine import A2A3, A5, MACHINES, TEACH, Machine, get_machine, load_machine
 
 GIB = 2 ** 30
 

@@ -312,7 +312,7 @@ def call_bad_toml(tmp_path):
 def call_toml_field(tmp_path):
     path = tmp_path / "field.toml"
     path.write_text('base = "a2a3"\nub_kb = 256\n')
-    pypto.sim.machine.load_machine(str(path))   # <M:toml-field>
+    pypto.sim.load_machine(str(path))   # <M:toml-field>
 
 
 def call_toml_value(tmp_path):
@@ -564,7 +564,7 @@ CASES = [
          hint="did you mean 'a2a3'", needles=("teach",)),
     Case("toml-syntax", "call_bad_toml", pypto.PyptoError, "toml-syntax", "add2.compile", ok_add2,
          needles=("bad.toml", "not valid TOML")),
-    Case("toml-unknown-field", "call_toml_field", pypto.PyptoError, "toml-field", "pypto.sim.machine.load_machine",
+    Case("toml-unknown-field", "call_toml_field", pypto.PyptoError, "toml-field", "pypto.sim.load_machine",
          ok_add2, hint="did you mean 'ub_kib'"),
     Case("toml-bad-value", "call_toml_value", pypto.PyptoError, "toml-value", "add2(X, Y", ok_add2,
          needles=("ub_kib", "-1")),

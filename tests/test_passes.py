@@ -19,7 +19,7 @@ from pypto.ir.block import BlockGraph, Task
 from pypto.ir.core import Attrs
 from pypto.ir.gm import GMBuffer, GMRef
 from pypto.ir.tile import GroupInfo, TileGraph, TileNode
-from pypto.sim.machine import get_machine
+from pypto.target.machine import get_machine
 
 
 def _softmax(x, out, *, TM: int = 32, TN: int = 256):

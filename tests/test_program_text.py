@@ -12,7 +12,7 @@ from pypto.ir.exec import TileRef
 from pypto.ir.gm import GMRef
 from pypto.ir.program import Program
 from pypto.ir.pto_text import PTOSyntaxError
-from pypto.sim.machine import A2A3
+from pypto.target.machine import A2A3
 from pypto.sim.run import simulate
 
 # ---------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto.sim.cost import cube_cycles
-from pypto.sim.machine import A2A3, TEACH
+from pypto.target.cost import cube_cycles
+from pypto.target.machine import A2A3, TEACH
 from common import byte_accesses
 
 # public figures (DESIGN section 4), written out here rather than read from pypto

@@ -18,7 +18,7 @@ from ..ir.tensor import TensorGraph
 from ..ir.numerics import output_bounds, within_bound
 from ..ir.tensor_eval import evaluate
 from ..ir.tile import TileGraph
-from ..sim.machine import Machine
+from ..target.machine import Machine
 from ..sim.result import SimResult
 from ..sim.run import simulate as run_sim
 from .pipeline import PassLog

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
-from ..sim.cost import base_cycles, is_vector
-from ..sim.machine import Machine, get_machine
+from ..target.cost import base_cycles, is_vector
+from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
 from .sync import plan_flags
@@ -24,7 +24,7 @@ class DynamicScheduler(OptimizationPass):
     Per task: the dependence DAG of its instructions (read after write, write after read and
     write after write on on-chip byte ranges and on the GM windows the task writes); the longest
     path from every instruction to the task's end (its critical path: cycles of
-    `pypto.sim.cost.base_cycles`, a GM load's data ready an L2 hit or miss latency after its
+    `pypto.target.cost.base_cycles`, a GM load's data ready an L2 hit or miss latency after its
     transfer (see `load_latencies`), FLAG_CYCLES for a flag between pipes); then a list schedule
     on the core's pipes, one instruction at a time per pipe: the instruction that can start
     first, the longest path to the end among equals.  The new program order is the order of

@@ -177,7 +177,7 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
 def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
     """The PressureTable of an Execution Graph on a machine (computed once per graph and
     machine).  Raises VerificationError when a task's live bytes exceed a space's capacity."""
-    from ..sim.machine import get_machine
+    from ..target.machine import get_machine
     machine = get_machine(machine)
     cache = g.__dict__.setdefault("_pressure", {})
     if machine in cache:

@@ -135,7 +135,7 @@ def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     The operand panel consecutive tiles share (`shared_panel`) is not loaded again for
     the K chunks still in L1 (see the `l1_reuse` pass): as many chunks as fit next to two
     chunks of the other operand."""
-    from ..sim.cost import cube_cycles
+    from ..target.cost import cube_cycles
     ml0, nl0 = mn
     nm, nn = -(-m // ml0), -(-n // nl0)
     waves = -(-(batch * nm * nn) // machine.n_aic)

@@ -14,7 +14,7 @@ import numpy as np
 from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
                       caller_loc, in_package, located)
-from ..sim.machine import get_machine
+from ..target.machine import get_machine
 from .tracer import Tensor, TraceContext
 
 

@@ -13,31 +13,20 @@ from typing import NamedTuple
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
+from ..target.isa import INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
 from .core import Attrs, TextForm, fmt_shape, pair_problem
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
 AIC_PIPES = ("MTE2", "MTE1", "M", "FIX", "S")
 AIV_PIPES = ("MTE2", "V", "MTE3", "S")
-SYNC_OPS = ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER", "CROSS_SET_FLAG", "CROSS_WAIT_FLAG")
 # Cross-core flags of a 1 AIC : 2 AIV pair: a pipe of the cube task sets a flag of its AIV `slot`
 # (CROSS_SET_FLAG FIX -> AIV1, EVENT_ID0), a pipe of the paired vector task waits for it
 # (CROSS_WAIT_FLAG AIC -> MTE2, EVENT_ID0).  They count: every set is consumed by one wait.
-CROSS_OPS = ("CROSS_SET_FLAG", "CROSS_WAIT_FLAG")
+CROSS_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.kind == "cross")
 EVENTS_PER_PIPE_PAIR = 8
-
-
-def pipe_of(op: str, src_space: str | None = None) -> str:
-    """The pipe that executes a tile op (TSTORE depends on where its tile comes from)."""
-    if op == "TLOAD":
-        return "MTE2"
-    if op == "TSTORE":
-        return "FIX" if src_space == "L0C" else "MTE3"
-    if op in ("TEXTRACT", "TMOV"):
-        return "MTE1"
-    if op.startswith("TMATMUL"):
-        return "M"
-    return "V"
+# SYNC_OPS (the flags and barriers) and pipe_of (the pipe an instruction runs on) are the
+# instruction table's (pypto.target.isa), importable from here for the exec level's readers.
 
 
 @dataclass(frozen=True)

@@ -26,41 +26,22 @@ import re
 
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
+from ..target.isa import INSTRUCTIONS, KINDS
+from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
 from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
 from .gm import GMBuffer, GMRef, natural_strides
 from .tile import ON_CHIP, tile_bytes
 
 # ---------------------------------------------------------------------------------------
-# the instruction set the parser knows: op -> kind
+# the instruction set the parser knows: the instruction table's rows (op -> row; row.kind gives
+# the operand spaces, KINDS[kind])
 
-UNARY_OPS = ("TEXP", "TLOG", "TSQRT", "TRSQRT", "TABS", "TNEG", "TRELU", "TRECIP")
-BINARY_NAMES = ("ADD", "SUB", "MUL", "DIV", "MAX", "MIN")
-REDUCE_NAMES = ("SUM", "MAX", "MIN")
-
-
-def _instruction_set() -> dict[str, str]:
-    v = {"TLOAD": "load", "TSTORE": "store", "TEXTRACT": "extract", "TMOV": "move",
-         "TMATMUL": "cube", "TMATMUL_ACC": "cube", "TMATMUL_BIAS": "cube"}
-    v.update({op: "unary" for op in UNARY_OPS})
-    v["TCVT"] = "cvt"
-    v.update({f"T{n}": "binary" for n in BINARY_NAMES})
-    v.update({f"T{n}S": "scalar" for n in BINARY_NAMES})
-    for k in ("ROW", "COL"):
-        v[f"T{k}EXPAND"] = "expand"
-        v.update({f"T{k}EXPAND{n}": "expand_binary" for n in BINARY_NAMES})
-        v.update({f"T{k}{n}": "reduce" for n in REDUCE_NAMES})
-    v.update({"SET_FLAG": "flag", "WAIT_FLAG": "flag", "PIPE_BARRIER": "barrier",
-              "CROSS_SET_FLAG": "cross", "CROSS_WAIT_FLAG": "cross"})
-    return v
-
-
-INSTRUCTIONS = _instruction_set()
 CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C", "BT")}
 CORE_PIPES = {"AIC": AIC_PIPES, "AIV": AIV_PIPES}
 ROLES = ("input", "output", "inout", "workspace")
 ATTR_KEYS = ("dim", "offsets", "to", "act")
-STORE_ACTIVATIONS = ("relu",)     # what the FIX pipe applies on its way out of L0C
+STORE_ACTIVATIONS = tuple(ACTIVATIONS)     # what the FIX pipe applies on its way out of L0C
 
 
 class PTOSyntaxError(PyptoError):
@@ -309,10 +290,11 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
         raise _Problem("empty instruction", expected="OP operands", got=repr(text))
     op = parts[0]
     rest = parts[1].strip() if len(parts) > 1 else ""
-    kind = INSTRUCTIONS.get(op)
-    if kind is None:
+    row = INSTRUCTIONS.get(op)
+    if row is None:
         close = [k for k in INSTRUCTIONS if k.startswith(op[:3])] or list(INSTRUCTIONS)
         raise _Problem(f"unknown instruction '{op}'", expected="one of " + ", ".join(close), got=op)
+    kind = row.kind
     if kind == "flag":
         m = _FLAG.match(rest)
         if not m:
@@ -380,30 +362,16 @@ def _describe(operands) -> str:
     return ", ".join(_space_of(o) for o in operands)
 
 
-_SIGNATURES = {   # kind -> (dst spaces, [src spaces...]) ; "num" = a scalar
-    "load": (("UB", "L1"), [("GM",)]),
-    "store": (("GM",), [("UB", "L0C")]),
-    "extract": (("L0A", "L0B"), [("L1",)]),
-    "move": (("BT",), [("L1",)]),
-    "unary": (("UB",), [("UB",)]),
-    "cvt": (("UB",), [("UB",)]),
-    "binary": (("UB",), [("UB",), ("UB",)]),
-    "scalar": (("UB",), [("UB",), ("num",)]),
-    "expand": (("UB",), [("UB",), ("UB",)]),
-    "expand_binary": (("UB",), [("UB",), ("UB",)]),
-    "reduce": (("UB",), [("UB",)]),
-}
-
-
 def _sig_text(dsts, srcs) -> str:
     return "/".join(dsts) + " <- " + ", ".join("/".join(s).replace("num", "scalar") for s in srcs)
 
 
 def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = None) -> None:
     """Raise _Problem when the instruction breaks a rule (operands, pipe, alignment, capacity)."""
-    op, kind = ins.op, INSTRUCTIONS.get(ins.op)
-    if kind is None:
+    op, row = ins.op, INSTRUCTIONS.get(ins.op)
+    if row is None:
         raise _Problem(f"unknown instruction '{op}'", expected="one of " + ", ".join(INSTRUCTIONS), got=op)
+    kind = row.kind
     pipes = CORE_PIPES.get(core_type)
     if pipes is None:
         raise _Problem(f"unknown core type '{core_type}'", expected="AIC or AIV", got=core_type)
@@ -439,12 +407,10 @@ def check_instr(ins: Instr, core_type: str, capacities: dict[str, int] | None = 
                            got=ins.pipe)
         return
     operands = [ins.dst] + list(ins.srcs)
-    if kind == "cube":
-        first = {"TMATMUL_ACC": [("L0C",)], "TMATMUL_BIAS": [("BT",)]}.get(op, [])
-        want = (("L0C",), first + [("L0A",), ("L0B",)])
-    else:
-        want = _SIGNATURES[kind]
-    dsts, srcs = want
+    spec = KINDS[kind]          # operand spaces: (dst spaces, [src spaces...]); "num" = a scalar
+    dsts, srcs = spec.dst, list(spec.srcs)
+    if kind == "cube":          # the accumulator or the bias row comes first
+        srcs = {"TMATMUL_ACC": [("L0C",)], "TMATMUL_BIAS": [("BT",)]}.get(op, []) + srcs
     got_spaces = [_space_of(o) for o in operands]
     ok = len(operands) == 1 + len(srcs) and got_spaces[0] in dsts and all(
         g in w or (g == "scalar" and "num" in w) for g, w in zip(got_spaces[1:], srcs))
@@ -534,7 +500,7 @@ def _parse_program(text: str, machine=None):
     from .program import Program
     capacities = None
     if machine is not None:
-        from ..sim.machine import get_machine
+        from ..target.machine import get_machine
         capacities = get_machine(machine).capacities()
     name = None
     buffers: dict[str, GMBuffer] = {}
@@ -639,7 +605,7 @@ def verify_program(program, machine=None) -> None:
     PTOSyntaxError naming the task and instruction index (line = None)."""
     capacities = m = None
     if machine is not None:
-        from ..sim.machine import get_machine
+        from ..target.machine import get_machine
         m = get_machine(machine)
         capacities = m.capacities()
     core_of: dict[int, str] = {}

@@ -48,7 +48,7 @@ def show_error(e: BaseException) -> None:
 
 
 def _machines() -> str:
-    from ..sim.machine import MACHINES
+    from ..target.machine import MACHINES
     return "|".join(MACHINES)
 
 
@@ -82,7 +82,7 @@ class PyptoMagics(Magics):
 
     @validate("machine")
     def _valid_machine(self, proposal):
-        from ..sim.machine import MACHINES
+        from ..target.machine import MACHINES
         if proposal["value"] not in MACHINES:
             raise TraitError(f"unknown machine {proposal['value']!r}; expected one of {', '.join(MACHINES)}")
         return proposal["value"]
@@ -297,7 +297,7 @@ class PyptoMagics(Magics):
                 raise MagicUsageError(f"%%pypto --show: unknown view '{s}'",
                                       expected=", ".join(sorted(set(TAB_NAMES))),
                                       got=", ".join(opts.show)) from None
-        from ..sim.machine import MACHINES
+        from ..target.machine import MACHINES
         opts.machine = opts.machine or self.machine
         if opts.machine not in MACHINES:
             raise MagicUsageError(f"%%pypto --machine: unknown machine '{opts.machine}'",

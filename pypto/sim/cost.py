@@ -1,91 +1,29 @@
-"""Per-instruction cost model (cycles), from the public Ascend figures.
+"""The cost of an instruction as a user asks for it, and the instruction table of the documentation.
+
+The cost model itself is the target's (`pypto.target.cost.base_cycles`, reading the slopes and
+fixed cycles of the instruction table `pypto.target.isa`):
 
 - cube: 6 + c * ceil(M/16) * ceil(K/K0) * ceil(N/16), K0 = 32 bytes / sizeof(A), c = 2 for fp32;
 - vector: head + slope * repeats + tail, a repeat being 256 bytes; an instruction that follows
   another on a busy V pipe shares its startup (no head);
 - DMA: bytes / path bandwidth (GM traffic is additionally limited by the shared HBM, in timing).
 
-There is one cost model: `base_cycles(instr, machine)`.  `cost(op, machine, **shape)` builds a
-synthetic instruction and asks it; `instruction_table(machine)` lists every instruction the
-compiler can emit with its pipe, its rule and an example (docs/instructions.md is made from it).
+`cost(op, machine, **shape)` builds a synthetic instruction and asks `base_cycles`;
+`instruction_table(machine)` lists every instruction the compiler can emit with its pipe, its
+rule and an example (docs/instructions.md is made from it).
 """
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 from ..dtypes import BY_NAME, DType, from_numpy
 from ..errors import PyptoError
-from ..ir.core import Attrs, ceil_div, prod
-from ..ir.exec import Instr, TileRef, pipe_of
+from ..ir.core import Attrs
+from ..ir.exec import Instr, TileRef
 from ..ir.gm import GMBuffer, GMRef
-from ..ir.pto_text import INSTRUCTIONS
-from .machine import Machine, get_machine
-
-VECTOR_SLOPE = {  # cycles per 256-byte repeat (default 1)
-    "TDIV": 4, "TDIVS": 4, "TRECIP": 4, "TROWEXPANDDIV": 4, "TCOLEXPANDDIV": 4,
-    "TEXP": 4, "TLOG": 4, "TSQRT": 4, "TRSQRT": 4,
-    "TROWSUM": 2, "TROWMAX": 2, "TROWMIN": 2, "TCOLSUM": 2, "TCOLMAX": 2, "TCOLMIN": 2,
-}
-SYNC_CYCLES = {"SET_FLAG": 1, "WAIT_FLAG": 1, "PIPE_BARRIER": 1, "CROSS_SET_FLAG": 1, "CROSS_WAIT_FLAG": 1}
-MOVE_OPS = ("TLOAD", "TSTORE", "TEXTRACT", "TMOV")
-
-
-def vector_repeats(ins: Instr, m: Machine) -> int:
-    """256-byte repeats over the larger of destination and sources (rows padded to 32 bytes)."""
-    best = 0
-    for t in (ins.dst,) + tuple(ins.srcs):
-        if isinstance(t, TileRef):
-            rows = prod(t.valid[:-1])
-            row_bytes = ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32
-            best = max(best, rows * row_bytes)
-    return max(1, ceil_div(best, m.vec_repeat_bytes))
-
-
-def cube_cycles(m_: int, k: int, n: int, itemsize: int, machine: Machine) -> int:
-    k0 = 32 // itemsize
-    c = 2 if itemsize == 4 else 1
-    return machine.cube_startup + c * ceil_div(m_, 16) * ceil_div(k, k0) * ceil_div(n, 16)
-
-
-def dma_path(ins: Instr) -> tuple[str, str]:
-    src = ins.srcs[0]
-    s = "GM" if isinstance(src, GMRef) else src.space
-    d = "GM" if isinstance(ins.dst, GMRef) else ins.dst.space
-    return s, d
-
-
-def dma_bytes(ins: Instr) -> int:
-    """Bytes moved: the GM window of a load or store; for an on-chip move (TEXTRACT, TMOV) the
-    valid data of the destination tile (an extract reads only its part of the source tile)."""
-    for o in (ins.dst,) + tuple(ins.srcs):
-        if isinstance(o, GMRef):
-            return o.nbytes
-    t = ins.dst if isinstance(ins.dst, TileRef) else ins.srcs[0]
-    return prod(t.valid) * t.dtype.itemsize
-
-
-def dma_cycles(nbytes: int, src: str, dst: str, m: Machine) -> int:
-    """ceil(bytes / (GiB/s * 2^30) * f_clk), at least 1."""
-    return max(1, math.ceil(nbytes / m.dma_bytes_per_cycle(src, dst)))
-
-
-def base_cycles(ins: Instr, m: Machine) -> int:
-    """Cycles of one instruction alone on its pipe (vector: including head and tail)."""
-    op = ins.op
-    if op in SYNC_CYCLES:
-        return SYNC_CYCLES[op]
-    if op.startswith("TMATMUL"):
-        a, b = ins.srcs[-2], ins.srcs[-1]
-        return cube_cycles(a.valid[0], a.valid[1], b.valid[1], a.dtype.itemsize, m)
-    if op in MOVE_OPS:
-        src, dst = dma_path(ins)
-        return dma_cycles(dma_bytes(ins), src, dst, m)
-    return m.vec_head + VECTOR_SLOPE.get(op, 1) * vector_repeats(ins, m) + m.vec_tail
-
-
-def is_vector(op: str) -> bool:
-    return not (op in SYNC_CYCLES or op.startswith("TMATMUL") or op in MOVE_OPS)
+from ..target.cost import base_cycles
+from ..target.isa import INSTRUCTIONS, KINDS, pipe_of
+from ..target.machine import get_machine
 
 
 # ---------------------------------------------------------------------------------------
@@ -94,7 +32,7 @@ def is_vector(op: str) -> bool:
 def vocabulary() -> dict[str, str]:
     """Every instruction the compiler can emit -> its kind (load, store, extract, move, cube,
     unary, cvt, binary, scalar, expand, expand_binary, reduce, sync), in documentation order."""
-    return {op: "sync" if kind in ("flag", "barrier", "cross") else kind for op, kind in INSTRUCTIONS.items()}
+    return {op: "sync" if r.cost == "sync" else r.kind for op, r in INSTRUCTIONS.items()}
 
 
 def _dtype(d, what="dtype") -> DType:
@@ -215,7 +153,7 @@ def synthetic_instr(op: str, **kw) -> Instr:
         return Instr(op, "V", full, (full, full))
     if kind == "scalar":
         return Instr(op, "V", full, (full, 1.0))
-    row = op.startswith("TROW")
+    row = INSTRUCTIONS[op].form in ("ROW", "ROWEXPAND")     # else per column
     part = _tile("UB", dt, rows_shape, rows_valid) if row else _tile("UB", dt, cols_shape, cols_valid)
     if kind == "expand":
         return Instr(op, "V", full, (part, full))
@@ -262,7 +200,8 @@ def _fmt_bw(x: float) -> str:
 
 def instruction_table(machine="a2a3") -> list[InstrRow]:
     """One row per instruction (and data path) the compiler can emit, computed from the cost
-    model's own tables: VECTOR_SLOPE, pipe_of, the cube formula and the machine's DMA paths."""
+    model's own rules: the instruction table's slopes and cycles, its pipes, the cube formula
+    and the machine's DMA paths."""
     m = get_machine(machine)
     head, tail, rep = m.vec_head, m.vec_tail, m.vec_repeat_bytes
     rows: list[InstrRow] = []
@@ -306,14 +245,10 @@ def instruction_table(machine="a2a3") -> list[InstrRow]:
             ins = synthetic_instr(op)
             pipe = {"SET_FLAG": "source pipe", "WAIT_FLAG": "waiting pipe", "PIPE_BARRIER": "its pipe",
                     "CROSS_SET_FLAG": "AIC pipe", "CROSS_WAIT_FLAG": "AIV pipe"}[op]
-            rows.append(InstrRow(op, pipe, operands, f"{SYNC_CYCLES[op]}{note}", "-", base_cycles(ins, m)))
+            rows.append(InstrRow(op, pipe, operands, f"{INSTRUCTIONS[op].cycles}{note}", "-", base_cycles(ins, m)))
         else:
-            slope = VECTOR_SLOPE.get(op, 1)
-            rule = f"{head} + {slope} x ceil(bytes / {rep}) + {tail}"
-            operands = {"unary": "UB <- UB", "cvt": "UB <- UB (to=dtype)", "binary": "UB <- UB, UB",
-                        "scalar": "UB <- UB, scalar", "expand": "UB <- UB (row/col vector)",
-                        "expand_binary": "UB <- UB, UB (row/col vector)",
-                        "reduce": "UB <- UB (dim=)"}[kind]
+            rule = f"{head} + {INSTRUCTIONS[op].slope} x ceil(bytes / {rep}) + {tail}"
+            operands = KINDS[kind].operands
             extra = {"to": "fp16"} if kind == "cvt" else {}
             text = ex + (" -> fp16" if kind == "cvt" else "") + (" input" if kind == "reduce" else "")
             add(op, operands, rule, text, shape=EXAMPLE_SHAPE, dtype="fp32", **extra)

@@ -31,7 +31,7 @@ from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from .functional_plan import decode, plan_for, reused, tile_strides
-from .machine import Machine
+from ..target.machine import Machine
 
 
 def _gm_arrays(program: Program, arrays: dict[str, np.ndarray], unobserved=frozenset()) -> dict[str, np.ndarray]:

@@ -45,72 +45,32 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.array_utils import normalize_axis_index
 
-from ..dtypes import DT_BF16, DT_FP16
 from ..errors import SimulationError
 from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
+from ..target.isa import INSTRUCTIONS
+from ..target.semantics import ACTIVATIONS, accumulate, product
 
 MAX_BATCH = 16                  # tasks run together: beyond a few, numpy's per-element work dominates
 REUSED_BYTES = 32 << 20         # largest memory kept for the next run (on-chip copies, a workspace)
 
 
 # --- instruction semantics ---------------------------------------------------------------------
+# What an instruction computes is its row of the instruction table (pypto.target.isa): `kind`
+# picks the handler, `semantics` is the numpy function it applies (pypto.target.semantics).
 
-LOW_FLOATS = (DT_FP16.np_dtype, DT_BF16.np_dtype)
-
-
-def _wide(dtype):
-    """The dtype a multi-step handler computes in: fp32 for fp16/bf16 (rounded once, at the end),
-    else the dtype itself."""
-    return np.dtype(np.float32) if dtype in LOW_FLOATS else dtype
-
-
-def _rsqrt(x, out=None):
-    """1 / sqrt(x); for fp16/bf16 computed in fp32 and rounded once."""
-    w = _wide(x.dtype)
-    if w == x.dtype:
-        return np.reciprocal(np.sqrt(x, out=out), out=out)
-    return _rounded(np.reciprocal(np.sqrt(x.astype(w))), x.dtype, out)    # rounded once, not twice
+# the kinds whose handler applies `semantics` element by element (with numpy broadcasting): their
+# handlers may run in place on GM (_chain); a kind left out only loses that rewrite
+ELEMENTWISE_KINDS = ("unary", "binary", "scalar", "expand_binary")
+ELEMENTWISE = {r.semantics for r in INSTRUCTIONS.values() if r.kind in ELEMENTWISE_KINDS and r.semantics is not None}
+ELEMENTWISE |= set(ACTIVATIONS.values())     # of a store (act=)
 
 
-def _negative(x, out=None):
-    """np.negative, made in fresh memory and copied into `out`: numpy 2.x's SIMD loop for negative
-    writes wrong elements into a strided output from an input strided by 4 (32-bit) or 8 (64-bit)
-    elements (e.g. a column of [N, 1] windows run as one batch)."""
-    return _rounded(np.negative(np.ascontiguousarray(x)), x.dtype, out)
-
-
-def _relu(x, out=None):
-    return np.maximum(x, np.zeros((), x.dtype), out=out)
-
-
-def _sum(x, axis, keepdims):
-    """A sum of fp16/bf16 accumulated in fp32 and rounded once; others in their own dtype."""
-    return np.sum(x, axis=axis, keepdims=keepdims, dtype=_wide(x.dtype)).astype(x.dtype, copy=False)
-
-
-UNARY = {"TEXP": np.exp, "TLOG": np.log, "TSQRT": np.sqrt, "TRSQRT": _rsqrt, "TRECIP": np.reciprocal,
-         "TABS": np.abs, "TNEG": _negative, "TRELU": _relu}
-BINARY = {"ADD": np.add, "SUB": np.subtract, "MUL": np.multiply, "DIV": np.divide,
-          "MAX": np.maximum, "MIN": np.minimum}
-REDUCE = {"SUM": _sum, "MAX": np.max, "MIN": np.min}
-ACTIVATIONS = {"relu": _relu}           # of a store (act=)
-ELEMENTWISE = {*UNARY.values(), *BINARY.values(), *ACTIVATIONS.values()}
-
-
-def binary_name(op: str) -> tuple[str, str] | None:
-    """'TROWEXPANDSUB' -> ('ROWEXPAND', 'SUB'); 'TADDS' -> ('S', 'ADD'); 'TADD' -> ('', 'ADD')."""
-    body = op[1:]
-    for pre in ("ROWEXPAND", "COLEXPAND"):
-        if body.startswith(pre) and body[len(pre):] in BINARY:
-            return pre, body[len(pre):]
-    if body in BINARY:
-        return "", body
-    if body.endswith("S") and body[:-1] in BINARY:
-        return "S", body[:-1]
-    return None
+def _kind(op: str) -> str | None:
+    r = INSTRUCTIONS.get(op)
+    return None if r is None else r.kind
 
 
 @functools.lru_cache(maxsize=4096)
@@ -154,38 +114,6 @@ def _reduce(f, axis, dst, src):
     dst[...] = f(src, axis=axis, keepdims=True)
 
 
-def _product(dtype):
-    """TMATMUL: both factors converted to the accumulator's dtype (an fp16/bf16 accumulator: the
-    product computed in fp32 and rounded once)."""
-    w = _wide(dtype)
-
-    def f(a, b, out=None):
-        p = np.matmul(a.astype(w, copy=False), b.astype(w, copy=False), out=out if w == dtype else None)
-        return p if w == dtype else _rounded(p, dtype, out)
-    return f
-
-
-def _accumulate(dtype):
-    """TMATMUL_ACC: the accumulator plus the product; TMATMUL_BIAS: the bias row plus the product
-    (in fp32 for an fp16/bf16 accumulator, rounded once)."""
-    w = _wide(dtype)
-    product = _product(w)
-
-    def f(acc, a, b, out=None):
-        if w == dtype:
-            return np.add(acc, product(a, b), out=out)
-        return _rounded(np.add(acc.astype(w), product(a, b)), dtype, out)
-    return f
-
-
-def _rounded(r, dtype, out):
-    """A result computed in a wider dtype (or in fresh memory), rounded to `dtype` or into `out`."""
-    if out is None:
-        return r.astype(dtype, copy=False)
-    out[...] = r
-    return out
-
-
 def _elementwise(f, dst, srcs):
     """The handler of an element-wise op: `out=dst` when the result has dst's dtype and shape
     (no temporary), else computed and converted as an assignment would."""
@@ -203,7 +131,7 @@ def _matmul(ins: Instr):
     dst, srcs = ins.dst, ins.srcs
     acc = ins.op != "TMATMUL"
     dtype = _dtype(dst)
-    f = (_accumulate if acc else _product)(dtype)
+    f = (accumulate if acc else product)(dtype)
     a, b = srcs[-2:]
     direct = (all(len(_shape(o)) == 2 for o in (dst, a, b)) and _shape(a)[1] == _shape(b)[0]
               and _shape(dst) == (_shape(a)[0], _shape(b)[1])
@@ -215,7 +143,8 @@ def _result_shape(ins: Instr, srcs) -> tuple[int, ...]:
     """The shape of what an instruction computes from its sources (before it is written to dst),
     by numpy's rules; ValueError when the sources do not combine."""
     op, shapes = ins.op, [_shape(s) if isinstance(s, (TileRef, GMRef)) else np.shape(s) for s in srcs]
-    if op.startswith("TMATMUL"):               # np.matmul's rule: a vector gains a dim, then loses it
+    kind = _kind(op)
+    if kind == "cube":                         # np.matmul's rule: a vector gains a dim, then loses it
         a, b = shapes[-2:]
         if not (a and b):
             raise ValueError("a factor is a scalar")
@@ -224,7 +153,7 @@ def _result_shape(ins: Instr, srcs) -> tuple[int, ...]:
             raise ValueError(f"inner dims {a2[-1]} and {b2[-2]} differ")
         out = np.broadcast_shapes(a2[:-2], b2[:-2]) + a2[-2:-1] * (len(a) > 1) + b2[-1:] * (len(b) > 1)
         return np.broadcast_shapes(shapes[0], out) if len(shapes) == 3 else out
-    if op[:4] in ("TROW", "TCOL") and op[4:] in REDUCE:
+    if kind == "reduce":
         (s,) = shapes
         axis = normalize_axis_index(ins.attrs["dim"], len(s))
         return s[:axis] + (1,) + s[axis + 1:]
@@ -268,14 +197,16 @@ def decode(ins: Instr):
 
 def _decode(ins: Instr):
     op, dst, srcs = ins.op, ins.dst, ins.srcs
-    if op in ("TLOAD", "TSTORE", "TCVT", "TMOV"):
+    row = INSTRUCTIONS.get(op)
+    kind = None if row is None else row.kind
+    if kind in ("load", "store", "cvt", "move"):
         act = ins.attrs.get("act")
         if act is None:
             return _assign, (dst, srcs[0])
         if act not in ACTIVATIONS:
             raise SimulationError(f"no functional rule for {op} with act={act}", loc=ins.loc)
         return _elementwise(ACTIVATIONS[act], dst, srcs[:1])   # applied by the FIX pipe on the way out
-    if op == "TEXTRACT":
+    if kind == "extract":
         full = srcs[0]
         # the window of the allocated source tile: same row pitch, starting at the offsets
         # (clipped like a slice: a window that does not fit is refused as not fitting dst)
@@ -289,23 +220,24 @@ def _decode(ins: Instr):
                                   loc=ins.loc, expected=f"within {list(full.shape)}",
                                   got=f"{list(_shape(dst))} at {list(ins.attrs['offsets'])}")
         return _assign, (dst, window)
-    if op in ("TMATMUL", "TMATMUL_ACC", "TMATMUL_BIAS"):
+    if kind == "cube":
         return _matmul(ins)
-    if op in UNARY:
-        return _elementwise(UNARY[op], dst, srcs[:1])
-    if op in ("TROWEXPAND", "TCOLEXPAND"):
+    if kind == "expand":
         return _expand, (dst, srcs[0])
-    if op[:4] in ("TROW", "TCOL") and op[4:] in REDUCE:
+    f = None if row is None else row.semantics
+    if f is None:
+        raise SimulationError(f"no functional rule for instruction {op}", loc=ins.loc)
+    if kind == "unary":
+        return _elementwise(f, dst, srcs[:1])
+    if kind == "reduce":
         nd = len(_shape(srcs[0]))
         # counted from the end, so leading (task) axes do not shift it
         axis = normalize_axis_index(ins.attrs["dim"], nd) - nd
-        return partial(_reduce, REDUCE[op[4:]], axis), (dst, srcs[0])
-    parts = binary_name(op)
-    if parts is None:
-        raise SimulationError(f"no functional rule for instruction {op}", loc=ins.loc)
-    kind, name = parts
-    b = np.asarray(srcs[1], dtype=_dtype(srcs[0])) if kind == "S" else srcs[1]
-    return _elementwise(BINARY[name], dst, (srcs[0], b))
+        return partial(_reduce, f, axis), (dst, srcs[0])
+    if kind in ("binary", "scalar", "expand_binary"):
+        b = np.asarray(srcs[1], dtype=_dtype(srcs[0])) if row.form == "S" else srcs[1]
+        return _elementwise(f, dst, (srcs[0], b))
+    raise SimulationError(f"no functional rule for instruction {op} (of kind {kind})", loc=ins.loc)
 
 
 # --- the plan ------------------------------------------------------------------------------------
@@ -827,7 +759,7 @@ def _build(program, caps) -> Plan | None:
             return None
         key, base, access = scanned
         if key not in ids:
-            if any(i.op.startswith("TMATMUL") and any(len(_shape(o)) != 2 for o in (i.dst, *i.srcs))
+            if any(_kind(i.op) == "cube" and any(len(_shape(o)) != 2 for o in (i.dst, *i.srcs))
                    for i in instrs):
                 return None                     # a matmul of vectors: a leading axis would change it
             try:

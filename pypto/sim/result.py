@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.exec import AIC_PIPES, AIV_PIPES
-from .machine import Machine
+from ..target.machine import Machine
 from .trace import write_chrome_trace
 
 

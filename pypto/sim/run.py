@@ -7,7 +7,7 @@ from ..errors import KernelSignatureError, PyptoError, SimulationError
 from ..ir.program import Program
 from .checks import check_races, find_all_races
 from .functional import run_functional
-from .machine import get_machine
+from ..target.machine import get_machine
 from .result import SimResult, build_stats
 from .timing import ENGINES, run_timing
 

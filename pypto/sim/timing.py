@@ -35,8 +35,8 @@ from ..errors import PyptoError, SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
-from .cost import base_cycles, dma_bytes, dma_path, is_vector
-from .machine import Machine
+from ..target.cost import base_cycles, dma_bytes, dma_path, is_vector
+from ..target.machine import Machine
 
 # instruction kinds of the decoded program
 COMPUTE, VECTOR, SET, WAIT, GM_LOAD, GM_STORE, CROSS_SET, CROSS_WAIT = range(8)

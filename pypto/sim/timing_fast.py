@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES
 from ..ir.program import Program
-from .machine import Machine
+from ..target.machine import Machine
 from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, TraceEvent, _Progress,
                      deadlock_report, event_reuse_message, timing_result, unwaited_message)
 

@@ -215,7 +215,7 @@ class Explorer:
             raise located(e).with_traceback(None) from None
 
     def _setup(self, kernel, args, machine, consts, show, ranges, simulate, dtype):
-        from ..sim.machine import get_machine
+        from ..target.machine import get_machine
         consts = dict(consts or {})
         for key in OPTION_KEYS:      # explorer options among the constants (pypto.explore(**kw))
             if key in consts and key not in kernel.const_params:
@@ -587,7 +587,7 @@ class Explorer:
     # --- widgets -----------------------------------------------------------------------------
     def _build(self):
         import ipywidgets as w   # lazily: importing pypto must not import ipywidgets
-        from ..sim.machine import MACHINES
+        from ..target.machine import MACHINES
         self.header = w.HTML()
         self.sliders = {}
         for name in self.kernel.int_constants:

@@ -1,0 +1,99 @@
+"""The cost of one instruction (cycles), from the public Ascend figures and the instruction table.
+
+- cube: 6 + c * ceil(M/16) * ceil(K/K0) * ceil(N/16), K0 = 32 bytes / sizeof(A), c = 2 for fp32;
+- vector: head + slope * repeats + tail, a repeat being 256 bytes (`slope`: the row's cycles per
+  repeat); an instruction that follows another on a busy V pipe shares its startup (no head);
+- DMA: bytes / path bandwidth (GM traffic is additionally limited by the shared HBM, in timing);
+- sync: the row's fixed `cycles`.
+
+There is one cost model: `base_cycles(instr, machine)`; which rule applies is the row's `cost`
+class (`isa.KINDS`).  `pypto.sim.cost(op, machine, **shape)` builds a synthetic instruction and
+asks it.
+
+The target sits below the IR, so the operands are read by duck typing, not by isinstance: a GM
+window (`ir.gm.GMRef`) has a `.buf`; an on-chip tile (`ir.exec.TileRef`) has a `.space` and an
+`.addr`; anything else (a float) is a scalar.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import PyptoError
+from .isa import INSTRUCTIONS, is_vector
+from .machine import Machine
+
+__all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "is_vector", "vector_repeats"]
+
+
+def _is_gm(o) -> bool:
+    """A GM window (ir.gm.GMRef: it has the buffer it views)."""
+    return hasattr(o, "buf")
+
+
+def _is_tile(o) -> bool:
+    """An on-chip tile (ir.exec.TileRef: a space and an address in it)."""
+    return hasattr(o, "space") and hasattr(o, "addr")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def vector_repeats(ins, m: Machine) -> int:
+    """256-byte repeats over the larger of destination and sources (rows padded to 32 bytes)."""
+    best = 0
+    for t in (ins.dst,) + tuple(ins.srcs):
+        if _is_tile(t):
+            rows = math.prod(t.valid[:-1])
+            row_bytes = _ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32
+            best = max(best, rows * row_bytes)
+    return max(1, _ceil_div(best, m.vec_repeat_bytes))
+
+
+def cube_cycles(m_: int, k: int, n: int, itemsize: int, machine: Machine) -> int:
+    k0 = 32 // itemsize
+    c = 2 if itemsize == 4 else 1
+    return machine.cube_startup + c * _ceil_div(m_, 16) * _ceil_div(k, k0) * _ceil_div(n, 16)
+
+
+def dma_path(ins) -> tuple[str, str]:
+    src = ins.srcs[0]
+    s = "GM" if _is_gm(src) else src.space
+    d = "GM" if _is_gm(ins.dst) else ins.dst.space
+    return s, d
+
+
+def dma_bytes(ins) -> int:
+    """Bytes moved: the GM window of a load or store; for an on-chip move (TEXTRACT, TMOV) the
+    valid data of the destination tile (an extract reads only its part of the source tile)."""
+    for o in (ins.dst,) + tuple(ins.srcs):
+        if _is_gm(o):
+            return o.nbytes
+    t = ins.dst if _is_tile(ins.dst) else ins.srcs[0]
+    return math.prod(t.valid) * t.dtype.itemsize
+
+
+def dma_cycles(nbytes: int, src: str, dst: str, m: Machine) -> int:
+    """ceil(bytes / (GiB/s * 2^30) * f_clk), at least 1."""
+    return max(1, math.ceil(nbytes / m.dma_bytes_per_cycle(src, dst)))
+
+
+def base_cycles(ins, m: Machine) -> int:
+    """Cycles of one instruction alone on its pipe (vector: including head and tail)."""
+    row = INSTRUCTIONS.get(ins.op)
+    if row is None:
+        raise PyptoError(f"no cost rule for instruction {ins.op}: it has no row in the instruction table",
+                         expected="an instruction of pypto.target.isa.INSTRUCTIONS", got=ins.op)
+    rule = row.cost
+    if rule == "vector":
+        return m.vec_head + row.slope * vector_repeats(ins, m) + m.vec_tail
+    if rule == "dma":
+        src, dst = dma_path(ins)
+        return dma_cycles(dma_bytes(ins), src, dst, m)
+    if rule == "cube":
+        a, b = ins.srcs[-2], ins.srcs[-1]
+        return cube_cycles(a.valid[0], a.valid[1], b.valid[1], a.dtype.itemsize, m)
+    if rule == "sync":
+        return row.cycles
+    raise PyptoError(f"instruction {ins.op}: unknown cost rule {rule!r}", expected="vector, dma, cube or sync",
+                     got=rule)
