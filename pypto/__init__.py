@@ -8,10 +8,12 @@ from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoErr
                      SimulationError, TileShapeError, UnsupportedError, VerificationError)
 from .compiler.api import CompilerPipeline
 from .frontend.jit import JitKernel, jit
-from .frontend.ops import (abs, add, amax, amin, assemble, cast, conv2d, div, exp, gelu, layer_norm, layernorm,
-                           log, loop, matmul, maximum, mean, minimum, mul, neg, reciprocal, relu, reshape,
-                           rms_norm, rsqrt, set_cube_tile_shapes, set_vec_tile_shapes, sigmoid, softmax,
-                           sqrt, sub, sum, tanh, transpose, view)
+from .frontend.ops import (abs, add, amax, amin, assemble, cast, clamp, clip, conv2d, div, elu, exp, exp2,
+                           expm1, gelu, hardsigmoid, hardswish, hardtanh, layer_norm, layernorm, leaky_relu,
+                           log, log10, log1p, log2, log_softmax, logsumexp, loop, matmul, maximum, mean,
+                           minimum, mul, neg, pow, reciprocal, relu, relu6, reshape, rms_norm, rsqrt,
+                           set_cube_tile_shapes, set_vec_tile_shapes, sigmoid, silu, softmax, softplus, sqrt,
+                           square, std, sub, sum, swiglu, tanh, transpose, var, view)
 from .frontend.tracer import Tensor
 from .ir.program import Program
 
@@ -49,11 +51,13 @@ def unload_ipython_extension(ipython):
 
 
 __all__ = [
-    "CompilerPipeline", "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError", "JitKernel",
-    "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
-    "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add", "amax", "amin",
-    "assemble", "cast", "compare", "conv2d", "report", "div", "exp", "explore", "gelu", "jit", "layer_norm", "layernorm", "log", "loop",
-    "matmul", "maximum", "mean", "minimum", "mul", "neg", "reciprocal", "relu", "reshape", "rms_norm",
-    "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "softmax", "sqrt", "sub", "sum",
-    "tanh", "transpose", "view",
+    "CompilerPipeline", "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT32", "DT_INT8", "DType", "DTypeError",
+    "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError",
+    "SimulationError", "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add",
+    "amax", "amin", "assemble", "cast", "clamp", "clip", "compare", "conv2d", "div", "elu", "exp", "exp2",
+    "explore", "expm1", "gelu", "hardsigmoid", "hardswish", "hardtanh", "jit", "layer_norm", "layernorm",
+    "leaky_relu", "log", "log10", "log1p", "log2", "log_softmax", "logsumexp", "loop", "matmul", "maximum",
+    "mean", "minimum", "mul", "neg", "pow", "reciprocal", "relu", "relu6", "report", "reshape", "rms_norm",
+    "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "silu", "softmax", "softplus", "sqrt",
+    "square", "std", "sub", "sum", "swiglu", "tanh", "transpose", "var", "view",
 ]

@@ -264,14 +264,15 @@ def test_cost_accepts_dtypes_machines_and_files(tmp_path):
 # the instruction table
 
 def _compiler_ops() -> set[str]:
-    from pypto.compiler.tiling import BINARY_TILE_OPS, REDUCE_TILE_OPS, UNARY_TILE_OPS
+    """Every opcode the tiling can ask the instruction table for, from the op registry's rows."""
+    from pypto.ir.ops import OPS
+    from pypto.target.isa import find
     ops = {"TLOAD", "TSTORE", "TEXTRACT", "TMATMUL", "TMATMUL_ACC", "TCVT", "TROWEXPAND", "TCOLEXPAND",
            "SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER"}
-    ops |= set(UNARY_TILE_OPS.values())
-    for n in BINARY_TILE_OPS.values():
-        ops |= {f"T{n}", f"T{n}S", f"TROWEXPAND{n}", f"TCOLEXPAND{n}"}
-    for r in REDUCE_TILE_OPS.values():
-        ops |= {f"TROW{r}", f"TCOL{r}"}
+    forms = {"unary": ("",), "binary": ("", "S", "ROWEXPAND", "COLEXPAND"), "reduce": ("ROW", "COL")}
+    for row in OPS.values():
+        if row.tile:
+            ops |= {find(row.tile, f) for f in forms[row.kind]}
     return ops
 
 

@@ -170,8 +170,8 @@ def branch(x, out, *, BAD: int = 1):
 
 
 @pypto.jit
-def cube_power(x, out, *, P: int = 3):
-    out[:] = x ** P   # <M:pow>
+def tensor_power(x, out, *, BAD: int = 1):
+    out[:] = x ** (x if BAD else 3)   # <M:pow>
 
 
 @pypto.jit
@@ -195,7 +195,7 @@ def reduce_dim(x, out, *, D: int = 2):
 
 @pypto.jit
 def reduce_dims(x, out, *, BAD: int = 1):
-    out[:] = pypto.amax(x, dim=(0, 1) if BAD else 1, keepdim=True)   # <M:sum-dims>
+    out[:] = pypto.var(x, dim=(0, 1) if BAD else 1, keepdim=True)   # <M:sum-dims>
 
 
 @pypto.jit
@@ -525,8 +525,9 @@ CASES = [
          ok_unary(compare, lambda x: np.maximum(x, x * 0.5), BAD=0), hint="pypto.minimum"),
     Case("if-on-tensor", lambda: branch(X, zeros(8, 64)), pypto.UnsupportedError, "if", "if x",
          ok_unary(branch, lambda x: x, BAD=0)),
-    Case("power-3", lambda: cube_power(X, zeros(8, 64)), pypto.UnsupportedError, "pow", "x ** P",
-         ok_unary(cube_power, lambda x: x * x, P=2), hint="x * x * x", needles=("x**3",)),
+    Case("power-of-tensor", lambda: tensor_power(X, zeros(8, 64)), pypto.UnsupportedError, "pow",
+         "x ** (x if BAD else 3)", ok_unary(tensor_power, lambda x: x * x * x, BAD=0), hint="pypto.exp",
+         needles=("x ** Tensor",)),
     Case("index-with-tensor", lambda: tensor_index(X, zeros(8, 64)), pypto.UnsupportedError, "tensor-index", "x[x]",
          ok_unary(tensor_index, lambda x: x, BAD=0)),
     Case("stepped-slice", lambda: stepped(X, zeros(8, 64)), pypto.UnsupportedError, "step", "x[0:4 * STEP:STEP]",
@@ -534,7 +535,7 @@ CASES = [
     Case("reduce-dim-out-of-range", lambda: reduce_dim(X, zeros(8, 1)), pypto.ShapeError, "sum-dim", "pypto.sum",
          ok_unary(reduce_dim, lambda x: x.sum(1, keepdims=True), D=1)),
     Case("reduce-several-dims", lambda: reduce_dims(X, zeros(1, 1)), pypto.UnsupportedError, "sum-dims",
-         "pypto.amax", ok_unary(reduce_dims, lambda x: x.max(1, keepdims=True), BAD=0)),
+         "pypto.var", ok_unary(reduce_dims, lambda x: x.var(1, keepdims=True, ddof=1), BAD=0), hint="reshape"),
     Case("transpose-dim", lambda: transpose_dim(X, zeros(64, 8)), pypto.ShapeError, "transpose",
          "pypto.transpose", ok_unary(transpose_dim, lambda x: x.T, D=1)),
     Case("reshape-elements", lambda: reshape_k(X, zeros(8, 64)), pypto.ShapeError, "reshape", "x.reshape(-1, R)",

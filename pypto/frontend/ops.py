@@ -6,6 +6,7 @@ import numbers
 from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, TileShapeError, UnsupportedError
 from ..ir.core import prod
+from ..ir.ops import OPS
 from ..ir.tensor import TileSpec
 from .tracer import Tensor, TraceContext, check_shape, user_loc
 
@@ -99,11 +100,19 @@ def maximum(a, b): return _binary("maximum", a, b)
 def minimum(a, b): return _binary("minimum", a, b)
 
 
-def _unary(op: str, x, float_only=True) -> Tensor:
+def _unary(op: str, x, **attrs) -> Tensor:
+    """An element-wise op of one tensor, as its registry row says (float-only or not)."""
     x = _tensor(x, op)
-    if float_only:
+    if OPS[op].float_only:
         _float_only(x, op)
-    return _ctx(x, op).add(op, [x], x.shape, x.dtype)
+    return _ctx(x, op).add(op, [x], x.shape, x.dtype, **attrs)
+
+
+def _number(v, op: str, what: str):
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise DTypeError(f"{op}: {what} must be a Python number", loc=user_loc(),
+                         expected="an int or a float", got=repr(v)[:60])
+    return float(v)
 
 
 def exp(x): return _unary("exp", x)
@@ -111,12 +120,73 @@ def log(x): return _unary("log", x)
 def sqrt(x): return _unary("sqrt", x)
 def rsqrt(x): return _unary("rsqrt", x)
 def reciprocal(x): return _unary("recip", x)
-def abs(x): return _unary("abs", x, float_only=False)
-def neg(x): return _unary("neg", x, float_only=False)
-def relu(x): return _unary("relu", x, float_only=False)
+def abs(x): return _unary("abs", x)
+def neg(x): return _unary("neg", x)
+def relu(x): return _unary("relu", x)
 def sigmoid(x): return _unary("sigmoid", x)
 def tanh(x): return _unary("tanh", x)
-def gelu(x): return _unary("gelu", x)
+def silu(x): return _unary("silu", x)
+def softplus(x): return _unary("softplus", x)
+def hardsigmoid(x): return _unary("hardsigmoid", x)
+def hardswish(x): return _unary("hardswish", x)
+def square(x): return _unary("square", x)
+def expm1(x): return _unary("expm1", x)
+def log1p(x): return _unary("log1p", x)
+def exp2(x): return _unary("exp2", x)
+def log2(x): return _unary("log2", x)
+def log10(x): return _unary("log10", x)
+
+
+def gelu(x, approximate: str = "tanh"):
+    """GELU; `approximate="tanh"` (the default here, as in CANN's kernels): 0.5 x (1 + tanh(...))."""
+    if approximate != "tanh":
+        raise UnsupportedError("gelu: only the tanh approximation is available", loc=user_loc(),
+                               expected='approximate="tanh"', got=repr(approximate))
+    return _unary("gelu", x)
+
+
+def leaky_relu(x, negative_slope: float = 0.01):
+    return _unary("leaky_relu", x, negative_slope=_number(negative_slope, "leaky_relu", "negative_slope"))
+
+
+def elu(x, alpha: float = 1.0):
+    return _unary("elu", x, alpha=_number(alpha, "elu", "alpha"))
+
+
+def clamp(x, min=None, max=None):
+    """min(max(x, min), max), with Python-number bounds (either may be None)."""
+    x = _tensor(x, "clamp")
+    if min is None and max is None:
+        raise UnsupportedError("clamp: at least one of min and max is needed", loc=user_loc(),
+                               expected="clamp(x, min=..., max=...)", got="neither")
+    lo = None if min is None else _number(min, "clamp", "min")
+    hi = None if max is None else _number(max, "clamp", "max")
+    if not x.dtype.is_float:
+        for v in (lo, hi):
+            if v is not None:
+                _const(_ctx(x, "clamp"), v, x, "clamp")     # an integer bound that fits the dtype
+        lo, hi = (None if v is None else int(v) for v in (lo, hi))
+    return _ctx(x, "clamp").add("clamp", [x], x.shape, x.dtype, min=lo, max=hi)
+
+
+clip = clamp
+
+
+def relu6(x): return clamp(x, 0.0 if _tensor(x, "relu6").dtype.is_float else 0, 6)
+def hardtanh(x, min_val=-1.0, max_val=1.0): return clamp(x, min_val, max_val)
+
+
+def pow(x, exponent):
+    """x ** exponent for a Python number exponent."""
+    x = _tensor(x, "pow")
+    _float_only(x, "pow")
+    e = _number(exponent, "pow", "the exponent")
+    if e == 1:
+        return x
+    if e == 0:
+        raise UnsupportedError("pow: x ** 0 is all ones", loc=user_loc(), expected="a nonzero exponent", got=0,
+                               hint="write the constant instead")
+    return _ctx(x, "pow").add("pow", [x], x.shape, x.dtype, exponent=e)
 
 
 def _dim(x: Tensor, dim: int, what: str) -> int:
@@ -127,30 +197,87 @@ def _dim(x: Tensor, dim: int, what: str) -> int:
     return d
 
 
-def _reduce(op: str, x, dim, keepdim) -> Tensor:
+def _dims(x: Tensor, dim, what: str) -> list[int]:
+    """The dims a reduction runs over: one, several (a tuple or list) or all (None), sorted."""
+    if dim is None:
+        return list(range(x.ndim))
+    dims = [_dim(x, d, what) for d in (dim if isinstance(dim, (tuple, list)) else (dim,))]
+    if len(set(dims)) != len(dims):
+        raise ShapeError(f"{what}: a dim is given twice", loc=user_loc(), expected="distinct dims", got=tuple(dim))
+    return sorted(dims)
+
+
+def _reduce(op: str, x, dim, keepdim, **attrs) -> Tensor:
+    """A reduction over one dim, several dims (one after another, keeping dims; then the reduced
+    dims dropped unless keepdim) or all (dim=None)."""
     x = _tensor(x, op)
-    if isinstance(dim, (tuple, list)):
-        if len(dim) != 1:
-            raise UnsupportedError(f"{op} over several dims at once", loc=user_loc(),
-                                   expected="one dim", got=tuple(dim))
-        dim = dim[0]
-    d = _dim(x, dim, op)
-    if op == "mean":
+    if OPS[op].float_only:
         _float_only(x, op)
-    attrs = {"dim": d, "keepdim": bool(keepdim)}
-    return _ctx(x, op).add(op, [x], check_shape(op, [x], attrs), x.dtype, **attrs)
+    dims = _dims(x, dim, op)
+    if len(dims) == 1:
+        a = {"dim": dims[0], "keepdim": bool(keepdim), **attrs}
+        return _ctx(x, op).add(op, [x], check_shape(op, [x], a), x.dtype, **a)
+    if op not in _SEPARABLE:
+        raise UnsupportedError(f"{op} over several dims at once", loc=user_loc(), expected="one dim",
+                               got=tuple(dims), hint=f"reshape the dims into one first, then {op} over it")
+    inner, scale = _SEPARABLE[op]
+    out = x
+    for d in dims:
+        out = _reduce(inner, out, d, True)
+    if scale:
+        out = mul(out, 1.0 / prod(x.shape[d] for d in dims))
+    if not keepdim:
+        out = reshape(out, [s for d, s in enumerate(x.shape) if d not in dims])
+    return out
+
+
+# reductions over several dims: reduce over each in turn (the op over each, and a scale)
+_SEPARABLE = {"sum": ("sum", False), "amax": ("amax", False), "amin": ("amin", False), "mean": ("sum", True)}
 
 
 def sum(x, dim=-1, keepdim=False): return _reduce("sum", x, dim, keepdim)
 def amax(x, dim=-1, keepdim=False): return _reduce("amax", x, dim, keepdim)
 def amin(x, dim=-1, keepdim=False): return _reduce("amin", x, dim, keepdim)
 def mean(x, dim=-1, keepdim=False): return _reduce("mean", x, dim, keepdim)
+def logsumexp(x, dim=-1, keepdim=False): return _reduce("logsumexp", x, dim, keepdim)
+
+
+def var(x, dim=-1, keepdim=False, correction=1, unbiased=None):
+    """Variance over one dim; `correction=1` divides by n - 1 (torch's default), 0 by n
+    (`unbiased=False` is torch's older spelling of correction=0)."""
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _reduce("var", x, dim, keepdim, correction=int(correction))
+
+
+def std(x, dim=-1, keepdim=False, correction=1, unbiased=None):
+    if unbiased is not None:
+        correction = 1 if unbiased else 0
+    return _reduce("std", x, dim, keepdim, correction=int(correction))
 
 
 def softmax(x, dim=-1):
     x = _tensor(x, "softmax")
     _float_only(x, "softmax")
     return _ctx(x, "softmax").add("softmax", [x], x.shape, x.dtype, dim=_dim(x, dim, "softmax"))
+
+
+def log_softmax(x, dim=-1):
+    x = _tensor(x, "log_softmax")
+    _float_only(x, "log_softmax")
+    return _ctx(x, "log_softmax").add("log_softmax", [x], x.shape, x.dtype, dim=_dim(x, dim, "log_softmax"))
+
+
+def swiglu(x, dim=-1):
+    """silu(a) * b, where a and b are the two halves of x along `dim` (as in LLaMA-style MLPs)."""
+    x = _tensor(x, "swiglu")
+    _float_only(x, "swiglu")
+    d = _dim(x, dim, "swiglu")
+    if x.shape[d] % 2:
+        raise ShapeError("swiglu: the dim to split must have an even size", loc=user_loc(),
+                         expected="an even size", got=x.shape[d])
+    attrs = {"dim": d}
+    return _ctx(x, "swiglu").add("swiglu", [x], check_shape("swiglu", [x], attrs), x.dtype, **attrs)
 
 
 def rms_norm(x, weight, eps: float = 1e-6):

@@ -183,20 +183,16 @@ class Tensor:
     def __abs__(self): return _ops().abs(self)
     def __pow__(self, p):
         if isinstance(p, numbers.Number) and not isinstance(p, bool):
-            if p == 1:
-                return self
             if p == 2:
-                return _ops().mul(self, self)
-            if p == 0.5:
-                return _ops().sqrt(self)
-        raise UnsupportedError("only x**2 and x**0.5 are supported", loc=user_loc(),
-                               expected="x**2 or x**0.5", got=f"x**{p!r}"[:60],
-                               hint="write other powers as products (x * x * x) or with pypto.exp "
-                                    "and pypto.log (pypto.exp(p * pypto.log(x)) for x > 0)")
+                return _ops().mul(self, self)      # any dtype (pow is float-only)
+            return _ops().pow(self, p)
+        raise UnsupportedError("a tensor exponent is not supported", loc=user_loc(),
+                               expected="x ** a Python number", got=f"x ** {type(p).__name__}"[:60],
+                               hint="for x ** y with tensors x > 0 and y write pypto.exp(y * pypto.log(x))")
 
     def __rpow__(self, p):
         raise UnsupportedError("a number raised to a tensor power is not supported", loc=user_loc(),
-                               expected="x**2 or x**0.5", got=f"{p!r}**tensor"[:60],
+                               expected="x ** a Python number", got=f"{p!r}**tensor"[:60],
                                hint="for b**x (b > 0) write pypto.exp(x * math.log(b))")
 
     # --- comparisons: not implemented yet (no boolean tensors); == and != keep identity
@@ -237,13 +233,39 @@ class Tensor:
         for i in range(self.shape[0]):
             yield self[i]
 
+    # --- methods (torch's names): element-wise, reductions, layout
     def exp(self): return _ops().exp(self)
     def log(self): return _ops().log(self)
     def sqrt(self): return _ops().sqrt(self)
+    def rsqrt(self): return _ops().rsqrt(self)
+    def reciprocal(self): return _ops().reciprocal(self)
+    def abs(self): return _ops().abs(self)
+    def neg(self): return _ops().neg(self)
+    def relu(self): return _ops().relu(self)
+    def sigmoid(self): return _ops().sigmoid(self)
+    def tanh(self): return _ops().tanh(self)
+    def square(self): return _ops().square(self)
+    def expm1(self): return _ops().expm1(self)
+    def log1p(self): return _ops().log1p(self)
+    def pow(self, exponent): return _ops().pow(self, exponent)
+    def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
+    clip = clamp
+    def softmax(self, dim=-1): return _ops().softmax(self, dim)
+    def log_softmax(self, dim=-1): return _ops().log_softmax(self, dim)
     def sum(self, dim=-1, keepdim=False): return _ops().sum(self, dim, keepdim)
     def amax(self, dim=-1, keepdim=False): return _ops().amax(self, dim, keepdim)
     def amin(self, dim=-1, keepdim=False): return _ops().amin(self, dim, keepdim)
     def mean(self, dim=-1, keepdim=False): return _ops().mean(self, dim, keepdim)
+    def var(self, dim=-1, keepdim=False, correction=1): return _ops().var(self, dim, keepdim, correction)
+    def std(self, dim=-1, keepdim=False, correction=1): return _ops().std(self, dim, keepdim, correction)
+    def logsumexp(self, dim=-1, keepdim=False): return _ops().logsumexp(self, dim, keepdim)
+    def matmul(self, other): return _ops().matmul(self, other)
+    def dim(self): return self.ndim
+    def numel(self): return self.size
+    def float(self): return _ops().cast(self, dt.DT_FP32)
+    def half(self): return _ops().cast(self, dt.DT_FP16)
+    def bfloat16(self): return _ops().cast(self, dt.DT_BF16)
+    def int(self): return _ops().cast(self, dt.DT_INT32)
     def reshape(self, *shape):
         if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
             shape = shape[0]
