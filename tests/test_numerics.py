@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto.compiler.kernel import compare
+from pypto.frontend.kernel import compare
 from pypto.dtypes import DT_BF16, DT_FP16, DT_FP32
 from pypto.ir.numerics import Approx, UNIT_ROUNDOFF, within_bound
 

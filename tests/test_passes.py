@@ -8,7 +8,7 @@ import pytest
 
 import pypto
 from pypto.compiler import Pipeline, default_passes
-from pypto.compiler.kernel import ADDED_COLOR, PassDiff
+from pypto.frontend.kernel import ADDED_COLOR, PassDiff
 from pypto.compiler.memory import TILE_PASSES
 from pypto.compiler.partition import BLOCK_PASSES, prune_dependencies
 from pypto.compiler.pipeline import PassContext

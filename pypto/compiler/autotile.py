@@ -2,8 +2,9 @@
 
 Where the kernel set tile shapes, they are used.  Elsewhere the pass uses `tile_size`, or, with
 `search=True`, tries legal tile shapes and keeps the one the simulator's cost model finds
-fastest (timing only, no data: each candidate is compiled to a program and timed).  The default
-pipeline uses `AutoTilingPass(search=False)`: pypto's heuristic default tiles, no search.
+fastest (timing only, no data: each candidate is compiled to a program and timed by the
+context's timing model, `PassContext.timing`).  The default pipeline uses
+`AutoTilingPass(search=False)`: pypto's heuristic default tiles, no search.
 """
 from __future__ import annotations
 
@@ -108,9 +109,8 @@ def retile(graph: TensorGraph, ctx, vec, cube) -> TensorGraph:
 def timed_cycles(graph: TensorGraph, ctx: PassContext) -> int:
     """Cycles of the program the default pipeline makes from this fused graph (timing only)."""
     from . import default_passes
-    from ..sim.timing import run_timing
     passes = default_passes()
     # assign_cores times the program to fix its cores, which leaves the cycles as they are
     rest = [p for p in passes[[p.name for p in passes].index("tiling") + 1:] if p.name != "assign_cores"]
     levels, _, _ = Pipeline(rest).run(lower_to_tiles(graph, ctx), ctx, verify=False)
-    return run_timing(levels["pto"], ctx.machine, trace=False, progress=False)["cycles"]
+    return ctx.timed(levels["pto"], "tiling (AutoTilingPass search)")["cycles"]

@@ -23,8 +23,7 @@ from .schedule import codegen
 def assign_cores(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is None or not ctx.options.get("core_assignment", True) or not g.tasks:
         return g
-    from ..sim.timing import run_timing
-    t = run_timing(codegen(g, ctx), ctx.machine, trace=False, progress=False)
+    t = ctx.timed(codegen(g, ctx), "assign_cores")
     core_of = {tid: int(name[3:]) for tid, (name, _, _) in t["tasks"].items()}    # "AIC12" -> 12
     out = g.replace(tuple(dataclasses.replace(task, core=core_of[task.id]) for task in g.tasks))
     if STREAM_SHAPES in g.__dict__:     # the instruction streams are the same objects

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 
 from ..ir.block import BlockGraph, Task
-from ..ir.gm import GMRef
+from ..ir.gm import Footprint, GMRef
 from ..ir.tile import TileGraph
 from .pipeline import Pass, PassContext
 
@@ -138,42 +138,11 @@ class _TileGrid:
         return hit[1], hit[2]
 
 
-class _Footprint:
-    """Bounding boxes (or spans) of the GM windows a task reads or writes, per buffer."""
-
-    def __init__(self):
-        self.box: dict[str, list] = {}
-        self.span: dict[str, list] = {}
-
-    def add(self, ref: GMRef):
-        name = ref.buf.name
-        lo, hi = ref.span()
-        s = self.span.get(name)
-        self.span[name] = [lo, hi] if s is None else [min(s[0], lo), max(s[1], hi)]
-        b = ref.box()
-        if b is None:
-            self.box[name] = None
-        elif name not in self.box:
-            self.box[name] = [list(r) for r in b]
-        elif self.box[name] is not None:
-            self.box[name] = [[min(x[0], y[0]), max(x[1], y[1])] for x, y in zip(self.box[name], b)]
-
-    def overlaps(self, other: "_Footprint") -> bool:
-        for name, (lo, hi) in self.span.items():
-            o = other.span.get(name)
-            if o is None or not (lo < o[1] and o[0] < hi):
-                continue
-            a, b = self.box.get(name), other.box.get(name)
-            if a is None or b is None or all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(a, b)):
-                return True
-        return False
-
-
 class _Index:
     """Task footprints of one kind (reads or writes) per GM buffer, sorted along the buffer's
     first dim so that a query only looks at tasks whose rows can meet its own."""
 
-    def __init__(self, feet: list[_Footprint]):
+    def __init__(self, feet: list[Footprint]):
         self.rows: dict[str, list] = {}        # buffer -> sorted [(lo0, hi0, task)]
         self.any: dict[str, list[int]] = {}    # buffer -> tasks without a box (spans only)
         self.maxlen: dict[str, int] = {}
@@ -189,7 +158,7 @@ class _Index:
         for lst in self.rows.values():
             lst.sort()
 
-    def candidates(self, f: _Footprint) -> set[int]:
+    def candidates(self, f: Footprint) -> set[int]:
         out: set[int] = set()
         for name in f.span:
             out.update(self.any.get(name, ()))
@@ -215,7 +184,7 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     tile_nodes = g.tiles.by_id()
     reads, writes = [], []
     for t in g.tasks:
-        r, w = _Footprint(), _Footprint()
+        r, w = Footprint(), Footprint()
         for i in t.nodes:
             n = tile_nodes[i]
             if n.op == "TLOAD":

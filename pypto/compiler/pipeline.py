@@ -63,6 +63,21 @@ def check_options(options: dict, passes) -> None:
 class PassContext:
     machine: Any
     options: dict = field(default_factory=dict)
+    # The timing model, `timing(program, machine) -> {"cycles": ..., "tasks": {id: (core, start,
+    # end)}, ...}`, for the passes that time what they choose (assign_cores, AutoTilingPass with
+    # search=True).  The compiler sits below the simulator and does not import it: whoever runs
+    # the pipeline hands it in (the jit gives pypto.sim.timing.timed).
+    timing: Callable[[Any, Any], dict] | None = None
+
+    def timed(self, program, who: str) -> dict:
+        """The timing model's run of `program` on the context's machine; `who` (the pass asking)
+        names the pass in the error when the context has no timing model."""
+        if self.timing is None:
+            raise PyptoError(f"pass {who} times programs, but its PassContext has no timing model",
+                             expected="PassContext(machine, options, timing=pypto.sim.timing.timed)",
+                             got="timing=None",
+                             hint="compile through a @pypto.jit kernel (kernel.compile), which gives one")
+        return self.timing(program, self.machine)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 from ..errors import VerificationError
 from ..ir.exec import SYNC_OPS, ExecGraph, accesses, stream_shape
+from ..target.machine import get_machine
 from .pipeline import Pass, PassContext
 
 SPACE_ORDER = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
@@ -177,7 +178,6 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
 def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
     """The PressureTable of an Execution Graph on a machine (computed once per graph and
     machine).  Raises VerificationError when a task's live bytes exceed a space's capacity."""
-    from ..target.machine import get_machine
     machine = get_machine(machine)
     cache = g.__dict__.setdefault("_pressure", {})
     if machine in cache:

@@ -5,6 +5,7 @@ from ..dtypes import DType
 from ..errors import SourceLoc, TileShapeError
 from ..ir.tensor import TileSpec
 from ..ir.core import round_up
+from ..target.cost import cube_cycles
 
 TILE_TARGET_BYTES = 16 * 1024   # default vector tile: about 16 KiB, full rows when they fit
 MAX_ROW_BYTES = 8 * 1024
@@ -135,7 +136,6 @@ def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     The operand panel consecutive tiles share (`shared_panel`) is not loaded again for
     the K chunks still in L1 (see the `l1_reuse` pass): as many chunks as fit next to two
     chunks of the other operand."""
-    from ..target.cost import cube_cycles
     ml0, nl0 = mn
     nm, nn = -(-m // ml0), -(-n // nl0)
     waves = -(-(batch * nm * nn) // machine.n_aic)

@@ -81,7 +81,8 @@ class JitKernel:
     def _compile(self, args, machine, snapshots, consts, pipeline=None, options=None):
         from ..compiler import Pipeline, PassContext, default_passes
         from ..compiler.pipeline import check_options
-        from ..compiler.kernel import CompiledKernel
+        from ..sim.timing import timed
+        from .kernel import CompiledKernel
         by_name = [k for k in self.tensor_params if k in consts]
         if by_name:
             raise KernelSignatureError(
@@ -107,7 +108,7 @@ class JitKernel:
         check_options(options or {}, pipeline.passes)
         traced = self._trace(specs, values)
         try:
-            levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {})),
+            levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
                                               verify="each" if self.debug else "levels", snapshots=snapshots)
         except TileShapeError as e:
             if e.hint or "do not fit" not in e.message:
@@ -247,7 +248,7 @@ class JitKernel:
             res = ck.simulate(*args, mode="functional", check=False)
         except PyptoError as e:
             raise located(e).with_traceback(None) from None
-        from ..compiler.kernel import as_array
+        from .kernel import as_array
         for name, a in zip(self.tensor_params, args):
             if name in ck.traced.output_names:
                 as_array(a)[...] = res.outputs[name]

@@ -129,3 +129,35 @@ class GMRef:
 
     def __str__(self):
         return self.text()
+
+
+class Footprint:
+    """Bounding boxes (or spans) of the GM windows a task reads or writes, per buffer: what the
+    partitioner orders tasks by and the race checker compares task runs by."""
+
+    def __init__(self):
+        self.box: dict[str, list] = {}
+        self.span: dict[str, list] = {}
+
+    def add(self, ref: GMRef):
+        name = ref.buf.name
+        lo, hi = ref.span()
+        s = self.span.get(name)
+        self.span[name] = [lo, hi] if s is None else [min(s[0], lo), max(s[1], hi)]
+        b = ref.box()
+        if b is None:
+            self.box[name] = None
+        elif name not in self.box:
+            self.box[name] = [list(r) for r in b]
+        elif self.box[name] is not None:
+            self.box[name] = [[min(x[0], y[0]), max(x[1], y[1])] for x, y in zip(self.box[name], b)]
+
+    def overlaps(self, other: "Footprint") -> bool:
+        for name, (lo, hi) in self.span.items():
+            o = other.span.get(name)
+            if o is None or not (lo < o[1] and o[0] < hi):
+                continue
+            a, b = self.box.get(name), other.box.get(name)
+            if a is None or b is None or all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(a, b)):
+                return True
+        return False

@@ -27,6 +27,7 @@ import re
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
 from ..target.isa import INSTRUCTIONS, KINDS
+from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
 from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
@@ -500,7 +501,6 @@ def _parse_program(text: str, machine=None):
     from .program import Program
     capacities = None
     if machine is not None:
-        from ..target.machine import get_machine
         capacities = get_machine(machine).capacities()
     name = None
     buffers: dict[str, GMBuffer] = {}
@@ -605,7 +605,6 @@ def verify_program(program, machine=None) -> None:
     PTOSyntaxError naming the task and instruction index (line = None)."""
     capacities = m = None
     if machine is not None:
-        from ..target.machine import get_machine
         m = get_machine(machine)
         capacities = m.capacities()
     core_of: dict[int, str] = {}

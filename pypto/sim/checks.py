@@ -12,7 +12,7 @@ import collections
 
 from ..errors import SimulationError
 from ..ir.exec import SYNC_OPS, Intervals, accesses, written_gm
-from ..ir.gm import GMRef
+from ..ir.gm import Footprint, GMRef
 from ..ir.program import Program
 
 
@@ -83,10 +83,9 @@ def find_task_races(program: Program, task_times, times=None) -> list[str]:
     """Tasks touching the same GM (one writing) whose runs overlap or go against program order.
     A paired epilogue reading its cube task's stores is checked store by store instead (with
     the instruction `times`): cross-core flags let it run alongside its cube task."""
-    from ..compiler.partition import _Footprint
     feet = []
     for t in program.tasks:
-        r, w = _Footprint(), _Footprint()
+        r, w = Footprint(), Footprint()
         for ins in t.instrs:
             if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
                 r.add(ins.srcs[0])

@@ -227,6 +227,12 @@ ENGINES = ("auto", "python", "compiled")
 COMPILED_MIN_INSTRUCTIONS = 100_000
 
 
+def timed(program: Program, machine: Machine) -> dict:
+    """The timing run the compiler's timing passes ask for (`compiler.PassContext.timing`):
+    `run_timing` without a trace or a progress bar."""
+    return run_timing(program, machine, trace=False, progress=False)
+
+
 def run_timing(program: Program, machine: Machine, trace: bool = True, record_times: bool = False,
                checked: bool = False, progress: bool = True, engine: str = "auto"):
     """Simulate the program's timing: cycles, per-task and per-pipe times, bytes, L2 statistics.

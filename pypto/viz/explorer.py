@@ -402,7 +402,7 @@ class Explorer:
 
     def _common_float_dtype(self) -> str | None:
         from .. import dtypes as dt
-        from ..compiler.kernel import as_array
+        from ..frontend.kernel import as_array
         names = set()
         for a in self._orig_args:
             try:
@@ -415,7 +415,7 @@ class Explorer:
 
     def _has_float_args(self) -> bool:
         from .. import dtypes as dt
-        from ..compiler.kernel import as_array
+        from ..frontend.kernel import as_array
         for a in self._orig_args:
             try:
                 d = dt.from_numpy(as_array(a).dtype)
@@ -440,7 +440,7 @@ class Explorer:
         hit = self._cast_args.get(dtype)
         if hit is None:
             from .. import dtypes as dt
-            from ..compiler.kernel import as_array
+            from ..frontend.kernel import as_array
             target = dt.parse(dtype).np_dtype
             out = []
             for a in self._orig_args:

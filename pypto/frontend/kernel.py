@@ -1,5 +1,9 @@
 """A compiled kernel: the five levels, the pass log, per-pass diffs, and simulation against a
-numpy reference."""
+numpy reference.
+
+It lives in the frontend, above both the compiler (which made it) and the simulator (which it
+runs).  Drawing is viz's: `PassDiff._repr_html_` and `PassDiff.graph` import it lazily, the only
+upward imports of this module (allowed in tests/test_layering.py)."""
 from __future__ import annotations
 
 import collections
@@ -10,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compiler.pipeline import PassLog
 from ..errors import KernelSignatureError, PyptoError
 from ..ir.block import BlockGraph
 from ..ir.exec import ExecGraph
@@ -18,10 +23,9 @@ from ..ir.tensor import TensorGraph
 from ..ir.numerics import output_bounds, within_bound
 from ..ir.tensor_eval import evaluate
 from ..ir.tile import TileGraph
-from ..target.machine import Machine
 from ..sim.result import SimResult
 from ..sim.run import simulate as run_sim
-from .pipeline import PassLog
+from ..target.machine import Machine
 
 
 @dataclass
