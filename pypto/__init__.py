@@ -3,17 +3,13 @@
 Importing pypto loads only numpy-based code; notebook pieces (IPython, ipywidgets,
 matplotlib, graphviz) are imported lazily by `pypto.viz` and `pypto.magics`.
 """
-from .dtypes import DT_BF16, DT_FP16, DT_FP32, DT_INT8, DT_INT32, DType
+from .dtypes import DT_BF16, DT_BOOL, DT_FP16, DT_FP32, DT_INT8, DT_INT32, DType
 from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoError, ShapeError,
                      SimulationError, TileShapeError, UnsupportedError, VerificationError)
 from .compiler.api import CompilerPipeline
 from .frontend.jit import JitKernel, jit
-from .frontend.ops import (abs, add, amax, amin, assemble, cast, clamp, clip, conv2d, div, elu, exp, exp2,
-                           expm1, gelu, hardsigmoid, hardswish, hardtanh, layer_norm, layernorm, leaky_relu,
-                           log, log10, log1p, log2, log_softmax, logsumexp, loop, matmul, maximum, mean,
-                           minimum, mul, neg, pow, reciprocal, relu, relu6, reshape, rms_norm, rsqrt,
-                           set_cube_tile_shapes, set_vec_tile_shapes, sigmoid, silu, softmax, softplus, sqrt,
-                           square, std, sub, sum, swiglu, tanh, transpose, var, view)
+from .frontend import ops as _ops
+from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
 from .ir.program import Program
 
@@ -50,14 +46,8 @@ def unload_ipython_extension(ipython):
     _unload(ipython)
 
 
-__all__ = [
-    "CompilerPipeline", "DT_BF16", "DT_FP16", "DT_FP32", "DT_INT32", "DT_INT8", "DType", "DTypeError",
-    "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError",
-    "SimulationError", "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "abs", "add",
-    "amax", "amin", "assemble", "cast", "clamp", "clip", "compare", "conv2d", "div", "elu", "exp", "exp2",
-    "explore", "expm1", "gelu", "hardsigmoid", "hardswish", "hardtanh", "jit", "layer_norm", "layernorm",
-    "leaky_relu", "log", "log10", "log1p", "log2", "log_softmax", "logsumexp", "loop", "matmul", "maximum",
-    "mean", "minimum", "mul", "neg", "pow", "reciprocal", "relu", "relu6", "report", "reshape", "rms_norm",
-    "rsqrt", "set_cube_tile_shapes", "set_vec_tile_shapes", "sigmoid", "silu", "softmax", "softplus", "sqrt",
-    "square", "std", "sub", "sum", "swiglu", "tanh", "transpose", "var", "view",
-]
+__all__ = sorted({
+    "CompilerPipeline", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
+    "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
+    "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "compare", "explore", "jit", "report",
+    *_ops.__all__})

@@ -9,7 +9,7 @@ import numpy as np
 
 @dataclass(frozen=True)
 class DType:
-    name: str          # short name used in IR text: fp32, fp16, bf16, int8, int32
+    name: str          # short name used in IR text: fp32, fp16, bf16, int8, int32, bool
     itemsize: int
     np_dtype: np.dtype
     is_float: bool
@@ -26,8 +26,9 @@ DT_FP16 = DType("fp16", 2, np.dtype(np.float16), True)
 DT_BF16 = DType("bf16", 2, np.dtype(ml_dtypes.bfloat16), True)
 DT_INT8 = DType("int8", 1, np.dtype(np.int8), False)
 DT_INT32 = DType("int32", 4, np.dtype(np.int32), False)
+DT_BOOL = DType("bool", 1, np.dtype(np.bool_), False)     # masks: what comparisons give, where selects by
 
-ALL_DTYPES = (DT_FP32, DT_FP16, DT_BF16, DT_INT8, DT_INT32)
+ALL_DTYPES = (DT_FP32, DT_FP16, DT_BF16, DT_INT8, DT_INT32, DT_BOOL)
 BY_NAME = {d.name: d for d in ALL_DTYPES}
 _BY_NUMPY = {d.np_dtype: d for d in ALL_DTYPES}
 

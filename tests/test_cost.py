@@ -269,10 +269,12 @@ def _compiler_ops() -> set[str]:
     from pypto.target.isa import find
     ops = {"TLOAD", "TSTORE", "TEXTRACT", "TMATMUL", "TMATMUL_ACC", "TCVT", "TROWEXPAND", "TCOLEXPAND",
            "SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER"}
-    forms = {"unary": ("",), "binary": ("", "S", "ROWEXPAND", "COLEXPAND"), "reduce": ("ROW", "COL")}
     for row in OPS.values():
-        if row.tile:
-            ops |= {find(row.tile, f) for f in forms[row.kind]}
+        for form in ("", "S", "ROWEXPAND", "COLEXPAND", "ROW", "COL"):
+            try:
+                ops.add(find(row.tile, form))
+            except KeyError:
+                pass
     return ops
 
 

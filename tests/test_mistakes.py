@@ -156,7 +156,7 @@ def while_loop(x, out, *, BAD: int = 1):
 @pypto.jit
 def compare(x, out, *, BAD: int = 1):
     if BAD:
-        out[:] = pypto.maximum(x, x <= 0.5)   # <M:compare>
+        out[:] = pypto.where(x, x, 0.5)   # <M:compare>
     else:
         out[:] = pypto.maximum(x, x * 0.5)
 
@@ -483,8 +483,8 @@ CASES = [
     # arguments
     Case("float64-input", lambda: add2(X.astype(np.float64), Y, zeros(8, 64)), pypto.DTypeError, "def-add2",
          "x", ok_add2, hint="astype(np.float32)", needles=("float64",)),
-    Case("bool-input", lambda: add2(X > 0, Y, zeros(8, 64)), pypto.DTypeError, "def-add2", "x", ok_add2,
-         hint="booleans", needles=("bool",)),
+    Case("int16-input", lambda: add2(X.astype(np.int16), Y, zeros(8, 64)), pypto.DTypeError, "def-add2", "x",
+         ok_add2, hint="np.int32", needles=("int16",)),
     Case("complex-input", lambda: add2(X, Y.astype(np.complex64), zeros(8, 64)), pypto.DTypeError, "def-add2",
          "y", ok_add2, hint="complex", needles=("complex64",)),
     Case("list-input", lambda: add2(X, Y.tolist(), zeros(8, 64)), pypto.KernelSignatureError, "def-add2", "y",
@@ -520,9 +520,9 @@ CASES = [
          ok_unary(read_after_write, lambda x: x * 2.0, BAD=0)),
     # Python on tensors
     Case("while-on-tensor", lambda: while_loop(X, zeros(8, 64)), pypto.UnsupportedError, "while", "y > 0",
-         ok_unary(while_loop, lambda x: x, BAD=0), hint="pypto.maximum", needles=(">",)),
-    Case("comparison", lambda: compare(X, zeros(8, 64)), pypto.UnsupportedError, "compare", "x <= 0.5",
-         ok_unary(compare, lambda x: np.maximum(x, x * 0.5), BAD=0), hint="pypto.minimum"),
+         ok_unary(while_loop, lambda x: x, BAD=0), hint="pypto.where", needles=("while",)),
+    Case("where-without-mask", lambda: compare(X, zeros(8, 64)), pypto.DTypeError, "compare", "pypto.where",
+         ok_unary(compare, lambda x: np.maximum(x, x * 0.5), BAD=0), hint="compare first"),
     Case("if-on-tensor", lambda: branch(X, zeros(8, 64)), pypto.UnsupportedError, "if", "if x",
          ok_unary(branch, lambda x: x, BAD=0)),
     Case("power-of-tensor", lambda: tensor_power(X, zeros(8, 64)), pypto.UnsupportedError, "pow",

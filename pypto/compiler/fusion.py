@@ -133,7 +133,7 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     a tile of the kernel's, a group n starts gets a tile nested in it (its cube tiles are then
     finished by whole vector tiles, which lets the epilogue pair with the cube task)."""
     dom = _iter_shape(g, n)
-    dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind == "cast" else n.dtype
+    dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind in ("cast", "compare") else n.dtype
     own_tile = None
     if nest is not None and "tile" not in n.attrs and len(dom) >= 2 and OPS[n.op].kind != "reduce":
         own_tile = epilogue_vec_tile(dom, dtype, nest)

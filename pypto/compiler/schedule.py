@@ -6,6 +6,7 @@ from ..ir.block import BlockGraph
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, ExecGraph, ExecTask, Instr, TileRef, pipe_of
 from ..ir.program import Program
+from ..target.isa import ATTRS
 from .listsched import DynamicScheduler
 from .pipeline import Pass, PassContext
 from .pressure import BUFFER_PRESSURE
@@ -28,7 +29,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
         instrs = []
         for i in t.nodes:
             n = nodes[i]
-            a = {k: v for k, v in n.attrs.items() if k in ("dim", "offsets", "to", "act", "scalar")}
+            a = {k: v for k, v in n.attrs.items() if k in ATTRS or k == "scalar"}
             srcs = tuple(refs[j] for j in n.inputs)
             if "scalar" in a:
                 srcs += (a.pop("scalar"),)

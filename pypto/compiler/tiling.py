@@ -275,8 +275,10 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
             part = out(op, [ops[0][1]], k_=f"{key}.part", dim=d)
             acc[m.id] = out(find(OPS[row.combine].tile), [acc[m.id], part], persistent=True)
         return acc[m.id]
-    if kind == "binary":
+    if kind in ("binary", "compare"):
         return _binary(m, ops, em, out)
+    if kind == "select":
+        return _select(m, ops, em, out)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
 
 
@@ -305,38 +307,96 @@ def _expand_kind(sa: tuple, sb: tuple) -> str:
     return ""
 
 
+def _has(fn: str, form: str) -> bool:
+    try:
+        find(fn, form)
+        return True
+    except KeyError:
+        return False
+
+
+def _expanded(em: _Emitter, m, t: int, ref: int, key: str) -> int:
+    """Tile t broadcast against tile ref (one TROWEXPAND / TCOLEXPAND: a row vector, a column
+    vector or a single element spread over the shape both make); t itself when it has it."""
+    tt, tr = em.node(t), em.node(ref)
+    shape, valid = _broadcast(tt.shape, tr.shape), _broadcast(tt.valid, tr.valid)
+    form = _expand_kind(valid, tt.valid)
+    if not form:
+        return t
+    return em.emit(find("", form + "EXPAND"), [t, ref], shape, valid, tt.dtype, "?", key, m.loc)
+
+
 def _binary(m, ops, em: _Emitter, out) -> int:
     row = OPS[m.op]
     fn = row.tile
+    attrs = {"cmp": row.extra["cmp"]} if "cmp" in row.extra else {}
     (ka, a), (kb, b) = ops
     if ka == "scalar" and kb == "scalar":  # pragma: no cover - folded by the frontend
         raise UnsupportedError("binary op of two constants", loc=m.loc)
     if ka == "scalar":
         if row.commutative:
-            return out(find(fn, "S"), [b], scalar=a)
-        if not row.scalar_left:  # pragma: no cover - the registry test asks every binary row for one
-            raise UnsupportedError(f"'{m.op}' with a constant on the left", loc=m.loc)
-        # c op x = binary(unary(x), c): c - x = -x + c ; c / x = (1/x) * c
-        pre_op, then = row.scalar_left
-        pre = em.emit(find(OPS[pre_op].tile), [b], em.node(b).shape, em.node(b).valid,
-                      m.dtype, "?", f"n{m.id}.pre", m.loc)
-        return out(find(OPS[then].tile, "S"), [pre], scalar=a)
+            return out(find(fn, "S"), [b], scalar=a, **attrs)
+        if row.scalar_left:
+            # c op x = binary(unary(x), c): c - x = -x + c ; c / x = (1/x) * c
+            pre_op, then = row.scalar_left
+            pre = em.emit(find(OPS[pre_op].tile), [b], em.node(b).shape, em.node(b).valid,
+                          m.dtype, "?", f"n{m.id}.pre", m.loc)
+            return out(find(OPS[then].tile, "S"), [pre], scalar=a)
+        tb = em.node(b)                      # the constant as a tile (TEXPANDS), then tile op tile
+        c = em.emit(find("FILL"), [], tb.shape, tb.valid, tb.dtype, "?", f"n{m.id}.c", m.loc, scalar=a)
+        return out(find(fn), [c, b], **attrs)
     if kb == "scalar":
-        return out(find(fn, "S"), [a], scalar=b)
+        return out(find(fn, "S"), [a], scalar=b, **attrs)
     ta, tb = em.node(a), em.node(b)
     kind_b, kind_a = _bcast_kind(ta, tb), _bcast_kind(tb, ta)
+    if (kind_a and not _has(fn, kind_a + "EXPAND")) or (kind_b and not _has(fn, kind_b + "EXPAND")):
+        # no broadcasting form of this math (TCMP, TAND, ...): broadcast the operands first
+        if kind_a:
+            a = _expanded(em, m, a, b, f"n{m.id}.bc")
+        if kind_b:
+            b = _expanded(em, m, b, a, f"n{m.id}.bcb")
+        return out(find(fn), [a, b], **attrs)
     if kind_a and not kind_b:
         if row.commutative:
-            return out(find(fn, kind_a + "EXPAND"), [b, a])
+            return out(find(fn, kind_a + "EXPAND"), [b, a], **attrs)
         full = em.emit(find("", kind_a + "EXPAND"), [a, b], _broadcast(ta.shape, tb.shape),
                        _broadcast(ta.valid, tb.valid), m.dtype, "?", f"n{m.id}.bc", m.loc)
-        return out(find(fn), [full, b])
+        return out(find(fn), [full, b], **attrs)
     if kind_b and kind_a:  # both broadcast ([M,1] op [1,N], or [M,1] op [N]): expand a first
         full_shape, full_valid = _broadcast(ta.shape, tb.shape), _broadcast(ta.valid, tb.valid)
         a = em.emit(find("", _expand_kind(full_valid, ta.valid) + "EXPAND"), [a, b], full_shape, full_valid,
                     m.dtype, "?", f"n{m.id}.bc", m.loc)
-        return out(find(fn, _bcast_kind(em.node(a), tb) + "EXPAND"), [a, b])
-    return out(find(fn, kind_b + "EXPAND" if kind_b else ""), [a, b])
+        return out(find(fn, _bcast_kind(em.node(a), tb) + "EXPAND"), [a, b], **attrs)
+    return out(find(fn, kind_b + "EXPAND" if kind_b else ""), [a, b], **attrs)
+
+
+def _select(m, ops, em: _Emitter, out) -> int:
+    """where(mask, a, b): TSEL of three tiles of the result's shape (broadcast operands expanded
+    first), TSELS when b is a constant; a constant a becomes a TEXPANDS tile."""
+    (km, mask), (ka, a), (kb, b) = ops
+    if km == "scalar":  # pragma: no cover - the frontend folds a constant condition
+        raise UnsupportedError("where with a constant condition", loc=m.loc)
+    tiles = [t for k, t in ops if k == "tile"]
+    target = functools.reduce(_broadcast, (em.node(t).valid for t in tiles))
+    done: dict[int, int] = {}               # operand tile -> it at the result's shape
+    full = next((t for t in tiles if tuple(em.node(t).valid) == tuple(target)), None)
+    if full is None:                        # no operand has the result's shape: spread the first
+        full = tiles[0]
+        for t in tiles[1:]:
+            full = _expanded(em, m, full, t, f"n{m.id}.bc")
+        done[tiles[0]] = full
+    ref = em.node(full)
+
+    def tile_of(k, t, name):
+        if k == "scalar":
+            return em.emit(find("FILL"), [], ref.shape, ref.valid, m.dtype, "?", f"n{m.id}.{name}", m.loc, scalar=t)
+        if t not in done:
+            done[t] = _expanded(em, m, t, full, f"n{m.id}.{name}")
+        return done[t]
+    mask, a = tile_of(km, mask, "m"), tile_of(ka, a, "a")
+    if kb == "scalar":
+        return out(find("SEL", "S"), [mask, a], scalar=b)
+    return out(find("SEL"), [mask, a, tile_of(kb, b, "b")])
 
 
 # ---------------------------------------------------------------------------------------

@@ -285,8 +285,6 @@ def _dtype_hint(np_dtype) -> str | None:
     kind = np.dtype(np_dtype).kind
     if kind == "f":
         return "convert it: x.astype(np.float32) (or np.float16)"
-    if kind == "b":
-        return "booleans are not a pypto dtype: x.astype(np.int8) or x.astype(np.float32)"
     if kind == "c":
         return "complex numbers are not supported: pass the real and imaginary parts as two fp32 tensors"
     if kind in "iu":

@@ -31,6 +31,11 @@ def _tensor(x, what: str) -> Tensor:
 
 
 def _const(ctx: TraceContext, value, like: Tensor, op: str = "op") -> Tensor:
+    if like.dtype == dt.DT_BOOL:
+        if value not in (0, 1):
+            raise DTypeError(f"{op}: the constant {value!r} is not a truth value", loc=user_loc(),
+                             expected="True or False", got=repr(value))
+        return ctx.add("const", [], (), like.dtype, value=int(bool(value)))
     if not like.dtype.is_float:
         if value != int(value):        # a float that would be truncated: say so rather than compute x + 0
             raise DTypeError(f"{op}: the float constant {value!r} would be truncated to the integer dtype of "
@@ -56,11 +61,22 @@ def _float_only(x: Tensor, op: str):
 
 
 def _binary(op: str, a, b) -> Tensor:
+    """An element-wise op of two operands (tensors or Python numbers), with broadcasting; its
+    registry row gives the result's kind: a mask for comparisons, else the operands' dtype."""
+    kind = OPS[op].kind
+    logic = op.startswith("logical_")
     for v in (a, b):
-        if isinstance(v, (bool, complex)) or (isinstance(v, numbers.Number) and not isinstance(v, numbers.Real)):
+        if (isinstance(v, bool) and not logic) or isinstance(v, complex) or (
+                isinstance(v, numbers.Number) and not isinstance(v, numbers.Real)):
             raise DTypeError(f"{op}: a Python {type(v).__name__} operand is not supported", loc=user_loc(),
                              expected="a tensor, an int or a float", got=repr(v))
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and kind != "compare" and not logic and \
+            (a.dtype == dt.DT_BOOL) != (b.dtype == dt.DT_BOOL):
+        # a mask in arithmetic counts as 0 / 1 of the other operand's dtype (as in torch)
+        a, b = (cast(a, b.dtype), b) if a.dtype == dt.DT_BOOL else (a, cast(b, a.dtype))
     if isinstance(a, numbers.Number) and isinstance(b, Tensor):
+        if kind == "compare" and not OPS[op].commutative:     # 2 < x is x > 2
+            return _binary(_FLIPPED[op], b, a)
         ctx = _ctx(b, op)
         a = _const(ctx, a, b, op)
     elif isinstance(b, numbers.Number) and isinstance(a, Tensor):
@@ -71,8 +87,17 @@ def _binary(op: str, a, b) -> Tensor:
     if a.dtype != b.dtype:
         raise DTypeError(f"{op}: operands have different dtypes (cast one with pypto.cast)",
                          loc=user_loc(), expected=f"{a.dtype} and {a.dtype}", got=f"{a.dtype} and {b.dtype}")
+    if logic and a.dtype != dt.DT_BOOL:
+        raise DTypeError(f"{op} works on masks", loc=user_loc(), expected="bool tensors (from comparisons)",
+                         got=str(a.dtype), hint="compare first, e.g. pypto.logical_and(x > 0, y > 0)")
+    if not logic and kind != "compare" and a.dtype == dt.DT_BOOL:
+        raise DTypeError(f"{op} of two masks", loc=user_loc(), expected="numbers, or one mask and numbers",
+                         got="bool and bool", hint="for masks use pypto.logical_and / logical_or, or cast one")
     shape = check_shape(op, [a, b], {})
-    return ctx.add(op, [a, b], shape, a.dtype)
+    return ctx.add(op, [a, b], shape, dt.DT_BOOL if kind == "compare" else a.dtype)
+
+
+_FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le"}
 
 
 def add(a, b): return _binary("add", a, b)
@@ -98,6 +123,88 @@ def div(a, b):
     return _binary("div", a, b)
 def maximum(a, b): return _binary("maximum", a, b)
 def minimum(a, b): return _binary("minimum", a, b)
+
+
+# comparisons: a mask (bool tensor) per element; also the operators == != < <= > >=
+def eq(a, b): return _binary("eq", a, b)
+def ne(a, b): return _binary("ne", a, b)
+def lt(a, b): return _binary("lt", a, b)
+def le(a, b): return _binary("le", a, b)
+def gt(a, b): return _binary("gt", a, b)
+def ge(a, b): return _binary("ge", a, b)
+
+
+equal, not_equal, less, less_equal, greater, greater_equal = eq, ne, lt, le, gt, ge
+
+
+def logical_and(a, b): return _binary("logical_and", a, b)
+def logical_or(a, b): return _binary("logical_or", a, b)
+def logical_xor(a, b): return _binary("logical_xor", a, b)
+
+
+def logical_not(x):
+    x = _tensor(x, "logical_not")
+    if x.dtype != dt.DT_BOOL:
+        raise DTypeError("logical_not works on masks", loc=user_loc(), expected="a bool tensor", got=str(x.dtype),
+                         hint="compare first: pypto.logical_not(x > 0)")
+    return _ctx(x, "logical_not").add("logical_not", [x], x.shape, x.dtype)
+
+
+def isnan(x): return _mask_of("isnan", x)
+def isinf(x): return _mask_of("isinf", x)
+def isfinite(x): return _mask_of("isfinite", x)
+
+
+def _mask_of(op: str, x) -> Tensor:
+    x = _tensor(x, op)
+    _float_only(x, op)
+    return _ctx(x, op).add(op, [x], x.shape, dt.DT_BOOL)
+
+
+def sign(x):
+    x = _tensor(x, "sign")
+    return _ctx(x, "sign").add("sign", [x], x.shape, x.dtype)
+
+
+def where(cond, a, b):
+    """`a` where `cond` (a mask) is true, else `b`; either may be a Python number (both: an fp32
+    result for floats, int32 for ints), with broadcasting."""
+    cond = _tensor(cond, "where")
+    if cond.dtype != dt.DT_BOOL:
+        raise DTypeError("where: the condition must be a mask", loc=user_loc(), expected="a bool tensor",
+                         got=str(cond.dtype), hint="compare first: pypto.where(x > 0, x, 0.0)")
+    ctx = _ctx(cond, "where")
+    for v in (a, b):
+        if isinstance(v, (bool, complex)) or not isinstance(v, (Tensor, numbers.Real)):
+            raise DTypeError("where: a value must be a tensor or a Python number", loc=user_loc(),
+                             expected="a tensor, an int or a float", got=type(v).__name__)
+    like = next((v for v in (a, b) if isinstance(v, Tensor)), None)
+    if like is None:
+        floats = any(isinstance(v, float) for v in (a, b))
+        like = Tensor((), dt.DT_FP32 if floats else dt.DT_INT32)
+    a = a if isinstance(a, Tensor) else _const(ctx, a, like, "where")
+    b = b if isinstance(b, Tensor) else _const(ctx, b, like, "where")
+    a, b = _tensor(a, "where"), _tensor(b, "where")
+    if a.dtype != b.dtype:
+        raise DTypeError("where: the two values have different dtypes (cast one with pypto.cast)", loc=user_loc(),
+                         expected=f"{a.dtype} and {a.dtype}", got=f"{a.dtype} and {b.dtype}")
+    shape = check_shape("where", [cond, a, b], {})
+    return ctx.add("where", [cond, a, b], shape, a.dtype)
+
+
+def masked_fill(x, mask, value):
+    """x with `value` (a Python number) where `mask` is true (torch's masked_fill)."""
+    x, mask = _tensor(x, "masked_fill"), _tensor(mask, "masked_fill")
+    if mask.dtype != dt.DT_BOOL:
+        raise DTypeError("masked_fill: the mask must be a bool tensor", loc=user_loc(), expected="bool",
+                         got=str(mask.dtype))
+    _const(_ctx(x, "masked_fill"), value, x, "masked_fill")        # checks that it fits x's dtype
+    v = float(value) if x.dtype.is_float else int(value)
+    shape = check_shape("masked_fill", [x, mask], {})
+    if shape != x.shape:
+        raise ShapeError("masked_fill: the mask must broadcast to x's shape", loc=user_loc(),
+                         expected=list(x.shape), got=list(mask.shape))
+    return _ctx(x, "masked_fill").add("masked_fill", [x, mask], x.shape, x.dtype, value=v)
 
 
 def _unary(op: str, x, **attrs) -> Tensor:
@@ -213,6 +320,8 @@ def _reduce(op: str, x, dim, keepdim, **attrs) -> Tensor:
     x = _tensor(x, op)
     if OPS[op].float_only:
         _float_only(x, op)
+    if x.dtype == dt.DT_BOOL and op == "sum":         # a count, as torch's sum of a mask
+        x = cast(x, dt.DT_INT32)
     dims = _dims(x, dim, op)
     if len(dims) == 1:
         a = {"dim": dims[0], "keepdim": bool(keepdim), **attrs}
@@ -543,3 +652,10 @@ def set_cube_tile_shapes(*args, **kwargs) -> None:
 def loop(*args):
     """CANN PyPTO's loop: here a plain Python range, unrolled while tracing."""
     return range(*args)
+
+
+# the public ops: every function of this module whose name has no leading underscore (the
+# package re-exports them as pypto.<name>)
+__all__ = sorted(n for n, v in list(globals().items())
+                 if callable(v) and getattr(v, "__module__", None) == __name__ and not n.startswith("_")
+                 and n not in ("getitem", "setitem"))       # (the tensor's [] and []=)

@@ -98,7 +98,7 @@ class TraceContext:
                 raise UnsupportedError(
                     f"'{t._param}' is read after the kernel wrote to it", loc=user_loc(),
                     expected="outputs to be written after their last read", got=f"a read of {t._param}")
-        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite") and self.vec_tile:
+        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select") and self.vec_tile:
             attrs.setdefault("tile", self.vec_tile)
         if op == "matmul" and self.cube_tile:
             attrs.setdefault("tile", self.cube_tile)
@@ -167,7 +167,8 @@ class Tensor:
     def __bool__(self):
         raise UnsupportedError("a traced tensor has no truth value (its data is not known while compiling)",
                                loc=user_loc(), expected="Python control flow on shapes or constants",
-                               got="`if` / `while` on a tensor")
+                               got="`if` / `while` on a tensor",
+                               hint="choose per element with a mask instead: pypto.where(x > 0, a, b)")
 
     # --- operators (defined in ops.py, bound here) --------------------------------------
     def __add__(self, o): return _ops().add(self, o)
@@ -195,23 +196,20 @@ class Tensor:
                                expected="x ** a Python number", got=f"{p!r}**tensor"[:60],
                                hint="for b**x (b > 0) write pypto.exp(x * math.log(b))")
 
-    # --- comparisons: not implemented yet (no boolean tensors); == and != keep identity
-    # semantics, since tensors are compared and hashed as objects (`in`, dict keys).
-    def _compare(self, op: str, other):
-        what = fmt_shape(self.shape)
-        rhs = repr(other) if isinstance(other, numbers.Number) else (
-            f"a tensor {fmt_shape(other.shape)}" if isinstance(other, Tensor) else type(other).__name__)
-        raise UnsupportedError(f"comparison `{op}` of a traced tensor is not supported", loc=user_loc(),
-                               expected="arithmetic ops on tensors; Python comparisons only on shapes "
-                                        "and constants", got=f"tensor {self.dtype}{what} {op} {rhs}"[:100],
-                               hint="a tensor's values are not known while tracing, so `while`/`if` cannot "
-                                    "test them; for clamps and masks use pypto.maximum, pypto.minimum or "
-                                    "pypto.relu; compare x.shape[...] to branch on sizes")
-
-    def __lt__(self, o): self._compare("<", o)
-    def __le__(self, o): self._compare("<=", o)
-    def __gt__(self, o): self._compare(">", o)
-    def __ge__(self, o): self._compare(">=", o)
+    # --- comparisons: masks (bool tensors), as in torch; a tensor still hashes as an object
+    def __eq__(self, o): return _ops().eq(self, o)
+    def __ne__(self, o): return _ops().ne(self, o)
+    def __lt__(self, o): return _ops().lt(self, o)
+    def __le__(self, o): return _ops().le(self, o)
+    def __gt__(self, o): return _ops().gt(self, o)
+    def __ge__(self, o): return _ops().ge(self, o)
+    def __and__(self, o): return _ops().logical_and(self, o)
+    def __rand__(self, o): return _ops().logical_and(o, self)
+    def __or__(self, o): return _ops().logical_or(self, o)
+    def __ror__(self, o): return _ops().logical_or(o, self)
+    def __xor__(self, o): return _ops().logical_xor(self, o)
+    def __rxor__(self, o): return _ops().logical_xor(o, self)
+    def __invert__(self): return _ops().logical_not(self)
 
     __hash__ = object.__hash__
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from ..target.isa import INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
+from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
 from .core import Attrs, TextForm, fmt_shape, pair_problem
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
@@ -68,7 +68,7 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={_val(a[k])}" for k in ("dim", "offsets", "to", "act") if k in a]
+            extra = [f"{k}={_val(a[k])}" for k in ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"

@@ -159,29 +159,36 @@ def _matmul_bound(a: Approx, b: Approx, y: np.ndarray, float_acc: bool) -> np.nd
 
 class _Bounds(Builder):
     """A `Builder` on Approx values: a composite's decomposition (its registry row's, the one the
-    compiler runs) evaluated with every step rounded to the composite's dtype."""
+    compiler runs) evaluated with every step rounded to its dtype."""
+
+    def __init__(self, values, dtypes):
+        self._dtypes = {id(v): d for v, d in zip(values, dtypes)}
+        self._keep = list(values)           # ids stay unique while the values live
 
     def emit(self, op, inputs, shape, dtype, attrs=None):
         attrs = attrs or {}
         if op == "const":
             v = attrs["value"]
             exact = not dtype.is_float or float(np.asarray(v, dtype.np_dtype)) == v
-            return Approx(v) if exact else Approx(v).rounded(dtype)
-        with np.errstate(all="ignore"):
-            y = np.asarray(OPS[op].ref([x.v for x in inputs], attrs), _F64)
-        return _step(op, dtype, attrs, inputs, y)
+            out = Approx(v) if exact else Approx(v).rounded(dtype)
+        else:
+            with np.errstate(all="ignore"):
+                y = OPS[op].ref([x.v for x in inputs], attrs)
+            y = np.asarray(y, _F64) if np.asarray(y).dtype != np.bool_ else np.asarray(y)
+            out = _step(op, dtype, attrs, inputs, y)
+        self._dtypes[id(out)] = dtype
+        self._keep.append(out)
+        return out
 
     def shape(self, v):
         return np.shape(v.v)
 
     def dtype(self, v):
-        return self._dtype
-
-    def __init__(self, dtype):
-        self._dtype = dtype
+        return self._dtypes[id(v)]
 
 
-def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
+def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: bool = True,
+          in_dtypes=None) -> Approx:
     """One op's result `y` with its bound: the row's rule, then the op's own rounding."""
     row = OPS[op]
     if op == "input":
@@ -202,7 +209,7 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
             e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
         out = Approx(y, e)
     elif row.kind == "composite":
-        b = _Bounds(d)
+        b = _Bounds(ins, in_dtypes or [d] * len(ins))
         out = row.decompose(b, ins, a)
         if np.shape(out.v) != np.shape(y):          # a keepdim result of a reduction without keepdim
             out = Approx(np.reshape(out.v, np.shape(y)), np.reshape(out.full_e, np.shape(y)))
@@ -216,10 +223,11 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
     return out.rounded(d) if d.is_float else out
 
 
-def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = True) -> Approx:
-    """The reference value `y` of node n (float64) with its error bound, from its operands';
-    `float_acc`: a matmul's operands are floats (int8 products accumulate exactly)."""
-    return _step(n.op, n.dtype, n.attrs, ins, y, float_acc)
+def bound_node(n: TNode, ins: list[Approx], y: np.ndarray, float_acc: bool = True, in_dtypes=None) -> Approx:
+    """The reference value `y` of node n (float64) with its error bound, from its operands'
+    (of dtypes `in_dtypes`); `float_acc`: a matmul's operands are floats (int8 products
+    accumulate exactly)."""
+    return _step(n.op, n.dtype, n.attrs, ins, y, float_acc, in_dtypes)
 
 
 def bounds(g: TensorGraph, values: dict[int, np.ndarray]) -> dict[int, Approx]:
@@ -231,7 +239,7 @@ def bounds(g: TensorGraph, values: dict[int, np.ndarray]) -> dict[int, Approx]:
         y = np.asarray(values[n.id])
         ins = [out[i] for i in n.inputs]
         float_acc = n.op != "matmul" or g.node(n.inputs[0]).dtype.is_float
-        out[n.id] = bound_node(n, ins, y, float_acc)
+        out[n.id] = bound_node(n, ins, y, float_acc, [g.node(i).dtype for i in n.inputs])
     return out
 
 

@@ -76,6 +76,17 @@ class Builder:
         s[dim] = 1
         return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **self.extra})
 
+    def cmp(self, op, a, b):
+        from ..dtypes import DT_BOOL
+        return self.emit(op, [a, b], broadcast_shapes(self.shape(a), self.shape(b)), DT_BOOL, dict(self.extra))
+
+    def cmps(self, op, a, scalar):
+        return self.cmp(op, a, self.const(scalar, self.dtype(a)))
+
+    def select(self, mask, a, b):
+        shape = broadcast_shapes(broadcast_shapes(self.shape(mask), self.shape(a)), self.shape(b))
+        return self.emit("where", [mask, a, b], shape, self.dtype(a), dict(self.extra))
+
     def cast(self, a, dtype):
         if self.dtype(a) == dtype:
             return a
@@ -125,6 +136,15 @@ def _same(shapes, attrs):
 
 def _bcast(shapes, attrs):
     return broadcast_shapes(tuple(shapes[0]), tuple(shapes[1]))
+
+
+def _bcast_all(shapes):
+    out = ()
+    for s in shapes:
+        out = broadcast_shapes(out, tuple(s))
+        if out is None:
+            return None
+    return out
 
 
 def _reduced(shapes, attrs):
@@ -254,6 +274,25 @@ def _exact(ins, a):
     return ins[0].__class__(ins[0].v, ins[0].e)
 
 
+def _compare_bound(np_fn):
+    """A comparison is exact where its operands are farther apart than their bounds; where they
+    may be on either side (or equal), the mask is unknown: an infinite bound (no claim)."""
+    def rule(ins, a):
+        x, y = ins
+        e = np.asarray(x.e + y.e)
+        with np.errstate(invalid="ignore"):
+            near = (e > 0) & (np.abs(x.v - y.v) <= e)
+        return x.__class__(np_fn(x.v, y.v), np.where(near, np.inf, 0.0))
+    return rule
+
+
+def _select_bound(ins, a):
+    m, x, y = ins
+    e = np.where(np.asarray(m.v, bool), x.full_e if np.ndim(x.e) else x.e, y.full_e if np.ndim(y.e) else y.e)
+    e = np.where(np.asarray(m.e) > 0, np.inf, e)        # an unknown mask selects an unknown side
+    return x.__class__(np.where(np.asarray(m.v, bool), x.v, y.v), e)
+
+
 def _layout_bound(f):
     """A layout op moves values and their bounds alike."""
     return lambda ins, a: ins[0].__class__(f(ins[0].v, a), f(ins[0].full_e, a))
@@ -357,6 +396,13 @@ def _clamp(b, x, lo, hi):
     return x
 
 
+def _sign(b, x):
+    """(x > 0) - (x < 0), as a select of constants: -1, 0, 1 (and x itself where x is nan or 0)."""
+    d = b.dtype(x)
+    neg = b.select(b.cmps("lt", x, 0), b.const(-1, d), x)
+    return b.select(b.cmps("gt", x, 0), b.const(1, d), neg)
+
+
 def _pow(b, x, y):
     """x ** y for a Python number y."""
     if y == 0.5:
@@ -430,6 +476,23 @@ _ROWS = [
             commutative=True, idempotent=True),
     _binary("minimum", "MIN", "the smaller of a and b", np.minimum, "exact", _largest(np.minimum),
             commutative=True, idempotent=True),
+    # --- comparisons (a mask: dtype bool), selection and logic
+    *[Op(name, "compare", 2, doc, _bcast, (lambda f: lambda args, a: f(args[0], args[1]))(f), precision="declared",
+         bound=_compare_bound(f), tile="CMP", commutative=name in ("eq", "ne"), extra={"cmp": name.upper()})
+      for name, f, doc in (("eq", np.equal, "a == b"), ("ne", np.not_equal, "a != b"), ("lt", np.less, "a < b"),
+                           ("le", np.less_equal, "a <= b"), ("gt", np.greater, "a > b"),
+                           ("ge", np.greater_equal, "a >= b"))],
+    Op("where", "select", 3, "cond ? a : b, element-wise with broadcasting (cond a mask)",
+       lambda s, a: _bcast_all(s),
+       lambda args, a: np.where(args[0], args[1], args[2]), precision="declared", bound=_select_bound, tile="SEL"),
+    _binary("logical_and", "AND", "a and b (masks)", np.logical_and, "exact", _largest(np.logical_and),
+            commutative=True, idempotent=True),
+    _binary("logical_or", "OR", "a or b (masks)", np.logical_or, "exact", _largest(np.logical_or),
+            commutative=True, idempotent=True),
+    _binary("logical_xor", "XOR", "a xor b (masks)", np.logical_xor, "exact", _largest(np.logical_xor),
+            commutative=True),
+    _unary("logical_not", "NOT", "not a (a mask)", np.logical_not, "exact", _exact, float_only=False,
+           involution=True),
     # --- reductions over one dim
     _reduce("sum", "SUM", "sum over one dim (floats accumulate in fp32 at least)", _np_sum, "accumulate",
             lambda i, a: i[0].sum(a["dim"], a["keepdim"], a.get("float_acc", True)), amplifies=True,
@@ -499,6 +562,17 @@ _ROWS = [
     _composite("clamp", 1, "min(max(x, min), max); either bound may be None", lambda args, a: np.clip(
         args[0], a["min"], a["max"]), lambda b, ins, a: _clamp(b, ins[0], a["min"], a["max"]), wide=False,
                float_only=False, precision_class="exact"),
+    _composite("isnan", 1, "x != x", lambda args, a: np.isnan(args[0]),
+               lambda b, ins, a: b.cmp("ne", ins[0], ins[0]), wide=False),
+    _composite("isinf", 1, "|x| == inf", lambda args, a: np.isinf(args[0]),
+               lambda b, ins, a: b.cmps("eq", b.un("abs", ins[0]), float("inf")), wide=False),
+    _composite("isfinite", 1, "|x| < inf (false for nan)", lambda args, a: np.isfinite(args[0]),
+               lambda b, ins, a: b.cmps("lt", b.un("abs", ins[0]), float("inf")), wide=False),
+    _composite("sign", 1, "-1, 0 or 1 (nan for nan)", lambda args, a: np.sign(args[0]),
+               lambda b, ins, a: _sign(b, ins[0]), wide=False, float_only=False, precision_class="exact"),
+    _composite("masked_fill", 2, "value where mask, else x", lambda args, a: np.where(args[1], a["value"], args[0]),
+               lambda b, ins, a: b.select(ins[1], b.const(a["value"], b.dtype(ins[0])), ins[0]),
+               shape=_bcast, wide=False, float_only=False, precision_class="exact"),
     _composite("pow", 1, "x ** exponent (a Python number): small integer powers by multiplication, 0.5 and -0.5 "
                "by sqrt and rsqrt, others as exp(exponent * log(x))",
                lambda args, a: np.power(args[0], a["exponent"]), lambda b, ins, a: _pow(b, ins[0], a["exponent"])),

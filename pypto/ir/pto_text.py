@@ -26,7 +26,7 @@ import re
 
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
-from ..target.isa import INSTRUCTIONS, KINDS
+from ..target.isa import ATTRS, COMPARE_MODES, INSTRUCTIONS, KINDS
 from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
@@ -41,7 +41,7 @@ from .tile import ON_CHIP, tile_bytes
 CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C", "BT")}
 CORE_PIPES = {"AIC": AIC_PIPES, "AIV": AIV_PIPES}
 ROLES = ("input", "output", "inout", "workspace")
-ATTR_KEYS = ("dim", "offsets", "to", "act")
+ATTR_KEYS = ATTRS
 STORE_ACTIVATIONS = tuple(ACTIVATIONS)     # what the FIX pipe applies on its way out of L0C
 
 
@@ -247,6 +247,10 @@ def _attr_value(key: str, text: str):
         if m:
             return _ints(m[1], "dims", allow_negative=True)
         raise _Problem("bad dim", expected="dim=<int>", got=text)
+    if key == "cmp":
+        if text not in COMPARE_MODES:
+            raise _Problem("unknown comparison", expected="cmp=" + " or cmp=".join(COMPARE_MODES), got=f"cmp={text}")
+        return text
     if key == "act":
         if text not in STORE_ACTIVATIONS:
             raise _Problem("unknown activation of a store", expected="act=" + " or act=".join(STORE_ACTIVATIONS),

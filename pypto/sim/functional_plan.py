@@ -224,9 +224,11 @@ def _decode(ins: Instr):
         return _matmul(ins)
     if kind == "expand":
         return _expand, (dst, srcs[0])
-    f = None if row is None else row.semantics
+    f = None if row is None else row.math(ins.attrs)
     if f is None:
-        raise SimulationError(f"no functional rule for instruction {op}", loc=ins.loc)
+        raise SimulationError(f"no functional rule for instruction {op}"
+                              + (f" with {row.modes[0]}={ins.attrs.get(row.modes[0])}" if row and row.modes else ""),
+                              loc=ins.loc)
     if kind == "unary":
         return _elementwise(f, dst, srcs[:1])
     if kind == "reduce":
@@ -237,6 +239,11 @@ def _decode(ins: Instr):
     if kind in ("binary", "scalar", "expand_binary"):
         b = np.asarray(srcs[1], dtype=_dtype(srcs[0])) if row.form == "S" else srcs[1]
         return _elementwise(f, dst, (srcs[0], b))
+    if kind in ("select", "select_scalar"):
+        c = np.asarray(srcs[2], dtype=_dtype(srcs[1])) if row.form == "S" else srcs[2]
+        return _elementwise(f, dst, (srcs[0], srcs[1], c))
+    if kind == "fill":
+        return _elementwise(f, dst, (np.asarray(srcs[0], dtype=_dtype(dst)),))
     raise SimulationError(f"no functional rule for instruction {op} (of kind {kind})", loc=ins.loc)
 
 

@@ -49,10 +49,18 @@ KINDS: dict[str, Kind] = {
     "expand": Kind(("UB",), (("UB",), ("UB",)), "vector", "UB <- UB (row/col vector)"),
     "expand_binary": Kind(("UB",), (("UB",), ("UB",)), "vector", "UB <- UB, UB (row/col vector)"),
     "reduce": Kind(("UB",), (("UB",),), "vector", "UB <- UB (dim=)"),
+    "select": Kind(("UB",), (("UB",), ("UB",), ("UB",)), "vector", "UB <- mask UB, UB, UB"),
+    "select_scalar": Kind(("UB",), (("UB",), ("UB",), ("num",)), "vector", "UB <- mask UB, UB, scalar"),
+    "fill": Kind(("UB",), (("num",),), "vector", "UB <- scalar"),
     "flag": Kind((), (), "sync", "pipe -> pipe, EVENT_ID", ""),
     "barrier": Kind((), (), "sync", "pipe", "S"),
     "cross": Kind((), (), "sync", "pipe -> AIV slot / AIC -> pipe, EVENT_ID", ""),
 }
+
+
+# the attributes an instruction may carry, in the order the PTO text prints them: the reduced
+# dim, an extract's offsets, a conversion's target dtype, a store's activation, a comparison
+ATTRS = ("dim", "offsets", "to", "act", "cmp")
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,14 @@ class Instruction:
     slope: int = 1                      # vector: cycles per 256-byte repeat
     cycles: int = 0                     # sync: fixed cycles
     doc: str = ""
+    modes: tuple = ()                   # (attr, {value: numpy function}): the math is chosen by an attr
+
+    def math(self, attrs) -> Callable | None:
+        """The numpy function of this instruction with these attrs (TCMP: by its cmp= mode)."""
+        if not self.modes:
+            return self.semantics
+        attr, table = self.modes
+        return table.get(attrs.get(attr))
 
     @property
     def spec(self) -> Kind:
@@ -94,6 +110,14 @@ BINARY_FNS: dict[str, tuple[Callable, int, str]] = {
     "MAX": (np.maximum, 1, "max(a, b)"),
     "MIN": (np.minimum, 1, "min(a, b)"),
 }
+# the comparisons of TCMP / TCMPS (attr cmp=): a mask (bool) per element
+COMPARE_MODES: dict[str, Callable] = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
+                                      "GT": np.greater, "GE": np.greater_equal}
+LOGIC_FNS: dict[str, tuple[Callable, int, str]] = {
+    "AND": (np.logical_and, 1, "a and b"),
+    "OR": (np.logical_or, 1, "a or b"),
+    "XOR": (np.logical_xor, 1, "a xor b"),
+}
 REDUCE_FNS: dict[str, tuple[Callable, int, str]] = {
     "SUM": (sem.reduce_sum, 2, "sum"),
     "MAX": (sem.reduce_max, 2, "maximum"),
@@ -114,10 +138,21 @@ def _rows() -> list[Instruction]:
         Instruction("TMATMUL_BIAS", "cube", doc="L0C = bias row + A x B"),
     ]
     rows += [Instruction(f"T{fn}", "unary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in UNARY_FNS.items()]
+    rows.append(Instruction("TNOT", "unary", "NOT", "", np.logical_not, 1, doc="not x (a mask)"))
     rows.append(Instruction("TCVT", "cvt", "CVT", doc="dtype conversion"))
     rows += [Instruction(f"T{fn}", "binary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in BINARY_FNS.items()]
     rows += [Instruction(f"T{fn}S", "scalar", fn, "S", f, slope, doc=d.replace("b", "scalar"))
              for fn, (f, slope, d) in BINARY_FNS.items()]
+    rows += [Instruction(f"T{fn}", "binary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in LOGIC_FNS.items()]
+    rows += [Instruction(f"T{fn}S", "scalar", fn, "S", f, slope, doc=d.replace("b", "scalar"))
+             for fn, (f, slope, d) in LOGIC_FNS.items()]
+    rows += [Instruction("TCMP", "binary", "CMP", "", slope=1, modes=("cmp", COMPARE_MODES),
+                         doc="a mask: a cmp b (cmp=EQ NE LT LE GT GE)"),
+             Instruction("TCMPS", "scalar", "CMP", "S", slope=1, modes=("cmp", COMPARE_MODES),
+                         doc="a mask: a cmp scalar"),
+             Instruction("TSEL", "select", "SEL", "", sem.select, 1, doc="mask ? a : b"),
+             Instruction("TSELS", "select_scalar", "SEL", "S", sem.select, 1, doc="mask ? a : scalar"),
+             Instruction("TEXPANDS", "fill", "FILL", "", sem.fill, 1, doc="every element the scalar")]
     for rc, form in zip(REDUCE_FORMS, EXPAND_FORMS):
         along = "row" if rc == "ROW" else "column"
         rows.append(Instruction(f"T{form}", "expand", "", form, doc=f"a per-{along} vector broadcast along the {along}"))

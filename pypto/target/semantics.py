@@ -81,5 +81,18 @@ def accumulate(dtype):
     return f
 
 
+def select(mask, a, b, out=None):
+    """TSEL / TSELS: a where the mask is set, else b."""
+    return rounded(np.where(mask, a, b), out.dtype if out is not None else np.result_type(a, b), out)
+
+
+def fill(value, out=None):
+    """TEXPANDS: every element of the tile the scalar."""
+    if out is None:  # pragma: no cover - the simulators always pass the destination
+        return np.asarray(value)
+    out[...] = value
+    return out
+
+
 # what the FIX pipe applies to a tile on its way out of L0C (TSTORE act=)
 ACTIVATIONS = {"relu": relu}
