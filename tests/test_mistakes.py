@@ -183,8 +183,8 @@ def tensor_index(x, out, *, BAD: int = 1):
 
 
 @pypto.jit
-def stepped(x, out, *, STEP: int = 2):
-    out[0:4] = x[0:4 * STEP:STEP]   # <M:step>
+def stepped(x, out, *, STEP: int = -1):
+    out[0:4] = x[3::STEP][:4]   # <M:step>
     out[4:8] = x[0:4]
 
 
@@ -530,8 +530,8 @@ CASES = [
          needles=("x ** Tensor",)),
     Case("index-with-tensor", lambda: tensor_index(X, zeros(8, 64)), pypto.UnsupportedError, "tensor-index", "x[x]",
          ok_unary(tensor_index, lambda x: x, BAD=0)),
-    Case("stepped-slice", lambda: stepped(X, zeros(8, 64)), pypto.UnsupportedError, "step", "x[0:4 * STEP:STEP]",
-         ok_unary(stepped, lambda x: np.concatenate([x[0:4], x[0:4]]), STEP=1)),
+    Case("negative-step", lambda: stepped(X, zeros(8, 64)), pypto.UnsupportedError, "step", "x[3::STEP]",
+         ok_unary(stepped, lambda x: np.concatenate([x[3:7], x[0:4]]), STEP=1), hint="index forwards"),
     Case("reduce-dim-out-of-range", lambda: reduce_dim(X, zeros(8, 1)), pypto.ShapeError, "sum-dim", "pypto.sum",
          ok_unary(reduce_dim, lambda x: x.sum(1, keepdims=True), D=1)),
     Case("reduce-several-dims", lambda: reduce_dims(X, zeros(1, 1)), pypto.UnsupportedError, "sum-dims",

@@ -48,10 +48,19 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     epilogue: dict[int, str] = {}      # cube group result value -> "" | "bias" | "relu" (what it ends with)
     cube_tile: dict[int, tuple[int, int]] = {}     # cube group result value -> its output tile (mL0, nL0)
 
+    def place(n):
+        floating.discard(n.id)
+        _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
+                      nest=_epilogue_nest(g, n, cube_tile), floating=floating)
+
+    floating: set[int] = set()         # values made from nothing (fill, iota) not yet placed
+
     def ensure_gm(i: int) -> int:
         """Make value i GM-resident; return the group that produces it (-1 for none)."""
         if i in source_group:
             return source_group[i]
+        if i in floating:                   # read by a group that cannot compute it: a group of its own
+            place(g.node(i))
         if i in group_of:
             materialize.add(i)
             source_group[i] = group_of[i]
@@ -66,6 +75,10 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             source_group[n.id] = ensure_gm(n.inputs[0])
         elif kind in ("const", "store"):
             continue
+        elif not n.inputs:
+            # made from nothing (a fill, an iota): computed, tile by tile, in the group of its first
+            # vector reader (or in a group of its own when something else reads it first)
+            floating.add(n.id)
         elif n.op == "matmul" and join and (into := _accumulates_into(g, n, groups, group_of, epilogue, users, ctx)) is not None:
             for i in n.inputs:
                 ensure_gm(i)
@@ -84,7 +97,8 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if ctx is not None:
                 ml0, _, nl0, _ = matmul_cube_tile(g, n, ctx.machine)
                 cube_tile[n.id] = (ml0, nl0)
-        elif join and (found := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
+        elif join and not floating.intersection(n.inputs) and (
+                found := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
             tail, kind = found
             gid = group_of[tail]
             groups[gid].members.append(n.id)
@@ -101,8 +115,10 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             if tail in cube_tile:
                 cube_tile[n.id] = cube_tile.pop(tail)
         else:
-            _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
-                          nest=_epilogue_nest(g, n, cube_tile))
+            place(n)
+    for i in sorted(floating):              # read only by stores
+        if users[i]:
+            place(g.node(i))
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -128,10 +144,11 @@ def _epilogue_nest(g, n, cube_tile) -> tuple[int, ...] | None:
     return None
 
 
-def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None):
+def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None, floating=None):
     """`nest`: the output tile of the cube group whose result n reads, over n's dims; without
     a tile of the kernel's, a group n starts gets a tile nested in it (its cube tiles are then
-    finished by whole vector tiles, which lets the epilogue pair with the cube task)."""
+    finished by whole vector tiles, which lets the epilogue pair with the cube task).  `floating`:
+    values made from nothing (fill, iota) not placed yet; those n reads join its group, before it."""
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind in ("cast", "compare") else n.dtype
     own_tile = None
@@ -168,7 +185,12 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
         chosen = _Group(len(groups), "vector", dom, own_tile)
         groups.append(chosen)
     for i in ins:
-        if group_of.get(i) != chosen.id:
+        if floating is not None and i in floating:     # computed here, tile by tile, just before n
+            floating.discard(i)
+            chosen.members.append(i)
+            group_of[i] = chosen.id
+            tile_of[i] = chosen.tile
+        elif group_of.get(i) != chosen.id:
             ensure_gm(i)
     pd = _partial_dim(n, chosen.domain, chosen.tile)
     if pd is not None:

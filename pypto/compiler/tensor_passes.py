@@ -9,6 +9,7 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import SourceLoc
 from ..ir.core import Attrs, broadcast_shapes
+from ..ir.gm import GMBuffer, GMRef
 from ..ir.ops import Builder
 from ..ir.tensor import OPS, TensorGraph, TNode, infer_shape
 from .pipeline import Pass, PassContext
@@ -98,6 +99,12 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":
             store_value(rw, n)
+        elif n.op == "reshape" and not _gm_layout(rw, rw.map[n.inputs[0]]).is_contiguous():
+            # a reshape of a strided view (a transpose, a slice): its elements are copied into
+            # a contiguous tensor first (a vector group, costed and shown like any other)
+            src = rw.map[n.inputs[0]]
+            c = rw.emit("copy", [src], rw.shape(src), rw.dtype(src))
+            rw.map[n.id] = rw.emit("reshape", [c], n.shape, n.dtype, n.attrs, n.loc)
         elif n.op not in ("const", "input") and (not n.shape or any(
                 len(rw.shape(rw.map[i])) != len(g.node(i).shape) for i in n.inputs)):
             rw.map[n.id] = _promoted(rw, n)
@@ -105,6 +112,21 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.keep(n)
         rw.loc = None
     return rw.graph()
+
+
+def _gm_layout(rw: Rewriter, i: int) -> GMRef:
+    """How new value i lies in GM: a window over its source's (layout ops), else a fresh
+    contiguous tensor (a kernel input, or a computed value materialised)."""
+    n = rw.nodes[i]
+    if OPS[n.op].kind != "layout":
+        return GMRef.whole(GMBuffer("v", tuple(n.shape) or (1,), n.dtype, "workspace"))
+    src = _gm_layout(rw, n.inputs[0])
+    if n.op == "view":
+        return src.window(n.attrs["offsets"], n.attrs["shape"], n.attrs.get("steps"))
+    if n.op == "transpose":
+        return src.transpose(n.attrs["dim0"], n.attrs["dim1"])
+    out = src.reshape(n.attrs["shape"])
+    return out if out is not None else GMRef.whole(GMBuffer("v", tuple(n.shape), n.dtype, "workspace"))
 
 
 def _promoted(rw: Rewriter, n: TNode) -> int:

@@ -19,7 +19,8 @@ from ..ir.core import Attrs, ceil_div, prod
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
-from ..target.isa import find
+from ..target.isa import ATTRS, find
+from ..target.isa import row as isa_row
 from .pipeline import PassContext
 from .layout import transpose_source
 from .tileshape import cube_nest, matmul_cube_tile, shared_panel
@@ -88,7 +89,7 @@ def _assign_homes(g: TensorGraph):
     for n in g.nodes:
         if n.op == "store":
             v = n.inputs[0]
-            ref = GMRef.whole(by_name[n.attrs["param"]]).window(n.attrs["offsets"], n.shape)
+            ref = GMRef.whole(by_name[n.attrs["param"]]).window(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             if v not in homes:
                 homes[v] = ref
             else:
@@ -120,7 +121,7 @@ def _param_is_read(g: TensorGraph, name: str) -> bool:
 
 def _layout(src: GMRef, n) -> GMRef | None:
     if n.op == "view":
-        return src.window(n.attrs["offsets"], n.attrs["shape"])
+        return src.window(n.attrs["offsets"], n.attrs["shape"], n.attrs.get("steps"))
     if n.op == "transpose":
         return src.transpose(n.attrs["dim0"], n.attrs["dim1"])
     return src.reshape(n.attrs["shape"])
@@ -261,7 +262,8 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
         return ops[0][1]
     row = OPS[m.op]
     if kind == "unary":
-        return out(find(row.tile), [ops[0][1]])
+        op = find(row.tile)
+        return out(op, [ops[0][1]], **_row_attrs(row, op, m))
     if kind == "cast":
         return out("TCVT", [ops[0][1]], to=m.dtype.name)
     if kind == "reduce":
@@ -280,6 +282,15 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind == "select":
         return _select(m, ops, em, out)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
+
+
+def _row_attrs(row, op: str, m) -> dict:
+    """The instruction attributes a registry row names in its `extra` (TCVT's round=, ...);
+    a conversion also says its dtype (to=)."""
+    attrs = {k: v for k, v in row.extra.items() if k in ATTRS}
+    if isa_row(op).kind == "cvt":
+        attrs["to"] = m.dtype.name
+    return attrs
 
 
 def _bcast_kind(a: TileNode, b: TileNode) -> str:

@@ -1,6 +1,7 @@
 """The Tensor-level operations a kernel calls (names and signatures follow CANN PyPTO / torch)."""
 from __future__ import annotations
 
+import builtins
 import numbers
 
 from .. import dtypes as dt
@@ -207,6 +208,144 @@ def masked_fill(x, mask, value):
     return _ctx(x, "masked_fill").add("masked_fill", [x, mask], x.shape, x.dtype, value=v)
 
 
+# --- math, reductions and creation (grown through the registry)
+
+def _floats(op: str, *vals) -> list:
+    """The tensor operands of a float op of several inputs (Python numbers become constants of
+    the first tensor's dtype), checked to share one float dtype."""
+    like = next((v for v in vals if isinstance(v, Tensor)), None)
+    if like is None:
+        raise UnsupportedError(f"{op} needs at least one tensor operand", loc=user_loc(),
+                               expected="a tensor of the kernel", got="only Python numbers")
+    like = _tensor(like, op)
+    ctx = _ctx(like, op)
+    out = []
+    for v in vals:
+        if isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = _const(ctx, v, like, op)
+        v = _tensor(v, op)
+        if v.dtype != like.dtype:
+            raise DTypeError(f"{op}: operands have different dtypes (cast one with pypto.cast)", loc=user_loc(),
+                             expected=str(like.dtype), got=f"{like.dtype} and {v.dtype}")
+        out.append(v)
+    if OPS[op].float_only:
+        _float_only(like, op)
+    return out
+
+
+def _nary(op: str, vals, **attrs) -> Tensor:
+    ins = _floats(op, *vals)
+    return _ctx(ins[0], op).add(op, ins, check_shape(op, ins, attrs), ins[0].dtype, **attrs)
+
+
+def mish(x): return _unary("mish", x)
+def logsigmoid(x): return _unary("logsigmoid", x)
+def softsign(x): return _unary("softsign", x)
+def selu(x): return _unary("selu", x)
+def tanhshrink(x): return _unary("tanhshrink", x)
+def sinh(x): return _unary("sinh", x)
+def cosh(x): return _unary("cosh", x)
+def asinh(x): return _unary("asinh", x)
+def acosh(x): return _unary("acosh", x)
+def atanh(x): return _unary("atanh", x)
+def celu(x, alpha: float = 1.0): return _unary("celu", x, alpha=_number(alpha, "celu", "alpha"))
+def hardshrink(x, lambd: float = 0.5): return _unary("hardshrink", x, lambd=_number(lambd, "hardshrink", "lambd"))
+def softshrink(x, lambd: float = 0.5): return _unary("softshrink", x, lambd=_number(lambd, "softshrink", "lambd"))
+def hypot(a, b): return _nary("hypot", [a, b])
+def logaddexp(a, b): return _nary("logaddexp", [a, b])
+
+
+arcsinh, arccosh, arctanh = asinh, acosh, atanh
+
+
+def prelu(x, weight):
+    """x where x >= 0, else weight * x; `weight` has one element or one per channel (dim 1 of x,
+    as torch's prelu: for x [N, C, ...] a weight [C] is broadcast over the dims after dim 1)."""
+    x, weight = _tensor(x, "prelu"), _tensor(weight, "prelu")
+    _float_only(x, "prelu")
+    channels = x.shape[1] if x.ndim >= 2 else 1
+    if weight.size not in (1, channels) or weight.ndim > 1:
+        raise ShapeError("prelu: weight must have one element or one per channel (dim 1 of x)", loc=user_loc(),
+                         expected=f"[1] or [{channels}]", got=list(weight.shape))
+    if weight.size > 1 and x.ndim > 2:
+        weight = reshape(weight, [channels] + [1] * (x.ndim - 2))
+    return _nary("prelu", [x, weight])
+
+
+def lerp(input, end, weight):
+    """input + weight * (end - input); `weight` a Python number or a tensor (broadcast)."""
+    if isinstance(weight, Tensor):
+        return _nary("lerp", [input, end, weight])
+    return _nary("lerp", [input, end], weight=_number(weight, "lerp", "weight"))
+
+
+def addcmul(input, tensor1, tensor2, value=1):
+    """input + value * tensor1 * tensor2 (with broadcasting)."""
+    return _nary("addcmul", [input, tensor1, tensor2], value=_number(value, "addcmul", "value"))
+
+
+def addcdiv(input, tensor1, tensor2, value=1):
+    """input + value * tensor1 / tensor2 (with broadcasting)."""
+    return _nary("addcdiv", [input, tensor1, tensor2], value=_number(value, "addcdiv", "value"))
+
+
+def rsub(input, other, alpha=1):
+    """other - alpha * input (torch's rsub); either may be a Python number."""
+    if alpha != 1:
+        input = mul(input, alpha)
+    return _binary("rsub", input, other)
+
+
+def norm(x, p=2, dim=-1, keepdim=False):
+    """The p-norm over one dim: p = 2 (the default), 1 or inf (float('inf'))."""
+    x = _tensor(x, "norm")
+    _float_only(x, "norm")
+    if p in ("fro",):
+        p = 2
+    if isinstance(p, bool) or not isinstance(p, numbers.Real) or float(p) not in (1.0, 2.0, float("inf")):
+        raise UnsupportedError("norm: this p", loc=user_loc(), expected="p = 1, 2 or inf", got=repr(p))
+    a = {"dim": _dim(x, dim, "norm"), "keepdim": bool(keepdim), "p": float(p)}
+    return _ctx(x, "norm").add("norm", [x], check_shape("norm", [x], a), x.dtype, **a)
+
+
+def remainder(a, b):
+    """a mod b with the sign of b (torch's remainder and the % operator, Python's %)."""
+    return _binary("remainder", a, b)
+
+
+def fmod(a, b):
+    """a mod b with the sign of a (torch's fmod, C's fmod)."""
+    return _binary("fmod", a, b)
+
+
+def prod(x, dim=-1, keepdim=False):
+    """The product over one dim, several dims (a tuple) or all (None); float products accumulate
+    in fp32 at least.  (This module also calls it on sizes: the product of an iterable of ints,
+    ir.core.prod, which this public name shadows.)"""
+    if not isinstance(x, Tensor):
+        return _size_prod(x)
+    return _reduce("prod", x, dim, keepdim)
+
+
+from ..ir.core import prod as _size_prod  # noqa: E402 - (the module's product of sizes, see prod)
+
+
+def floor(x): return _unary("floor", x)
+def ceil(x): return _unary("ceil", x)
+def trunc(x): return _unary("trunc", x)
+def frac(x): return _unary("frac", x)
+
+
+def round(x, decimals: int = 0):
+    """To the nearest integral value, ties to even (as torch.round)."""
+    if decimals != 0:
+        raise UnsupportedError("round: only decimals=0", loc=user_loc(), expected="decimals=0", got=decimals,
+                               hint="scale first: pypto.round(x * 100) / 100")
+    return _unary("round", x)
+
+
+fix = trunc
+
 def _unary(op: str, x, **attrs) -> Tensor:
     """An element-wise op of one tensor, as its registry row says (float-only or not)."""
     x = _tensor(x, op)
@@ -341,7 +480,8 @@ def _reduce(op: str, x, dim, keepdim, **attrs) -> Tensor:
 
 
 # reductions over several dims: reduce over each in turn (the op over each, and a scale)
-_SEPARABLE = {"sum": ("sum", False), "amax": ("amax", False), "amin": ("amin", False), "mean": ("sum", True)}
+_SEPARABLE = {"sum": ("sum", False), "amax": ("amax", False), "amin": ("amin", False), "mean": ("sum", True),
+               "prod": ("prod", False)}
 
 
 def sum(x, dim=-1, keepdim=False): return _reduce("sum", x, dim, keepdim)
@@ -461,19 +601,159 @@ def transpose(x, dim0=-2, dim1=-1):
     return _ctx(x, "transpose").add("transpose", [x], check_shape("transpose", [x], attrs), x.dtype, **attrs)
 
 
-def view(x, shape, offsets=None):
-    """A rectangular window of `x`: `shape` elements starting at `offsets` (CANN PyPTO's view)."""
+# --- shape and layout, built on reshape, transpose and view (no data moves until a copy is needed)
+
+swapaxes = swapdims = transpose
+
+
+def t(x):
+    """The transpose of a 2-D tensor (a 1-D one is returned as it is), as torch.t."""
+    x = _tensor(x, "t")
+    if x.ndim > 2:
+        raise ShapeError("t: the tensor must have at most 2 dims", loc=user_loc(), expected="<= 2 dims",
+                         got=list(x.shape), hint="use pypto.transpose(x, dim0, dim1) or pypto.permute")
+    return x if x.ndim < 2 else transpose(x, 0, 1)
+
+
+def permute(x, *dims):
+    """The dims of x reordered: result dim i is x's dim dims[i] (swaps of dims: free in GM)."""
+    x = _tensor(x, "permute")
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = tuple(dims[0])
+    perm = [_dim(x, d, "permute") for d in dims]
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError("permute: the dims must be a permutation of the tensor's dims", loc=user_loc(),
+                         expected=f"each of 0..{x.ndim - 1} once", got=tuple(dims))
+    cur = list(range(x.ndim))              # cur[i]: x's dim now at position i
+    for i, want in enumerate(perm):        # selection by swaps: at most ndim - 1 transposes
+        j = cur.index(want)
+        if j != i:
+            x = transpose(x, i, j)
+            cur[i], cur[j] = cur[j], cur[i]
+    return x
+
+
+def movedim(x, source, destination):
+    x = _tensor(x, "movedim")
+    src, dst = _dim(x, source, "movedim"), _dim(x, destination, "movedim")
+    order = [d for d in range(x.ndim) if d != src]
+    order.insert(dst, src)
+    return permute(x, order)
+
+
+def squeeze(x, dim=None):
+    """x without its size-1 dims (or only `dim`, if it has size 1)."""
+    x = _tensor(x, "squeeze")
+    dims = range(x.ndim) if dim is None else _dims(x, dim, "squeeze")
+    drop = {d for d in dims if x.shape[d] == 1}
+    return reshape(x, [s for d, s in enumerate(x.shape) if d not in drop]) if drop else x
+
+
+def unsqueeze(x, dim):
+    x = _tensor(x, "unsqueeze")
+    d = dim + x.ndim + 1 if dim < 0 else dim
+    if not 0 <= d <= x.ndim:
+        raise ShapeError(f"unsqueeze: dim {dim} is out of range", loc=user_loc(),
+                         expected=f"a dim in [-{x.ndim + 1}, {x.ndim}]", got=dim)
+    return reshape(x, x.shape[:d] + (1,) + x.shape[d:])
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    x = _tensor(x, "flatten")
+    if x.ndim == 0:
+        return reshape(x, [1])
+    a, b = _dim(x, start_dim, "flatten"), _dim(x, end_dim, "flatten")
+    if a > b:
+        raise ShapeError("flatten: start_dim comes after end_dim", loc=user_loc(), expected="start_dim <= end_dim",
+                         got=(start_dim, end_dim))
+    return reshape(x, x.shape[:a] + (prod(x.shape[a:b + 1]),) + x.shape[b + 1:])
+
+
+def unflatten(x, dim, sizes):
+    x = _tensor(x, "unflatten")
+    d = _dim(x, dim, "unflatten")
+    sizes = [int(s) for s in sizes]
+    if sizes.count(-1) == 1:
+        known = prod(s for s in sizes if s != -1)
+        sizes[sizes.index(-1)] = x.shape[d] // known if known else 0
+    if prod(sizes) != x.shape[d]:
+        raise ShapeError("unflatten: the sizes must multiply to the dim's size", loc=user_loc(),
+                         expected=f"a product of {x.shape[d]}", got=sizes)
+    return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
+
+
+def narrow(x, dim, start, length):
+    """Elements start .. start + length - 1 of dim (a view)."""
+    x = _tensor(x, "narrow")
+    d = _dim(x, dim, "narrow")
+    offsets, shape = [0] * x.ndim, list(x.shape)
+    offsets[d], shape[d] = int(start) + (x.shape[d] if start < 0 else 0), int(length)
+    return view(x, shape, offsets)
+
+
+def select(x, dim, index):
+    """The slice at `index` of dim, with that dim dropped (x[..., index, ...])."""
+    x = _tensor(x, "select")
+    d = _dim(x, dim, "select")
+    return getitem(x, (slice(None),) * d + (int(index),))
+
+
+def split(x, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along dim: of `split_size` elements each (the last may be
+    smaller), or of the given sizes."""
+    x = _tensor(x, "split")
+    d = _dim(x, dim, "split")
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, numbers.Integral):
+        step = int(split_size_or_sections)
+        if step < 1:
+            raise ShapeError("split: the split size must be positive", loc=user_loc(), expected=">= 1", got=step)
+        sizes = [min(step, n - i) for i in range(0, n, step)]
+    else:
+        sizes = [int(s) for s in split_size_or_sections]
+        if builtins.sum(sizes) != n:
+            raise ShapeError("split: the sizes must add up to the dim's size", loc=user_loc(),
+                             expected=f"a sum of {n}", got=sizes)
+    out, start = [], 0
+    for s in sizes:
+        out.append(narrow(x, d, start, s))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    """`chunks` views along dim (as torch: pieces of ceil(n / chunks), the last one smaller)."""
+    x = _tensor(x, "chunk")
+    n = x.shape[_dim(x, dim, "chunk")]
+    return split(x, -(-n // int(chunks)), dim)
+
+
+def unbind(x, dim=0):
+    x = _tensor(x, "unbind")
+    d = _dim(x, dim, "unbind")
+    return tuple(select(x, d, i) for i in range(x.shape[d]))
+
+
+def view(x, shape, offsets=None, steps=None):
+    """A rectangular window of `x`: `shape` elements starting at `offsets` (CANN PyPTO's view),
+    every `steps`-th element along each dim (default 1: `x[:, 1::2]` is steps (1, 2)).  A window
+    of a tensor in GM is free: a load reads it with strides."""
     x = _tensor(x, "view")
     shape = tuple(int(s) for s in shape)
     offsets = tuple(int(o) for o in (offsets or (0,) * len(shape)))
-    if len(shape) != x.ndim or len(offsets) != x.ndim or any(
-            o < 0 or s < 1 or o + s > full for o, s, full in zip(offsets, shape, x.shape)):
+    steps = tuple(int(k) for k in (steps or (1,) * len(shape)))
+    if len(shape) != x.ndim or len(offsets) != x.ndim or len(steps) != x.ndim or any(
+            o < 0 or s < 1 or k < 1 or o + (s - 1) * k + 1 > full for o, s, k, full in zip(offsets, shape, steps, x.shape)):
         raise ShapeError("view: window outside the tensor", loc=user_loc(),
                          expected=f"a window inside {list(x.shape)}",
-                         got=f"shape {list(shape)} at offsets {list(offsets)}")
+                         got=f"shape {list(shape)} at offsets {list(offsets)}"
+                             + (f" with steps {list(steps)}" if any(k != 1 for k in steps) else ""))
     if shape == x.shape:
         return x
-    return _ctx(x, "view").add("view", [x], shape, x.dtype, shape=shape, offsets=offsets)
+    attrs = {"shape": shape, "offsets": offsets}
+    if any(k != 1 for k in steps):
+        attrs["steps"] = steps
+    return _ctx(x, "view").add("view", [x], shape, x.dtype, **attrs)
 
 
 def conv2d(x, weight, layout: str = "NCHW"):
@@ -511,8 +791,9 @@ def conv2d(x, weight, layout: str = "NCHW"):
     return out
 
 
-def _window(x: Tensor, key) -> tuple[tuple[int, ...], tuple[int, ...], list[int]]:
-    """Offsets and shape of `x[key]` (basic slicing, step 1) and the dims an integer index drops."""
+def _window(x: Tensor, key):
+    """Offsets, shape and steps of `x[key]` (basic slicing, positive steps) and the dims an
+    integer index drops."""
     if not isinstance(key, tuple):
         key = (key,)
     if any(k is Ellipsis for k in key):
@@ -521,20 +802,23 @@ def _window(x: Tensor, key) -> tuple[tuple[int, ...], tuple[int, ...], list[int]
     if len(key) > x.ndim:
         raise ShapeError("too many indices", loc=user_loc(), expected=f"at most {x.ndim}", got=len(key))
     key = key + (slice(None),) * (x.ndim - len(key))
-    offsets, shape, dropped = [], [], []
+    offsets, shape, steps, dropped = [], [], [], []
     for d, (k, n) in enumerate(zip(key, x.shape)):
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
-            if step != 1:
-                raise UnsupportedError("slices with a step", loc=user_loc(), expected="step 1", got=step)
+            if step < 1:
+                raise UnsupportedError("slices with a negative step", loc=user_loc(), expected="a positive step",
+                                       got=step, hint="reverse the data outside the kernel, or index forwards")
             offsets.append(start)
-            shape.append(max(stop - start, 0))
+            shape.append(len(range(start, stop, step)))
+            steps.append(step)
         elif isinstance(k, numbers.Integral):
             i = int(k) + n if k < 0 else int(k)
             if not 0 <= i < n:
                 raise ShapeError("index out of range", loc=user_loc(), expected=f"0 <= index < {n}", got=k)
             offsets.append(i)
             shape.append(1)
+            steps.append(1)
             dropped.append(d)
         else:
             raise UnsupportedError("tensor indexing with this key", loc=user_loc(),
@@ -542,13 +826,13 @@ def _window(x: Tensor, key) -> tuple[tuple[int, ...], tuple[int, ...], list[int]
     if 0 in shape:
         raise ShapeError("empty slice", loc=user_loc(), expected="at least one element per dim",
                          got=shape)
-    return tuple(offsets), tuple(shape), dropped
+    return tuple(offsets), tuple(shape), tuple(steps), dropped
 
 
 def getitem(x: Tensor, key) -> Tensor:
     x = _tensor(x, "getitem")
-    offsets, shape, dropped = _window(x, key)
-    v = view(x, shape, offsets)
+    offsets, shape, steps, dropped = _window(x, key)
+    v = view(x, shape, offsets, steps)
     if dropped:
         v = reshape(v, [s for d, s in enumerate(shape) if d not in dropped])
     return v
@@ -562,7 +846,7 @@ def assemble(src, offsets, dst) -> None:
 
 def setitem(dst: Tensor, key, value) -> None:
     dst = _tensor(dst, "setitem")
-    offsets, shape, dropped = _window(dst, key)
+    offsets, shape, steps, dropped = _window(dst, key)
     if isinstance(value, numbers.Number):
         raise UnsupportedError("assigning a Python number to a tensor", loc=user_loc(),
                                expected="a tensor value", got=value)
@@ -580,10 +864,10 @@ def setitem(dst: Tensor, key, value) -> None:
                          expected=list(want), got=list(value.shape), hint=hint)
     if value.shape != shape:
         value = reshape(value, shape)
-    _store(dst, value, offsets, shape)
+    _store(dst, value, offsets, shape, steps)
 
 
-def _store(dst: Tensor, value: Tensor, offsets, shape) -> None:
+def _store(dst: Tensor, value: Tensor, offsets, shape, steps=None) -> None:
     ctx = _ctx(dst, "assemble")
     if dst._param is None:
         raise UnsupportedError("only kernel arguments can be written to", loc=user_loc(),
@@ -592,11 +876,16 @@ def _store(dst: Tensor, value: Tensor, offsets, shape) -> None:
     if value.dtype != dst.dtype:
         raise DTypeError(f"writing {value.dtype} data into '{dst._param}'", loc=user_loc(),
                          expected=str(dst.dtype), got=str(value.dtype))
-    if len(offsets) != dst.ndim or any(o < 0 or o + s > n for o, s, n in zip(offsets, shape, dst.shape)):
+    steps = tuple(steps or (1,) * len(shape))
+    if len(offsets) != dst.ndim or any(o < 0 or o + (s - 1) * k + 1 > n
+                                       for o, s, k, n in zip(offsets, shape, steps, dst.shape)):
         raise ShapeError("write outside the output tensor", loc=user_loc(),
                          expected=f"a region inside {list(dst.shape)}",
                          got=f"shape {list(shape)} at offsets {list(offsets)}")
-    ctx.add("store", [value], shape, value.dtype, param=dst._param, offsets=tuple(offsets), shape=tuple(shape))
+    attrs = {"param": dst._param, "offsets": tuple(offsets), "shape": tuple(shape)}
+    if any(k != 1 for k in steps):
+        attrs["steps"] = steps
+    ctx.add("store", [value], shape, value.dtype, **attrs)
     ctx.stored.add(dst._param)
 
 

@@ -245,6 +245,30 @@ class Tensor:
     def square(self): return _ops().square(self)
     def expm1(self): return _ops().expm1(self)
     def log1p(self): return _ops().log1p(self)
+    # (math, reductions and creation grown through the registry)
+    def sinh(self): return _ops().sinh(self)
+    def cosh(self): return _ops().cosh(self)
+    def asinh(self): return _ops().asinh(self)
+    def acosh(self): return _ops().acosh(self)
+    def atanh(self): return _ops().atanh(self)
+    arcsinh, arccosh, arctanh = asinh, acosh, atanh
+    def hypot(self, other): return _ops().hypot(self, other)
+    def logaddexp(self, other): return _ops().logaddexp(self, other)
+    def lerp(self, end, weight): return _ops().lerp(self, end, weight)
+    def addcmul(self, tensor1, tensor2, value=1): return _ops().addcmul(self, tensor1, tensor2, value)
+    def addcdiv(self, tensor1, tensor2, value=1): return _ops().addcdiv(self, tensor1, tensor2, value)
+    def norm(self, p=2, dim=-1, keepdim=False): return _ops().norm(self, p, dim, keepdim)
+    def prelu(self, weight): return _ops().prelu(self, weight)
+    def __mod__(self, o): return _ops().remainder(self, o)
+    def __rmod__(self, o): return _ops().remainder(o, self)
+    def remainder(self, other): return _ops().remainder(self, other)
+    def fmod(self, other): return _ops().fmod(self, other)
+    def prod(self, dim=-1, keepdim=False): return _ops().prod(self, dim, keepdim)
+    def floor(self): return _ops().floor(self)
+    def ceil(self): return _ops().ceil(self)
+    def round(self, decimals=0): return _ops().round(self, decimals)
+    def trunc(self): return _ops().trunc(self)
+    def frac(self): return _ops().frac(self)
     def pow(self, exponent): return _ops().pow(self, exponent)
     def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
     clip = clamp
@@ -258,6 +282,23 @@ class Tensor:
     def std(self, dim=-1, keepdim=False, correction=1): return _ops().std(self, dim, keepdim, correction)
     def logsumexp(self, dim=-1, keepdim=False): return _ops().logsumexp(self, dim, keepdim)
     def matmul(self, other): return _ops().matmul(self, other)
+    def permute(self, *dims): return _ops().permute(self, *dims)
+    def squeeze(self, dim=None): return _ops().squeeze(self, dim)
+    def unsqueeze(self, dim): return _ops().unsqueeze(self, dim)
+    def flatten(self, start_dim=0, end_dim=-1): return _ops().flatten(self, start_dim, end_dim)
+    def unflatten(self, dim, sizes): return _ops().unflatten(self, dim, sizes)
+    def narrow(self, dim, start, length): return _ops().narrow(self, dim, start, length)
+    def split(self, size, dim=0): return _ops().split(self, size, dim)
+    def chunk(self, chunks, dim=0): return _ops().chunk(self, chunks, dim)
+    def unbind(self, dim=0): return _ops().unbind(self, dim)
+    def movedim(self, source, destination): return _ops().movedim(self, source, destination)
+    def swapaxes(self, dim0, dim1): return _ops().transpose(self, dim0, dim1)
+    swapdims = swapaxes
+    def t(self): return _ops().t(self)
+    def where(self, cond, other): return _ops().where(cond, self, other)
+    def masked_fill(self, mask, value): return _ops().masked_fill(self, mask, value)
+    def isnan(self): return _ops().isnan(self)
+    def logical_not(self): return _ops().logical_not(self)
     def dim(self): return self.ndim
     def numel(self): return self.size
     def float(self): return _ops().cast(self, dt.DT_FP32)
@@ -274,6 +315,12 @@ class Tensor:
 
     @property
     def T(self):
+        """All dims reversed (torch's .T; for 2-D the matrix transpose)."""
+        return _ops().permute(self, list(range(self.ndim))[::-1]) if self.ndim > 2 else _ops().transpose(self, -2, -1)
+
+    @property
+    def mT(self):
+        """The last two dims swapped (a batch of matrices transposed)."""
         return _ops().transpose(self, -2, -1)
 
     def __getitem__(self, key):

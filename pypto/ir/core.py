@@ -84,6 +84,19 @@ def _fmt(v) -> str:
     return str(v)
 
 
+def region_slices(offsets, shape, steps=None) -> tuple[slice, ...]:
+    """The numpy index of a window: `shape` elements from `offsets`, every `steps`-th (default 1)."""
+    steps = steps or (1,) * len(shape)
+    return tuple(slice(o, o + (s - 1) * k + 1, k) for o, s, k in zip(offsets, shape, steps))
+
+
+def region_text(offsets, shape, steps=None) -> str:
+    """`[0:8,0:64:2]`: a window as slices (a step only where it is not 1)."""
+    steps = steps or (1,) * len(shape)
+    return "[" + ",".join(f"{o}:{o + s * k - (k - 1)}" + (f":{k}" if k != 1 else "")
+                          for o, s, k in zip(offsets, shape, steps)) + "]"
+
+
 def fmt_shape(shape) -> str:
     return "[" + ",".join(str(s) for s in shape) + "]"
 

@@ -57,9 +57,11 @@ class GMRef:
         nat = natural_strides(self.shape)
         return all(s == n for s, n, d in zip(self.strides, nat, self.shape) if d != 1) or prod(self.shape) <= 1
 
-    def window(self, offsets, shape) -> "GMRef":
+    def window(self, offsets, shape, steps=None) -> "GMRef":
+        """`shape` elements from `offsets`, every `steps`-th along each dim (default 1)."""
         off = self.offset + sum(o * s for o, s in zip(offsets, self.strides))
-        return GMRef(self.buf, off, tuple(shape), self.strides)
+        strides = self.strides if not steps else tuple(s * k for s, k in zip(self.strides, steps))
+        return GMRef(self.buf, off, tuple(shape), strides)
 
     def transpose(self, a: int, b: int) -> "GMRef":
         sh, st = list(self.shape), list(self.strides)

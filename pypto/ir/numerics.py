@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import dtypes as dt
+from .core import region_slices
 from .ops import OPS, Builder
 from .tensor import TensorGraph, TNode
 
@@ -251,7 +252,7 @@ def output_bounds(g: TensorGraph, values: dict[int, np.ndarray],
     out = {name: np.zeros(np.shape(initial[name]), _F64) for name in g.output_names}
     for n in g.nodes:
         if n.op == "store":
-            region = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
+            region = region_slices(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             out[n.attrs["param"]][region] = per_node[n.inputs[0]].full_e.reshape(n.shape)
     return out
 

@@ -33,7 +33,7 @@ from typing import Callable
 
 import numpy as np
 
-from .core import broadcast_shapes
+from .core import broadcast_shapes, region_slices
 
 GELU_C = 0.7978845608028654         # sqrt(2 / pi)
 LN2 = 0.6931471805599453
@@ -212,7 +212,7 @@ def _np_matmul(args, a):
 
 
 def _np_window(args, a):
-    return args[0][tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))]
+    return args[0][region_slices(a["offsets"], a["shape"], a.get("steps"))]
 
 
 def _np_softmax(args, a):
@@ -448,6 +448,114 @@ def _reduce(name, tile, doc, ref, precision, bound, **kw) -> Op:
     return Op(name, "reduce", 1, doc, _reduced, ref, False, precision, bound=bound, tile=tile, **kw)
 
 
+# --- math, reductions and creation (grown through the registry): decompositions
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _tanh(b, x):
+    return b.bins("sub", b.bins("mul", _sigmoid(b, b.bins("mul", x, 2.0)), 2.0), 1.0)
+
+
+def _softplus(b, x):
+    return b.bin("add", b.un("relu", x), b.un("log", b.bins("add", b.un("exp", b.un("neg", b.un("abs", x))), 1.0)))
+
+
+def _np_softplus(x):
+    return np.maximum(x, 0.0) + np.log1p(np.exp(-np.abs(x)))
+
+
+def _elu_neg(b, x, alpha, inner=1.0):
+    """alpha (exp(min(x, 0) * inner) - 1): the negative branch of elu / celu / selu (0 for x >= 0)."""
+    m = b.bins("minimum", x, 0.0)
+    return b.bins("mul", b.bins("sub", b.un("exp", m if inner == 1.0 else b.bins("mul", m, inner)), 1.0), alpha)
+
+
+def _odd(b, x, f):
+    """f(|x|) with the sign of x (f(0) = 0): an odd function without cancellation for x < 0."""
+    r = f(b.un("abs", x))
+    return b.select(b.cmps("lt", x, 0), b.un("neg", r), r)
+
+
+def _lerp(b, ins, a):
+    x, y = ins[0], ins[1]
+    d = b.bin("sub", y, x)
+    return b.bin("add", x, b.bin("mul", d, ins[2]) if len(ins) > 2 else b.bins("mul", d, a["weight"]))
+
+
+def _np_lerp(args, a):
+    w = args[2] if len(args) > 2 else a["weight"]
+    return args[0] + w * (args[1] - args[0])
+
+
+def _norm(b, ins, a):
+    x, dim, p = ins[0], a["dim"], a["p"]
+    if p == 1:
+        r = b.red("sum", b.un("abs", x), dim)
+    elif p == float("inf"):
+        r = b.red("amax", b.un("abs", x), dim)
+    else:
+        r = b.un("sqrt", b.red("sum", b.bin("mul", x, x), dim))
+    return _drop(b, r, dim, a["keepdim"])
+
+
+def _np_norm(args, a):
+    x, p = np.abs(args[0]), a["p"]
+    kw = {"axis": a["dim"], "keepdims": a["keepdim"]}
+    if p == 1:
+        return np.sum(x, **kw)
+    if p == float("inf"):
+        return np.max(x, **kw)
+    return np.sqrt(np.sum(x * x, **kw))
+
+
+def _mod_bound(f, floored):
+    """a mod b: first order e_a + |q| e_b (q the quotient, floored or truncated); where the result
+    may jump (it is within its bound of 0 or of |b|), no claim."""
+    def rule(ins, a):
+        x, y = ins
+        with np.errstate(all="ignore"):
+            v = f(x.v, y.v)
+            q = np.abs((np.floor if floored else np.trunc)(np.asarray(x.v, np.float64) / y.v))
+            e = x.e + np.where(y.e > 0, (q + 1) * y.e, 0.0)
+            near = (e > 0) & ((np.abs(v) <= e) | (np.abs(np.abs(v) - np.abs(y.v)) <= e))
+        return x.__class__(v, np.where(near, np.inf, e))
+    return rule
+
+
+def _prod_bound(ins, a):
+    """prod(|x| + e) - prod(|x|) (the most the factors' errors move the product), plus n - 1
+    roundings of the (fp32 at least) accumulator."""
+    x, d = ins[0], a["dim"]
+    m = np.abs(np.asarray(x.v, np.float64))
+    kw = {"axis": d, "keepdims": a["keepdim"]}
+    p = np.prod(m, **kw)
+    e = np.prod(m + x.full_e, **kw) - p
+    if a.get("float_acc", True) and m.shape[d] > 1:
+        e = e + (m.shape[d] - 1) * 2.0 ** -24 * p
+    return x.__class__(np.prod(x.v, **kw), e)
+
+
+def _integral_bound(half):
+    """floor / ceil / trunc / round: exact, unless the operand's bound reaches a point where the
+    result jumps (an integer; a half-integer for round): there no claim."""
+    def rule(ins, a):
+        x = ins[0]
+        t = np.asarray(x.v, np.float64) + (0.5 if half else 0.0)
+        e = x.full_e
+        with np.errstate(invalid="ignore"):
+            near = (e > 0) & (np.abs(t - np.round(t)) <= e)
+        return x.__class__(x.v, np.where(near, np.inf, 0.0))
+    return rule
+
+
+def _integral(name, mode, doc, np_fn) -> Op:
+    """A rounding to an integral value: TCVT with a rounding mode, in the operand's dtype."""
+    return Op(name, "unary", 1, doc, _same, lambda args, a: np_fn(args[0]), False, "exact",
+              bound=_integral_bound(mode == "RINT"), tile="CVT", idempotent=True, extra={"round": mode})
+
+
 _ROWS = [
     Op("input", "input", 0, "a kernel parameter"),
     Op("const", "const", 0, "a Python number used as an operand"),
@@ -576,6 +684,79 @@ _ROWS = [
     _composite("pow", 1, "x ** exponent (a Python number): small integer powers by multiplication, 0.5 and -0.5 "
                "by sqrt and rsqrt, others as exp(exponent * log(x))",
                lambda args, a: np.power(args[0], a["exponent"]), lambda b, ins, a: _pow(b, ins[0], a["exponent"])),
+    # --- math, reductions and creation (grown through the registry)
+    _elementwise("mish", "x * tanh(softplus(x))", lambda x: x * np.tanh(_np_softplus(x)),
+                 lambda b, x: b.bin("mul", x, _tanh(b, _softplus(b, x)))),
+    _elementwise("logsigmoid", "log(sigmoid(x)), as min(x, 0) - log(1 + exp(-|x|))",
+                 lambda x: np.minimum(x, 0.0) - np.log1p(np.exp(-np.abs(x))),
+                 lambda b, x: b.bin("sub", b.bins("minimum", x, 0.0), b.un(
+                     "log", b.bins("add", b.un("exp", b.un("neg", b.un("abs", x))), 1.0)))),
+    _elementwise("softsign", "x / (1 + |x|)", lambda x: x / (1.0 + np.abs(x)),
+                 lambda b, x: b.bin("div", x, b.bins("add", b.un("abs", x), 1.0))),
+    _composite("celu", 1, "max(x, 0) + min(0, alpha (exp(x / alpha) - 1))",
+               lambda args, a: np.where(args[0] > 0, args[0], a["alpha"] * np.expm1(args[0] / a["alpha"])),
+               lambda b, ins, a: b.bin("add", b.un("relu", ins[0]), _elu_neg(b, ins[0], a["alpha"], 1.0 / a["alpha"]))),
+    _elementwise("selu", "scale (max(x, 0) + min(0, alpha (exp(x) - 1))), the self-normalising constants",
+                 lambda x: SELU_SCALE * np.where(x > 0, x, SELU_ALPHA * np.expm1(x)),
+                 lambda b, x: b.bins("mul", b.bin("add", b.un("relu", x), _elu_neg(b, x, SELU_ALPHA)), SELU_SCALE)),
+    _elementwise("tanhshrink", "x - tanh(x)", lambda x: x - np.tanh(x), lambda b, x: b.bin("sub", x, _tanh(b, x))),
+    _composite("hardshrink", 1, "x where |x| > lambd, else 0",
+               lambda args, a: np.where(np.abs(args[0]) > a["lambd"], args[0], 0.0).astype(args[0].dtype),
+               lambda b, ins, a: b.select(b.cmps("gt", b.un("abs", ins[0]), a["lambd"]), ins[0],
+                                          b.const(0.0, b.dtype(ins[0]))), wide=False, precision_class="exact"),
+    _composite("softshrink", 1, "x - lambd where x > lambd, x + lambd where x < -lambd, else 0: x - clamp(x, "
+               "-lambd, lambd)",
+               lambda args, a: np.where(args[0] > a["lambd"], args[0] - a["lambd"],
+                                        np.where(args[0] < -a["lambd"], args[0] + a["lambd"], 0.0)),
+               lambda b, ins, a: b.bin("sub", ins[0], _clamp(b, ins[0], -a["lambd"], a["lambd"]))),
+    _composite("prelu", 2, "x where x >= 0, else weight * x (weight broadcast along dim 1, or one element)",
+               lambda args, a: np.where(args[0] >= 0, args[0], args[1] * args[0]),
+               lambda b, ins, a: b.select(b.cmps("ge", ins[0], 0), ins[0], b.bin("mul", ins[1], ins[0])),
+               shape=_bcast),
+    _composite("lerp", -1, "start + weight (end - start); weight a number (attr) or a third tensor", _np_lerp,
+               _lerp, shape=lambda s, a: _bcast_all(s)),
+    _composite("hypot", 2, "sqrt(a^2 + b^2)", lambda args, a: np.sqrt(args[0] * args[0] + args[1] * args[1]),
+               lambda b, ins, a: b.un("sqrt", b.bin("add", b.bin("mul", ins[0], ins[0]), b.bin("mul", ins[1], ins[1]))),
+               shape=_bcast),
+    _composite("logaddexp", 2, "log(exp(a) + exp(b)), as max(a, b) + log(1 + exp(-|a - b|))",
+               lambda args, a: np.maximum(args[0], args[1]) + np.log1p(np.exp(-np.abs(args[0] - args[1]))),
+               lambda b, ins, a: b.bin("add", b.bin("maximum", ins[0], ins[1]), b.un("log", b.bins("add", b.un(
+                   "exp", b.un("neg", b.un("abs", b.bin("sub", ins[0], ins[1])))), 1.0))), shape=_bcast),
+    _composite("addcmul", 3, "x + value * t1 * t2", lambda args, a: args[0] + a["value"] * args[1] * args[2],
+               lambda b, ins, a: b.bin("add", ins[0], b.bins("mul", b.bin("mul", ins[1], ins[2]), a["value"])),
+               shape=lambda s, a: _bcast_all(s)),
+    _composite("addcdiv", 3, "x + value * t1 / t2", lambda args, a: args[0] + a["value"] * args[1] / args[2],
+               lambda b, ins, a: b.bin("add", ins[0], b.bins("mul", b.bin("div", ins[1], ins[2]), a["value"])),
+               shape=lambda s, a: _bcast_all(s)),
+    _elementwise("sinh", "(exp(x) - exp(-x)) / 2", np.sinh,
+                 lambda b, x: b.bins("mul", b.bin("sub", b.un("exp", x), b.un("exp", b.un("neg", x))), 0.5)),
+    _elementwise("cosh", "(exp(x) + exp(-x)) / 2", np.cosh,
+                 lambda b, x: b.bins("mul", b.bin("add", b.un("exp", x), b.un("exp", b.un("neg", x))), 0.5)),
+    _elementwise("asinh", "sign(x) log(|x| + sqrt(x^2 + 1)) (odd: no cancellation for x < 0)", np.arcsinh,
+                 lambda b, x: _odd(b, x, lambda a: b.un("log", b.bin("add", a, b.un("sqrt", b.bins(
+                     "add", b.bin("mul", a, a), 1.0)))))),
+    _elementwise("acosh", "log(x + sqrt((x - 1)(x + 1)))", np.arccosh,
+                 lambda b, x: b.un("log", b.bin("add", x, b.un("sqrt", b.bin(
+                     "mul", b.bins("sub", x, 1.0), b.bins("add", x, 1.0)))))),
+    _elementwise("atanh", "log((1 + x) / (1 - x)) / 2", np.arctanh,
+                 lambda b, x: b.bins("mul", b.un("log", b.bin("div", b.bins("add", x, 1.0),
+                                                              b.bin("sub", b.const(1.0, b.dtype(x)), x))), 0.5)),
+    _composite("rsub", 2, "b - a (torch's rsub)", lambda args, a: np.subtract(args[1], args[0]),
+               lambda b, ins, a: b.bin("sub", ins[1], ins[0]), shape=_bcast, wide=False, float_only=False),
+    _composite("norm", 1, "the p-norm over one dim: p = 2 sqrt(sum(x^2)), 1 sum(|x|), inf max(|x|)", _np_norm,
+               _norm, shape=_reduced),
+    _binary("remainder", "REM", "a mod b with the sign of b (torch's remainder, Python's %)", np.remainder,
+            "inexact", _mod_bound(np.remainder, True)),
+    _binary("fmod", "FMOD", "a mod b with the sign of a (C's fmod)", np.fmod, "exact", _mod_bound(np.fmod, False)),
+    _reduce("prod", "PROD", "product over one dim (floats accumulate in fp32 at least)",
+            lambda args, a: np.prod(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=acc_dtype(args[0].dtype)),
+            "accumulate", _prod_bound, combine="mul"),
+    _integral("floor", "FLOOR", "the largest integral value <= x", np.floor),
+    _integral("ceil", "CEIL", "the smallest integral value >= x", np.ceil),
+    _integral("round", "RINT", "the nearest integral value, ties to even (as torch.round)", np.rint),
+    _integral("trunc", "TRUNC", "the integral part of x (rounded towards 0)", np.trunc),
+    _composite("frac", 1, "x - trunc(x): the fractional part, with x's sign", lambda args, a: args[0] - np.trunc(args[0]),
+               lambda b, ins, a: b.bin("sub", ins[0], b.un("trunc", ins[0])), wide=False),
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}

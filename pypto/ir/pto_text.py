@@ -26,7 +26,7 @@ import re
 
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
-from ..target.isa import ATTRS, COMPARE_MODES, INSTRUCTIONS, KINDS
+from ..target.isa import ATTRS, COMPARE_MODES, INSTRUCTIONS, KINDS, ROUND_MODES
 from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
@@ -251,6 +251,18 @@ def _attr_value(key: str, text: str):
         if text not in COMPARE_MODES:
             raise _Problem("unknown comparison", expected="cmp=" + " or cmp=".join(COMPARE_MODES), got=f"cmp={text}")
         return text
+    if key == "round":
+        if text not in ROUND_MODES:
+            raise _Problem("unknown rounding mode", expected="round=" + " or round=".join(ROUND_MODES),
+                           got=f"round={text}")
+        return text
+    if key in ("start", "step"):
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        try:
+            return float(text)
+        except ValueError:
+            raise _Problem(f"bad {key}", expected=f"{key}=<number>", got=text) from None
     if key == "act":
         if text not in STORE_ACTIVATIONS:
             raise _Problem("unknown activation of a store", expected="act=" + " or act=".join(STORE_ACTIVATIONS),

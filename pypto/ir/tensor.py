@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, TextForm, fmt_shape
+from .core import Attrs, TextForm, fmt_shape, region_text
 from .ops import OPS
 
 
@@ -113,12 +113,12 @@ def node_text(n: TNode) -> str:
     rhs = f"{n.op}({args})" + (f" {attrs}" if attrs else "")
     loc = f"  @{n.loc.short()}" if n.loc else ""
     if n.op == "store":
-        return f"store {n.attrs['param']}{_region(n.attrs['offsets'], n.shape)} <- %{n.inputs[0]}{loc}"
+        return f"store {n.attrs['param']}{_region(n.attrs['offsets'], n.shape, n.attrs.get('steps'))} <- %{n.inputs[0]}{loc}"
     return f"%{n.id} = {rhs} : {n.dtype}{fmt_shape(n.shape)}{loc}"
 
 
-def _region(offsets, shape) -> str:
-    return "[" + ",".join(f"{o}:{o + s}" for o, s in zip(offsets, shape)) + "]"
+def _region(offsets, shape, steps=None) -> str:
+    return region_text(offsets, shape, steps)
 
 
 def print_graph(g: TensorGraph) -> str:
@@ -161,10 +161,11 @@ def verify(g: TensorGraph) -> None:
             p = params.get(n.attrs["param"])
             if p is None:
                 fail("store to an unknown parameter", got=n.attrs["param"])
-            for o, s, full in zip(n.attrs["offsets"], n.shape, p.shape):
-                if o < 0 or o + s > full:
+            steps = n.attrs.get("steps") or (1,) * len(n.shape)
+            for o, s, k, full in zip(n.attrs["offsets"], n.shape, steps, p.shape):
+                if o < 0 or o + (s - 1) * k + 1 > full:
                     fail("store region out of bounds", expected=fmt_shape(p.shape),
-                         got=_region(n.attrs["offsets"], n.shape))
+                         got=_region(n.attrs["offsets"], n.shape, n.attrs.get("steps")))
         if spec.kind not in ("input", "const") and spec.arity != -1:
             want = infer_shape(n.op, [g.node(i).shape for i in n.inputs], n.attrs)
             if want != n.shape:

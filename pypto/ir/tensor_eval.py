@@ -13,6 +13,7 @@ import numpy as np
 
 from ..dtypes import ALL_DTYPES
 from ..errors import UnsupportedError
+from .core import region_slices
 from .ops import OPS
 from .tensor import TensorGraph, TNode
 
@@ -48,7 +49,7 @@ def evaluate(g: TensorGraph, arrays: dict[str, np.ndarray], values: dict | None 
     vals: dict[int, np.ndarray] = {} if values is None else values
     for n in g.nodes:
         if n.op == "store":
-            region = tuple(slice(o, o + s) for o, s in zip(n.attrs["offsets"], n.shape))
+            region = region_slices(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             outs[n.attrs["param"]][region] = vals[n.inputs[0]]
             continue
         vals[n.id] = eval_node(n, [vals[i] for i in n.inputs], params)

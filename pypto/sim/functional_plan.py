@@ -110,6 +110,10 @@ def _via(f, dst, *srcs):                        # the result computed, then conv
     dst[...] = f(*srcs)
 
 
+def _iota(f, start, step, axis, dst):          # TCI: the sequence along axis (from the end)
+    f(start, step, axis, out=dst)
+
+
 def _reduce(f, axis, dst, src):
     dst[...] = f(src, axis=axis, keepdims=True)
 
@@ -199,6 +203,14 @@ def _decode(ins: Instr):
     op, dst, srcs = ins.op, ins.dst, ins.srcs
     row = INSTRUCTIONS.get(op)
     kind = None if row is None else row.kind
+    if kind == "cvt" and ins.attrs.get("round") is not None:      # to an integral value (TCVT round=)
+        f = row.math(ins.attrs)
+        if f is None:
+            raise SimulationError(f"no functional rule for {op} with round={ins.attrs['round']}", loc=ins.loc)
+        return _elementwise(f, dst, srcs[:1])
+    if kind == "iota":                                             # TCI: no sources
+        axis = normalize_axis_index(ins.attrs.get("dim", -1), len(_shape(dst))) - len(_shape(dst))
+        return partial(_iota, row.semantics, ins.attrs.get("start", 0), ins.attrs.get("step", 1), axis), (dst,)
     if kind in ("load", "store", "cvt", "move"):
         act = ins.attrs.get("act")
         if act is None:

@@ -52,6 +52,7 @@ KINDS: dict[str, Kind] = {
     "select": Kind(("UB",), (("UB",), ("UB",), ("UB",)), "vector", "UB <- mask UB, UB, UB"),
     "select_scalar": Kind(("UB",), (("UB",), ("UB",), ("num",)), "vector", "UB <- mask UB, UB, scalar"),
     "fill": Kind(("UB",), (("num",),), "vector", "UB <- scalar"),
+    "iota": Kind(("UB",), (), "vector", "UB <- start + i * step along dim (start=, step=, dim=)"),
     "flag": Kind((), (), "sync", "pipe -> pipe, EVENT_ID", ""),
     "barrier": Kind((), (), "sync", "pipe", "S"),
     "cross": Kind((), (), "sync", "pipe -> AIV slot / AIC -> pipe, EVENT_ID", ""),
@@ -59,8 +60,9 @@ KINDS: dict[str, Kind] = {
 
 
 # the attributes an instruction may carry, in the order the PTO text prints them: the reduced
-# dim, an extract's offsets, a conversion's target dtype, a store's activation, a comparison
-ATTRS = ("dim", "offsets", "to", "act", "cmp")
+# dim, an extract's offsets, a conversion's target dtype, a store's activation, a comparison,
+# a conversion's rounding mode, an integer sequence's first value and step
+ATTRS = ("dim", "offsets", "to", "act", "cmp", "round", "start", "step")
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,8 @@ BINARY_FNS: dict[str, tuple[Callable, int, str]] = {
     "DIV": (np.divide, 4, "a / b"),
     "MAX": (np.maximum, 1, "max(a, b)"),
     "MIN": (np.minimum, 1, "min(a, b)"),
+    "REM": (np.remainder, 4, "a mod b with the sign of b (Python's %, floored)"),
+    "FMOD": (np.fmod, 4, "a mod b with the sign of a (C's fmod, truncated)"),
 }
 # the comparisons of TCMP / TCMPS (attr cmp=): a mask (bool) per element
 COMPARE_MODES: dict[str, Callable] = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
@@ -122,7 +126,12 @@ REDUCE_FNS: dict[str, tuple[Callable, int, str]] = {
     "SUM": (sem.reduce_sum, 2, "sum"),
     "MAX": (sem.reduce_max, 2, "maximum"),
     "MIN": (sem.reduce_min, 2, "minimum"),
+    "PROD": (sem.reduce_prod, 2, "product"),
 }
+# the rounding modes of TCVT (attr round=; PTO's CAST_RINT, ...): to an integral value, kept in
+# the destination's dtype (RINT: to nearest, ties to even; ROUND: ties away from zero)
+ROUND_MODES: dict[str, Callable] = {"RINT": np.rint, "ROUND": sem.round_half_away, "FLOOR": np.floor,
+                                    "CEIL": np.ceil, "TRUNC": np.trunc}
 EXPAND_FORMS = ("ROWEXPAND", "COLEXPAND")
 REDUCE_FORMS = ("ROW", "COL")
 
@@ -139,7 +148,10 @@ def _rows() -> list[Instruction]:
     ]
     rows += [Instruction(f"T{fn}", "unary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in UNARY_FNS.items()]
     rows.append(Instruction("TNOT", "unary", "NOT", "", np.logical_not, 1, doc="not x (a mask)"))
-    rows.append(Instruction("TCVT", "cvt", "CVT", doc="dtype conversion"))
+    rows.append(Instruction("TCVT", "cvt", "CVT", modes=("round", ROUND_MODES),
+                            doc="dtype conversion; with round= (RINT ROUND FLOOR CEIL TRUNC) to an integral value"))
+    rows.append(Instruction("TCI", "iota", "CI", "", sem.iota, 1,
+                            doc="an arithmetic sequence: start + i * step, i the index along dim (start=, step=, dim=)"))
     rows += [Instruction(f"T{fn}", "binary", fn, "", f, slope, doc=d) for fn, (f, slope, d) in BINARY_FNS.items()]
     rows += [Instruction(f"T{fn}S", "scalar", fn, "S", f, slope, doc=d.replace("b", "scalar"))
              for fn, (f, slope, d) in BINARY_FNS.items()]

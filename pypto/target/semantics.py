@@ -57,6 +57,27 @@ def reduce_min(x, axis, keepdims):
     return np.min(x, axis=axis, keepdims=keepdims)
 
 
+def reduce_prod(x, axis, keepdims):
+    """A product of fp16/bf16 accumulated in fp32 and rounded once; others in their own dtype."""
+    return np.prod(x, axis=axis, keepdims=keepdims, dtype=wide(x.dtype)).astype(x.dtype, copy=False)
+
+
+def round_half_away(x, out=None):
+    """TCVT round=ROUND: to the nearest integral value, ties away from zero."""
+    t = np.trunc(x)
+    return rounded(np.where(np.abs(x - t) >= 0.5, t + np.sign(x), t), x.dtype, out)
+
+
+def iota(start, step, axis, out):
+    """TCI: start + i * step along `axis` of `out` (i = 0, 1, ...; counted from the end, so
+    leading task axes do not shift it), computed in float64 and converted once."""
+    n = out.shape[axis]
+    shape = [1] * (-axis)
+    shape[0] = n
+    out[...] = (start + step * np.arange(n, dtype=np.float64)).reshape(shape)
+    return out
+
+
 def product(dtype):
     """TMATMUL: both factors converted to the accumulator's dtype (an fp16/bf16 accumulator: the
     product computed in fp32 and rounded once)."""

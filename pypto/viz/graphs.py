@@ -12,7 +12,7 @@ core, and the kernel source line it comes from.
 """
 from __future__ import annotations
 
-from ..ir.core import fmt_shape
+from ..ir.core import fmt_shape, region_text
 from ..ir.exec import SYNC_OPS
 
 COLLAPSE_ABOVE = 32          # more tasks than this: one node per (group, wave)
@@ -97,8 +97,7 @@ def tensor_graph(g):
             label = f"{param}\n{n.dtype}{fmt_shape(n.shape)}"
             attrs.update(shape="box", style="filled", fillcolor="#e0e0e0", penwidth="1.5")
         elif n.op == "store":
-            off = n.attrs["offsets"]
-            region = "[" + ",".join(f"{o}:{o + s}" for o, s in zip(off, n.shape)) + "]"
+            region = region_text(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             label = f"store {n.attrs['param']}{region}\n{where}"
             attrs.update(shape="box", style="filled", fillcolor="#d9d9d9", penwidth="2")
         else:
