@@ -24,11 +24,13 @@ NEEDS = {
     "cast": ("shape", "ref"),
     "layout": ("shape", "ref", "bound"),
     "input": (), "const": (), "store": ("shape",),
+    "fill": ("shape", "ref", "bound", "tile"), "iota": ("shape", "ref", "bound", "tile"),
+    "scratch": ("shape", "ref"), "write": ("shape", "ref", "bound"),
 }
 PRECISIONS = ("inexact", "exact", "accumulate", "declared")
 # the forms of its math the tiling asks for, per kind (others fall back to broadcasting first)
 BASE_FORMS = {"unary": ("",), "binary": ("", "S"), "compare": ("", "S"), "select": ("", "S"),
-              "reduce": ("ROW", "COL")}
+              "reduce": ("ROW", "COL"), "fill": ("",), "iota": ("",)}
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -33,7 +33,10 @@ class _Group:
 
 
 def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
-    return g.node(n.inputs[0]).shape if OPS[n.op].kind == "reduce" else n.shape
+    """The domain a vector op iterates over: its input's for a reduction, the written value's
+    for a write, else its result's."""
+    kind = OPS[n.op].kind
+    return g.node(n.inputs[0 if kind == "reduce" else 1]).shape if kind in ("reduce", "write") else n.shape
 
 
 def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
@@ -69,7 +72,7 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 
     for n in g.nodes:
         kind = OPS[n.op].kind
-        if kind == "input":
+        if kind in ("input", "scratch"):
             source_group[n.id] = -1
         elif kind == "layout":
             source_group[n.id] = ensure_gm(n.inputs[0])
@@ -119,6 +122,10 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     for i in sorted(floating):              # read only by stores
         if users[i]:
             place(g.node(i))
+    for n in g.nodes:                       # a write's tiles go to its buffer, which is in GM
+        if OPS[n.op].kind == "write":
+            ensure_gm(n.inputs[0])
+            materialize.add(n.id)
     nodes = []
     for n in g.nodes:
         if n.id in group_of:
@@ -164,9 +171,10 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
         grp = groups[gid]
         if grp.kind != "vector":
             continue
+        shape = dom if OPS[n.op].kind == "write" else n.shape
         fits = grp.domain == dom or (OPS[n.op].kind != "reduce"
-                                     and broadcast_shapes(n.shape, grp.domain) == grp.domain
-                                     and len(n.shape) <= len(grp.domain))
+                                     and broadcast_shapes(shape, grp.domain) == grp.domain
+                                     and len(shape) <= len(grp.domain))
         if not fits:
             continue
         tile = grp.tile if "tile" not in n.attrs else normalize_vec_tile(n.attrs["tile"], grp.domain, dtype, n.loc)
@@ -185,7 +193,7 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
         chosen = _Group(len(groups), "vector", dom, own_tile)
         groups.append(chosen)
     for i in ins:
-        if floating is not None and i in floating:     # computed here, tile by tile, just before n
+        if join and floating is not None and i in floating:   # computed here, tile by tile, just before n
             floating.discard(i)
             chosen.members.append(i)
             group_of[i] = chosen.id

@@ -99,6 +99,12 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":
             store_value(rw, n)
+        elif n.op == "write" and OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind not in ("scratch", "write"):
+            # the first write into a value: into a copy of it (a buffer of its own, so that other
+            # readers of the value still see it unwritten); `state` keeps the copy from merging
+            base = rw.map[n.inputs[0]]
+            c = rw.emit("copy", [base], rw.shape(base), rw.dtype(base), {"state": n.id})
+            rw.map[n.id] = rw.emit("write", [c, rw.map[n.inputs[1]]], n.shape, n.dtype, n.attrs, n.loc)
         elif n.op == "reshape" and not _gm_layout(rw, rw.map[n.inputs[0]]).is_contiguous():
             # a reshape of a strided view (a transpose, a slice): its elements are copied into
             # a contiguous tensor first (a vector group, costed and shown like any other)
@@ -148,7 +154,7 @@ def store_value(rw: Rewriter, n: TNode, tile=None) -> int:
     """Emit store `n` of its (mapped) value; a GM view (a kernel input, or a reshape/transpose/
     slice) is not a computed value, so it is first copied (with tile attr `tile`, if any)."""
     src = rw.map[n.inputs[0]]
-    if OPS[rw.nodes[src].op].kind in ("layout", "input"):
+    if OPS[rw.nodes[src].op].kind in ("layout", "input", "write", "scratch"):   # in GM, not a tile op
         src = rw.emit("copy", [src], rw.shape(src), rw.dtype(src), _tile(tile))
     rw.map[n.id] = rw.emit("store", [src], n.shape, n.dtype, n.attrs, n.loc)
     return rw.map[n.id]
@@ -190,7 +196,8 @@ def _simplified(rw: Rewriter, n: TNode, users, origin) -> int | None:
         return rw.shape(i) == n.shape and rw.dtype(i) == n.dtype
 
     kind = OPS[n.op].kind
-    if n.op == "copy" and same(ins[0]) and OPS[rw.nodes[ins[0]].op].kind not in ("input", "layout", "const"):
+    if n.op == "copy" and same(ins[0]) and "state" not in n.attrs and \
+            OPS[rw.nodes[ins[0]].op].kind not in ("input", "layout", "const"):
         return ins[0]       # a copy of a computed value is that value (layout may have made one)
     if kind == "binary":
         a, b = ins

@@ -98,6 +98,10 @@ def _assign_homes(g: TensorGraph):
         kind = OPS[n.op].kind
         if kind == "input":
             homes[n.id] = GMRef.whole(by_name[n.attrs["param"]])
+        elif kind == "write":
+            # the buffer it writes (its readers read it whole); its tiles go to the region
+            homes[n.id] = homes[n.inputs[0]]
+            extra[n.id] = [homes[n.id].window(n.attrs["offsets"], n.attrs["shape"], n.attrs.get("steps"))]
         elif kind == "layout":
             src = homes[n.inputs[0]]
             ref = _layout(src, n)
@@ -107,7 +111,7 @@ def _assign_homes(g: TensorGraph):
                     loc=n.loc, expected="reshape of a contiguous tensor",
                     got=f"{n.op} of a window with strides {list(src.strides)}")
             homes[n.id] = ref
-        elif n.attrs.get("materialize") and n.id not in homes:
+        elif (n.attrs.get("materialize") or kind == "scratch") and n.id not in homes:
             ws = GMBuffer(f"ws{sum(b.role == 'workspace' for b in buffers)}", n.shape, n.dtype, "workspace")
             buffers.append(ws)
             homes[n.id] = GMRef.whole(ws)
@@ -170,8 +174,9 @@ def _epilogue_order(g, ms, cube_tile_of):
 
 
 def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> GroupInfo:
-    first = ms[0]
-    domain = g.node(first.inputs[0]).shape if OPS[first.op].kind == "reduce" else first.shape
+    first = _domain_node(ms)
+    kind0 = OPS[first.op].kind            # (fusion's rule: a reduction's input, a write's value)
+    domain = g.node(first.inputs[0 if kind0 == "reduce" else 1]).shape if kind0 in ("reduce", "write") else first.shape
     tile = first.attrs["tile"]
     r = len(domain)
     ntiles = [ceil_div(d, t) for d, t in zip(domain, tile)]
@@ -212,17 +217,28 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
                 return ("tile", cur[i])
 
             for m in ms:
+                if m.op == "write":         # its value's tile, stored into the written region
+                    cur[m.id] = operand(m.inputs[1], m)[1]
+                    continue
                 cur[m.id] = _vector_op(g, m, [operand(i, m) for i in m.inputs], domain, start, extent, tile,
                                        em, acc, k, n_inner, pd)
             for m in to_store:
                 if not _complete(m, domain, ntiles, idx):
                     continue
                 t = em.node(cur[m.id])
-                offs, valid, _ = _projection(m.shape, domain, start, extent, tile)
-                for ref in [homes[m.id]] + extra_stores.get(m.id, []):
+                written = m.op == "write"
+                offs, valid, _ = _projection(g.node(m.inputs[1]).shape if written else m.shape, domain, start,
+                                             extent, tile)
+                for ref in ([] if written else [homes[m.id]]) + extra_stores.get(m.id, []):
                     em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
                             gm=ref.window(offs, valid))
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+def _domain_node(ms):
+    """The member that set the group's domain: its first with inputs (values made from nothing,
+    fills and iotas, join the group of their reader just before it, and may be smaller)."""
+    return next((m for m in ms if m.inputs), ms[0])
 
 
 def _check_size(n_ops: int, n, domain, tile) -> None:
@@ -239,12 +255,13 @@ def _check_size(n_ops: int, n, domain, tile) -> None:
                           "smaller problem")
 
 
-def _complete(m, domain, ntiles, idx) -> bool:
+def _complete(m, domain, ntiles, idx, g=None) -> bool:
     """A value's tile is final at this iteration (last tile along every dim it is broadcast over)."""
-    off = len(domain) - len(m.shape)
+    shape = m.shape if m.op != "write" else domain
+    off = len(domain) - len(shape)
     for i in range(len(domain)):
         j = i - off
-        broadcast = j < 0 or (m.shape[j] == 1 and domain[i] != 1)
+        broadcast = j < 0 or (shape[j] == 1 and domain[i] != 1)
         if broadcast and ntiles[i] > 1 and idx[i] != ntiles[i] - 1:
             return False
     return True
@@ -279,6 +296,8 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
         return acc[m.id]
     if kind in ("binary", "compare"):
         return _binary(m, ops, em, out)
+    if kind in ("fill", "iota"):
+        return _source(m, row, offs, out)
     if kind == "select":
         return _select(m, ops, em, out)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
@@ -291,6 +310,16 @@ def _row_attrs(row, op: str, m) -> dict:
     if isa_row(op).kind == "cvt":
         attrs["to"] = m.dtype.name
     return attrs
+
+
+def _source(m, row, offs, out) -> int:
+    """A value made from nothing: TEXPANDS of its value, or TCI of the sequence from this tile's
+    offset (element j of a tile starting at index c along the dim is start + (c + j) * step)."""
+    op, a = find(row.tile), m.attrs
+    if row.kind == "fill":
+        return out(op, [], scalar=a["value"])
+    d = a["dim"]
+    return out(op, [], dim=d, start=a["start"] + offs[d] * a["step"], step=a["step"])
 
 
 def _bcast_kind(a: TileNode, b: TileNode) -> str:
@@ -326,12 +355,14 @@ def _has(fn: str, form: str) -> bool:
         return False
 
 
-def _expanded(em: _Emitter, m, t: int, ref: int, key: str) -> int:
+def _expanded(em: _Emitter, m, t: int, ref: int, key: str, by_shape: bool = False) -> int:
     """Tile t broadcast against tile ref (one TROWEXPAND / TCOLEXPAND: a row vector, a column
-    vector or a single element spread over the shape both make); t itself when it has it."""
+    vector or a single element spread over the shape both make); t itself when it has it
+    (`by_shape`: judged by the tile shapes, not the valid ones, so that a tail tile whose valid
+    extent is 1 is expanded as the full tiles are)."""
     tt, tr = em.node(t), em.node(ref)
     shape, valid = _broadcast(tt.shape, tr.shape), _broadcast(tt.valid, tr.valid)
-    form = _expand_kind(valid, tt.valid)
+    form = _expand_kind(shape, tt.shape) if by_shape else _expand_kind(valid, tt.valid)
     if not form:
         return t
     return em.emit(find("", form + "EXPAND"), [t, ref], shape, valid, tt.dtype, "?", key, m.loc)
@@ -360,12 +391,13 @@ def _binary(m, ops, em: _Emitter, out) -> int:
         return out(find(fn, "S"), [a], scalar=b, **attrs)
     ta, tb = em.node(a), em.node(b)
     kind_b, kind_a = _bcast_kind(ta, tb), _bcast_kind(tb, ta)
-    if (kind_a and not _has(fn, kind_a + "EXPAND")) or (kind_b and not _has(fn, kind_b + "EXPAND")):
-        # no broadcasting form of this math (TCMP, TAND, ...): broadcast the operands first
-        if kind_a:
-            a = _expanded(em, m, a, b, f"n{m.id}.bc")
-        if kind_b:
-            b = _expanded(em, m, b, a, f"n{m.id}.bcb")
+    if (kind_a and not _has(fn, kind_a + "EXPAND")) or (kind_b and not _has(fn, kind_b + "EXPAND")) or (
+            ta.shape != tb.shape and not _has(fn, "ROWEXPAND")):
+        # no broadcasting form of this math (TCMP, TAND, ...): broadcast the operands first, as
+        # their tile shapes say (a tail tile then runs the instructions the full ones do: the
+        # buffer allocation plans the slots of every iteration from one of them)
+        a = _expanded(em, m, a, b, f"n{m.id}.bc", by_shape=True)
+        b = _expanded(em, m, b, a, f"n{m.id}.bcb", by_shape=True)
         return out(find(fn), [a, b], **attrs)
     if kind_a and not kind_b:
         if row.commutative:
@@ -388,13 +420,14 @@ def _select(m, ops, em: _Emitter, out) -> int:
     if km == "scalar":  # pragma: no cover - the frontend folds a constant condition
         raise UnsupportedError("where with a constant condition", loc=m.loc)
     tiles = [t for k, t in ops if k == "tile"]
-    target = functools.reduce(_broadcast, (em.node(t).valid for t in tiles))
+    # by tile shapes, not valid ones: a tail tile runs the instructions the full ones do
+    target = functools.reduce(_broadcast, (em.node(t).shape for t in tiles))
     done: dict[int, int] = {}               # operand tile -> it at the result's shape
-    full = next((t for t in tiles if tuple(em.node(t).valid) == tuple(target)), None)
+    full = next((t for t in tiles if tuple(em.node(t).shape) == tuple(target)), None)
     if full is None:                        # no operand has the result's shape: spread the first
         full = tiles[0]
         for t in tiles[1:]:
-            full = _expanded(em, m, full, t, f"n{m.id}.bc")
+            full = _expanded(em, m, full, t, f"n{m.id}.bc", by_shape=True)
         done[tiles[0]] = full
     ref = em.node(full)
 
@@ -402,7 +435,7 @@ def _select(m, ops, em: _Emitter, out) -> int:
         if k == "scalar":
             return em.emit(find("FILL"), [], ref.shape, ref.valid, m.dtype, "?", f"n{m.id}.{name}", m.loc, scalar=t)
         if t not in done:
-            done[t] = _expanded(em, m, t, full, f"n{m.id}.{name}")
+            done[t] = _expanded(em, m, t, full, f"n{m.id}.{name}", by_shape=True)
         return done[t]
     mask, a = tile_of(km, mask, "m"), tile_of(ka, a, "a")
     if kb == "scalar":

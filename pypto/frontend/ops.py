@@ -346,6 +346,144 @@ def round(x, decimals: int = 0):
 
 fix = trunc
 
+def _size_args(shape, op: str) -> tuple[int, ...]:
+    """A shape given as ints (zeros(2, 3)) or one list/tuple (zeros((2, 3)))."""
+    if len(shape) == 1 and isinstance(shape[0], (list, tuple)):
+        shape = tuple(shape[0])
+    dims = Tensor(shape).shape if shape else ()
+    if not dims:
+        raise ShapeError(f"{op}: a 0-d tensor", loc=user_loc(), expected="at least one dim", got="shape []")
+    return dims
+
+
+def _dtype_arg(dtype, default, op: str):
+    if dtype is None:
+        return default
+    d = dtype if isinstance(dtype, dt.DType) else Tensor((1,), dtype).dtype
+    return d
+
+
+def full(shape, fill_value, dtype=None):
+    """A tensor of `shape` with every element `fill_value` (dtype: fp32 for a float value, int32
+    for an int, unless given); made in UB by TEXPANDS, tile by tile, where it is read."""
+    shape = _size_args((shape,), "full")
+    ctx = TraceContext.current("pypto.full")
+    default = dt.DT_FP32 if isinstance(fill_value, float) else dt.DT_INT32
+    dtype = _dtype_arg(dtype, default, "full")
+    if isinstance(fill_value, bool) or not isinstance(fill_value, numbers.Real):
+        raise DTypeError("full: the value must be a Python number", loc=user_loc(), expected="an int or a float",
+                         got=repr(fill_value)[:60])
+    _const(ctx, fill_value, Tensor((1,), dtype), "full")          # checks that it fits the dtype
+    v = float(fill_value) if dtype.is_float else int(fill_value)
+    return ctx.add("full", [], shape, dtype, shape=shape, value=v)
+
+
+def zeros(*size, dtype=dt.DT_FP32): return full(_size_args(size, "zeros"), 0, dtype)
+def ones(*size, dtype=dt.DT_FP32): return full(_size_args(size, "ones"), 1, dtype)
+
+
+def full_like(x, fill_value, dtype=None):
+    x = _tensor(x, "full_like")
+    return full(x.shape, fill_value, dtype or x.dtype)
+
+
+def zeros_like(x, dtype=None): return full_like(x, 0, dtype)
+def ones_like(x, dtype=None): return full_like(x, 1, dtype)
+
+
+def _iota(shape, dim: int, dtype, start=0, step=1) -> Tensor:
+    ctx = TraceContext.current("pypto.arange")
+    return ctx.add("iota", [], shape, dtype, shape=tuple(shape), dim=dim, start=start, step=step)
+
+
+def arange(start, end=None, step=1, dtype=None):
+    """[start, start + step, ...) below `end` (torch's arange; `arange(n)` is 0 .. n-1): int32
+    when all three are ints, else fp32 (unless given); made in UB by TCI, tile by tile."""
+    if end is None:
+        start, end = 0, start
+    for v, what in ((start, "start"), (end, "end"), (step, "step")):
+        _number(v, "arange", what)
+    if step == 0:
+        raise ShapeError("arange: step must not be 0", loc=user_loc(), expected="a nonzero step", got=step)
+    import math
+    n = math.ceil((end - start) / step)
+    if n < 1:
+        raise ShapeError("arange: an empty range", loc=user_loc(), expected="at least one element",
+                         got=f"arange({start}, {end}, {step})")
+    ints = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dtype = _dtype_arg(dtype, dt.DT_INT32 if ints else dt.DT_FP32, "arange")
+    if not dtype.is_float:
+        start, step = int(start), int(step)
+    else:
+        start, step = float(start), float(step)
+    return _iota((n,), 0, dtype, start, step)
+
+
+def eye(n, m=None, dtype=dt.DT_FP32):
+    """The n x m identity (ones where the row index equals the column index)."""
+    m = n if m is None else m
+    shape = Tensor((n, m)).shape
+    mask = eq(_iota((n, 1), 0, dt.DT_INT32), _iota((1, m), 1, dt.DT_INT32))
+    return cast(mask, _dtype_arg(dtype, dt.DT_FP32, "eye"))
+
+
+def _tri(op: str, x, diagonal) -> Tensor:
+    x = _tensor(x, op)
+    if x.ndim < 2:
+        raise ShapeError(f"{op} needs a matrix (or a batch of them)", loc=user_loc(), expected="at least 2 dims",
+                         got=list(x.shape))
+    if isinstance(diagonal, bool) or not isinstance(diagonal, numbers.Integral):
+        raise DTypeError(f"{op}: diagonal must be an int", loc=user_loc(), expected="an int", got=repr(diagonal))
+    return _ctx(x, op).add(op, [x], x.shape, x.dtype, diagonal=int(diagonal))
+
+
+def tril(x, diagonal=0):
+    """x on and below the diagonal (and `diagonal` diagonals above it; below for a negative one),
+    0 elsewhere: a mask of two TCI sequences compared, then TSELS."""
+    return _tri("tril", x, diagonal)
+
+
+def triu(x, diagonal=0):
+    """x on and above the diagonal (shifted by `diagonal`), 0 elsewhere."""
+    return _tri("triu", x, diagonal)
+
+
+def one_hot(tensor, num_classes: int):
+    """int32 [..., num_classes]: 1 where the class is the index (torch.nn.functional.one_hot; the
+    class count must be given: the data is not known while compiling)."""
+    idx = _tensor(tensor, "one_hot")
+    if idx.dtype not in (dt.DT_INT32, dt.DT_INT8):
+        raise DTypeError("one_hot: the indices must be integers", loc=user_loc(), expected="int32",
+                         got=str(idx.dtype))
+    if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 1:
+        raise UnsupportedError("one_hot: num_classes must be given", loc=user_loc(),
+                               expected="a positive int", got=repr(num_classes))
+    if idx.dtype != dt.DT_INT32:
+        idx = cast(idx, dt.DT_INT32)
+    a = {"num_classes": int(num_classes)}
+    return _ctx(idx, "one_hot").add("one_hot", [idx], check_shape("one_hot", [idx], a), dt.DT_INT32, **a)
+
+
+def _arg(op: str, x, dim, keepdim) -> Tensor:
+    x = _tensor(x, op)
+    if x.dtype == dt.DT_BOOL:
+        x = cast(x, dt.DT_INT32)
+    if dim is None:                     # over all elements (of the flattened tensor)
+        x, dim = reshape(x, [x.size]), 0
+    a = {"dim": _dim(x, dim, op), "keepdim": bool(keepdim)}
+    return _ctx(x, op).add(op, [x], check_shape(op, [x], a), dt.DT_INT32, **a)
+
+
+def argmax(x, dim=None, keepdim=False):
+    """int32 index of the largest element along dim (the first such; a row with nan gives its
+    first nan's index, as torch); dim=None: over all elements."""
+    return _arg("argmax", x, dim, keepdim)
+
+
+def argmin(x, dim=None, keepdim=False):
+    """int32 index of the smallest element along dim (the first such; nan as argmax)."""
+    return _arg("argmin", x, dim, keepdim)
+
 def _unary(op: str, x, **attrs) -> Tensor:
     """An element-wise op of one tensor, as its registry row says (float-only or not)."""
     x = _tensor(x, op)
@@ -734,6 +872,76 @@ def unbind(x, dim=0):
     return tuple(select(x, d, i) for i in range(x.shape[d]))
 
 
+def _scratch(ctx: TraceContext, shape, dtype) -> Tensor:
+    """A fresh tensor of the kernel to write into (a GM workspace)."""
+    return ctx.add("scratch", [], tuple(shape), dtype, shape=tuple(shape))
+
+
+def concat(tensors, dim=0):
+    """The tensors joined along `dim` (torch.cat): each is written into its part of a new tensor
+    (one copy per input, through GM)."""
+    ts = [_tensor(t, "concat") for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])]
+    if not ts:
+        raise ShapeError("concat: no tensors", loc=user_loc(), expected="at least one tensor", got="[]")
+    first = ts[0]
+    d = _dim(first, dim, "concat")
+    for t_ in ts[1:]:
+        if t_.ndim != first.ndim or any(a != b for k, (a, b) in enumerate(zip(t_.shape, first.shape)) if k != d):
+            raise ShapeError("concat: the tensors must match except along dim", loc=user_loc(),
+                             expected=f"[{', '.join('*' if k == d else str(s) for k, s in enumerate(first.shape))}]",
+                             got=list(t_.shape))
+        if t_.dtype != first.dtype:
+            raise DTypeError("concat: the tensors have different dtypes", loc=user_loc(), expected=str(first.dtype),
+                             got=str(t_.dtype))
+    if len(ts) == 1:
+        return first
+    shape = list(first.shape)
+    shape[d] = builtins.sum(t_.shape[d] for t_ in ts)
+    out = _scratch(_ctx(first, "concat"), shape, first.dtype)
+    start = 0
+    for t_ in ts:
+        offsets = [0] * len(shape)
+        offsets[d] = start
+        _store(out, t_, offsets, t_.shape)
+        start += t_.shape[d]
+    return out
+
+
+cat = concatenate = concat
+
+
+def stack(tensors, dim=0):
+    """The tensors (of one shape) stacked along a new dim."""
+    ts = [_tensor(t_, "stack") for t_ in tensors]
+    if not ts:
+        raise ShapeError("stack: no tensors", loc=user_loc(), expected="at least one tensor", got="[]")
+    if any(t_.shape != ts[0].shape for t_ in ts):
+        raise ShapeError("stack: the tensors must have one shape", loc=user_loc(), expected=list(ts[0].shape),
+                         got=[list(t_.shape) for t_ in ts])
+    return concat([unsqueeze(t_, dim) for t_ in ts], dim if dim >= 0 else dim)
+
+
+def pad(x, pad, value=0.0):
+    """x with `value` around it (torch.nn.functional.pad, constant mode): `pad` gives
+    (before, after) sizes for the last dim, then the one before it, ...:
+    pad(x, (1, 1, 2, 0)) adds 1 column on each side and 2 rows on top."""
+    x = _tensor(x, "pad")
+    pad = [int(p) for p in pad]
+    if len(pad) % 2 or len(pad) // 2 > x.ndim or any(p < 0 for p in pad):
+        raise ShapeError("pad: sizes come in (before, after) pairs, from the last dim", loc=user_loc(),
+                         expected=f"at most {x.ndim} pairs of sizes >= 0", got=tuple(pad))
+    shape, offsets = list(x.shape), [0] * x.ndim
+    for k in range(len(pad) // 2):
+        d = x.ndim - 1 - k
+        offsets[d] = pad[2 * k]
+        shape[d] += pad[2 * k] + pad[2 * k + 1]
+    if shape == list(x.shape):
+        return x
+    out = full(shape, value, x.dtype)
+    _store(out, x, offsets, x.shape)
+    return out
+
+
 def view(x, shape, offsets=None, steps=None):
     """A rectangular window of `x`: `shape` elements starting at `offsets` (CANN PyPTO's view),
     every `steps`-th element along each dim (default 1: `x[:, 1::2]` is steps (1, 2)).  A window
@@ -756,38 +964,88 @@ def view(x, shape, offsets=None, steps=None):
     return _ctx(x, "view").add("view", [x], shape, x.dtype, **attrs)
 
 
-def conv2d(x, weight, layout: str = "NCHW"):
-    """2-D convolution, stride 1, no padding: `x` [N, C, H, W] with `weight` [F, C, KH, KW]
-    (layout "NCHW"), or `x` [N, H, W, C] with `weight` [KH, KW, C, F] (layout "NHWC").
+def _pair(v, what: str) -> tuple[int, int]:
+    if isinstance(v, numbers.Integral):
+        v = (int(v), int(v))
+    v = tuple(int(a) for a in v)
+    if len(v) != 2:
+        raise ShapeError(f"conv2d: {what} takes one int or a pair", loc=user_loc(), expected="e.g. 1 or (1, 2)", got=v)
+    return v
+
+
+def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, layout: str = "NCHW"):
+    """2-D convolution (torch.nn.functional.conv2d's arguments): `x` [N, C, H, W] with `weight`
+    [F, C / groups, KH, KW] (layout "NCHW"), or `x` [N, H, W, C] with `weight` [KH, KW, C / groups, F]
+    (layout "NHWC"); `stride`, `padding` (zeros) and `dilation` as ints or (h, w) pairs.
 
     It runs on the cube as KH x KW matmuls, one per kernel position: the output rows of a window
-    of `x` (channels last) times that position's [C, F] weights, summed.  An NCHW tensor is read
-    channels-last through transposed views (NCHW <-> NHWC is a change of strides, not a copy),
-    and the result is transposed back; the `layout` pass folds the transposes two stacked NCHW
-    convolutions would otherwise apply twice."""
+    of `x` (channels last; every stride-th row and column, a strided view) times that position's
+    [C, F] weights, summed.  An NCHW tensor is read channels-last through transposed views (NCHW
+    <-> NHWC is a change of strides, not a copy), and the result is transposed back; the `layout`
+    pass folds the transposes two stacked NCHW convolutions would otherwise apply twice.  Padding
+    writes `x` into a zero tensor first.  A depthwise convolution (groups = C = F) runs on the
+    vector unit (per position: the window times that position's per-channel weights); other
+    groups are one convolution per group, concatenated along the channels."""
     x, weight = _tensor(x, "conv2d"), _tensor(weight, "conv2d")
     if layout not in ("NCHW", "NHWC"):
         raise UnsupportedError("conv2d: unknown layout", loc=user_loc(), expected="NCHW or NHWC", got=repr(layout))
     if x.ndim != 4 or weight.ndim != 4:
         raise ShapeError("conv2d: input and weight must be 4-D", loc=user_loc(),
                          expected=f"{layout} input and its weight", got=f"{list(x.shape)} and {list(weight.shape)}")
+    (sh, sw), (ph, pw), (dh, dw) = _pair(stride, "stride"), _pair(padding, "padding"), _pair(dilation, "dilation")
+    if min(sh, sw, dh, dw) < 1 or min(ph, pw) < 0:
+        raise ShapeError("conv2d: stride and dilation must be >= 1, padding >= 0", loc=user_loc(),
+                         expected="stride >= 1, dilation >= 1, padding >= 0",
+                         got=f"stride {(sh, sw)}, padding {(ph, pw)}, dilation {(dh, dw)}")
     if layout == "NCHW":
-        x = transpose(transpose(x, 1, 2), 2, 3)                            # N, H, W, C
-        weight = transpose(transpose(transpose(weight, 0, 2), 1, 3), 2, 3)   # KH, KW, C, F
+        x = permute(x, 0, 2, 3, 1)                                # N, H, W, C
+        weight = permute(weight, 2, 3, 1, 0)                      # KH, KW, C / groups, F
     n, h, w, c = x.shape
-    kh_, kw_, wc, f = weight.shape
-    if wc != c or kh_ > h or kw_ > w:
-        raise ShapeError("conv2d: weight does not fit the input", loc=user_loc(),
-                         expected=f"{c} input channels and a kernel of at most {h}x{w}",
-                         got=f"{wc} channels, kernel {kh_}x{kw_}")
-    oh, ow = h - kh_ + 1, w - kw_ + 1
-    out = None
-    for kh in range(kh_):
-        for kw in range(kw_):
-            part = matmul(view(x, (n, oh, ow, c), (0, kh, kw, 0)), view(weight, (1, 1, c, f), (kh, kw, 0, 0)))
-            out = part if out is None else add(out, part)
+    kh_, kw_, cg, f = weight.shape
+    if groups < 1 or c % groups or f % groups or cg * groups != c:
+        raise ShapeError("conv2d: weight does not fit the input's channels", loc=user_loc(),
+                         expected=f"C / groups = {c}/{groups} input channels per group and F divisible by groups",
+                         got=f"{cg} channels per group, {f} filters")
+    oh = (h + 2 * ph - dh * (kh_ - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw_ - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ShapeError("conv2d: the kernel does not fit the (padded) input", loc=user_loc(),
+                         expected=f"an extent of at most {h + 2 * ph}x{w + 2 * pw}",
+                         got=f"kernel {kh_}x{kw_} dilated by {(dh, dw)}")
+    if ph or pw:
+        x = pad(x, (0, 0, pw, pw, ph, ph), 0.0 if x.dtype.is_float else 0)
+    steps = (1, sh, sw, 1)
+
+    def window(t, kh, kw, channels=None):
+        c0, cn = channels or (0, t.shape[3])
+        return view(t, (n, oh, ow, cn), (0, kh * dh, kw * dw, c0), steps)
+
+    if groups == 1:
+        out = None
+        for kh in range(kh_):
+            for kw in range(kw_):
+                part = matmul(window(x, kh, kw), view(weight, (1, 1, c, f), (kh, kw, 0, 0)))
+                out = part if out is None else add(out, part)
+    elif groups == c and f == c:                                  # depthwise: on the vector unit
+        out = None
+        for kh in range(kh_):
+            for kw in range(kw_):
+                part = mul(window(x, kh, kw), reshape(view(weight, (1, 1, 1, f), (kh, kw, 0, 0)), [f]))
+                out = part if out is None else add(out, part)
+    else:
+        fg = f // groups
+        parts = [conv2d(view(x, (n, x.shape[1], x.shape[2], cg), (0, 0, 0, gi * cg)),
+                        view(weight, (kh_, kw_, cg, fg), (0, 0, 0, gi * fg)),
+                        stride=(sh, sw), dilation=(dh, dw), layout="NHWC") for gi in range(groups)]
+        out = concat(parts, dim=3)
+    if bias is not None:
+        bias = _tensor(bias, "conv2d")
+        if bias.shape != (f,):
+            raise ShapeError("conv2d: bias must have one value per filter", loc=user_loc(), expected=[f],
+                             got=list(bias.shape))
+        out = add(out, bias)
     if layout == "NCHW":
-        out = transpose(transpose(out, 2, 3), 1, 2)                        # N, F, OH, OW
+        out = transpose(transpose(out, 2, 3), 1, 2)               # N, F, OH, OW
     return out
 
 
@@ -869,10 +1127,6 @@ def setitem(dst: Tensor, key, value) -> None:
 
 def _store(dst: Tensor, value: Tensor, offsets, shape, steps=None) -> None:
     ctx = _ctx(dst, "assemble")
-    if dst._param is None:
-        raise UnsupportedError("only kernel arguments can be written to", loc=user_loc(),
-                               expected="out[...] = value, where out is a kernel argument",
-                               got="a write into an intermediate tensor")
     if value.dtype != dst.dtype:
         raise DTypeError(f"writing {value.dtype} data into '{dst._param}'", loc=user_loc(),
                          expected=str(dst.dtype), got=str(value.dtype))
@@ -882,10 +1136,16 @@ def _store(dst: Tensor, value: Tensor, offsets, shape, steps=None) -> None:
         raise ShapeError("write outside the output tensor", loc=user_loc(),
                          expected=f"a region inside {list(dst.shape)}",
                          got=f"shape {list(shape)} at offsets {list(offsets)}")
-    attrs = {"param": dst._param, "offsets": tuple(offsets), "shape": tuple(shape)}
+    attrs = {"offsets": tuple(offsets), "shape": tuple(shape)}
     if any(k != 1 for k in steps):
         attrs["steps"] = steps
-    ctx.add("store", [value], shape, value.dtype, **attrs)
+    if dst._param is None:
+        # a tensor of the kernel (pypto.zeros, a computed value, a concat's buffer): the write
+        # gives its new contents, and the proxy follows them (later reads see the write)
+        new = ctx.add("write", [dst, value], dst.shape, dst.dtype, **attrs)
+        dst._node = new._node
+        return
+    ctx.add("store", [value], shape, value.dtype, param=dst._param, **attrs)
     ctx.stored.add(dst._param)
 
 

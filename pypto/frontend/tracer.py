@@ -98,7 +98,8 @@ class TraceContext:
                 raise UnsupportedError(
                     f"'{t._param}' is read after the kernel wrote to it", loc=user_loc(),
                     expected="outputs to be written after their last read", got=f"a read of {t._param}")
-        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select") and self.vec_tile:
+        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select", "fill",
+                            "iota") and self.vec_tile:
             attrs.setdefault("tile", self.vec_tile)
         if op == "matmul" and self.cube_tile:
             attrs.setdefault("tile", self.cube_tile)
@@ -269,6 +270,10 @@ class Tensor:
     def round(self, decimals=0): return _ops().round(self, decimals)
     def trunc(self): return _ops().trunc(self)
     def frac(self): return _ops().frac(self)
+    def tril(self, diagonal=0): return _ops().tril(self, diagonal)
+    def triu(self, diagonal=0): return _ops().triu(self, diagonal)
+    def argmax(self, dim=None, keepdim=False): return _ops().argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return _ops().argmin(self, dim, keepdim)
     def pow(self, exponent): return _ops().pow(self, exponent)
     def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
     clip = clamp

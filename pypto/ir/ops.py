@@ -211,6 +211,21 @@ def _np_matmul(args, a):
     return np.matmul(x.astype(acc), y.astype(acc))
 
 
+def _np_write(args, a):
+    out = np.array(args[0], copy=True)
+    out[region_slices(a["offsets"], a["shape"], a.get("steps"))] = np.reshape(args[1], a["shape"])
+    return out
+
+
+def _write_bound(ins, a):
+    state, v = ins
+    region = region_slices(a["offsets"], a["shape"], a.get("steps"))
+    val, err = np.array(state.v, dtype=np.float64, copy=True), np.array(state.full_e, copy=True)
+    val[region] = np.reshape(v.v, a["shape"])
+    err[region] = np.reshape(v.full_e, a["shape"])
+    return state.__class__(val, err)
+
+
 def _np_window(args, a):
     return args[0][region_slices(a["offsets"], a["shape"], a.get("steps"))]
 
@@ -556,6 +571,64 @@ def _integral(name, mode, doc, np_fn) -> Op:
               bound=_integral_bound(mode == "RINT"), tile="CVT", idempotent=True, extra={"round": mode})
 
 
+class _NoError:
+    """The bound of a value made from nothing (before its own rounding): exact."""
+    e = np.zeros(())
+
+
+def _np_iota(a):
+    """start + i * step along dim `dim` of `shape` (i = 0, 1, ...), broadcast over the other dims."""
+    shape, d = tuple(a["shape"]), a["dim"]
+    col = a["start"] + a["step"] * np.arange(shape[d], dtype=np.float64)
+    return np.broadcast_to(col.reshape([-1 if k == d else 1 for k in range(len(shape))]), shape)
+
+
+def _iota(b, shape, dim, dtype, start=0, step=1):
+    """An iota of `shape` (1 except along dim, as a broadcast operand) in a decomposition."""
+    s = [1] * len(shape)
+    s[dim] = shape[dim]
+    return b.emit("iota", [], tuple(s), dtype, {"shape": tuple(s), "dim": dim, "start": start, "step": step,
+                                                **b.extra})
+
+
+def _tri_mask(b, shape, diagonal, lower):
+    """col - row <= diagonal (tril) or >= diagonal (triu), over the last two dims of `shape`."""
+    from ..dtypes import DT_INT32
+    r = len(shape)
+    rows = _iota(b, shape, r - 2, DT_INT32, start=diagonal)        # row + diagonal
+    cols = _iota(b, shape, r - 1, DT_INT32)
+    return b.cmp("le" if lower else "ge", cols, rows)
+
+
+def _arg_extreme(b, ins, a, red, cmp_nan):
+    """argmax / argmin: the smallest index where x equals its max (min) along dim, or where x is
+    nan (the first nan, as torch): amin(where(x == m or x != x, index, n))."""
+    from ..dtypes import DT_INT32
+    x, dim = ins[0], a["dim"]
+    n = b.shape(x)[dim]
+    hit = b.cmp("eq", x, b.red(red, x, dim))
+    if cmp_nan:
+        hit = b.bin("logical_or", hit, b.cmp("ne", x, x))
+    idx = b.select(hit, _iota(b, b.shape(x), dim, DT_INT32), b.const(n, DT_INT32))
+    return _drop(b, b.red("amin", idx, dim), dim, a["keepdim"])
+
+
+def _np_arg(f):
+    def ref(args, a):
+        r = f(args[0], axis=a["dim"])          # numpy: the first nan's index too
+        return np.expand_dims(r, a["dim"]) if a["keepdim"] else r
+    return ref
+
+
+def _one_hot(b, ins, a):
+    from ..dtypes import DT_INT32
+    idx, c = ins[0], a["num_classes"]
+    s = tuple(b.shape(idx)) + (1,)
+    col = b.reshape(idx, s)
+    hit = b.cmp("eq", col, _iota(b, s[:-1] + (c,), len(s) - 1, DT_INT32))
+    return b.cast(hit, DT_INT32)
+
+
 _ROWS = [
     Op("input", "input", 0, "a kernel parameter"),
     Op("const", "const", 0, "a Python number used as an operand"),
@@ -620,6 +693,12 @@ _ROWS = [
        bound=_layout_bound(lambda x, a: np.swapaxes(x, a["dim0"], a["dim1"]))),
     Op("view", "layout", 1, "a rectangular window", _from_attr, _np_window, precision="exact",
        bound=_layout_bound(lambda x, a: _np_window([x], a))),
+    # --- tensors written in place: a scratch buffer and writes into regions of one (functional
+    # in the graph: a write gives the new contents; the compiler writes one buffer in order)
+    Op("scratch", "scratch", 0, "a fresh tensor of the kernel (a GM workspace), zeros until written", _from_attr,
+       lambda args, a: np.zeros(a["shape"]), precision="exact"),
+    Op("write", "write", 2, "the tensor with `value` written into a region (x[region] = value on a tensor of "
+       "the kernel, assemble)", _same, _np_write, precision="declared", bound=_write_bound),
     # --- composites: written in the ops above
     _composite("mean", 1, "sum / n over one dim", lambda args, a: np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"]),
                lambda b, ins, a: _drop(b, _mean(b, ins[0], a["dim"]), a["dim"], a["keepdim"]), shape=_reduced),
@@ -757,6 +836,32 @@ _ROWS = [
     _integral("trunc", "TRUNC", "the integral part of x (rounded towards 0)", np.trunc),
     _composite("frac", 1, "x - trunc(x): the fractional part, with x's sign", lambda args, a: args[0] - np.trunc(args[0]),
                lambda b, ins, a: b.bin("sub", ins[0], b.un("trunc", ins[0])), wide=False),
+    # values made from nothing: a fill (TEXPANDS) and an arithmetic sequence (TCI)
+    Op("full", "fill", 0, "every element `value` (a tensor of shape `shape` and dtype)", _from_attr,
+       lambda args, a: np.full(tuple(a["shape"]), a["value"]), precision="inexact",
+       bound=lambda ins, a: _NoError(), tile="FILL"),
+    Op("iota", "iota", 0, "start + i * step along dim `dim` of `shape` (arange, the index of a dim)", _from_attr,
+       lambda args, a: _np_iota(a), precision="inexact", bound=lambda ins, a: _NoError(), tile="CI"),
+    _composite("tril", 1, "x on and below the diagonal (col - row <= diagonal) of the last two dims, else 0",
+               lambda args, a: np.tril(args[0], a["diagonal"]),
+               lambda b, ins, a: b.select(_tri_mask(b, b.shape(ins[0]), a["diagonal"], True), ins[0],
+                                          b.const(0, b.dtype(ins[0]))),
+               wide=False, float_only=False, precision_class="exact"),
+    _composite("triu", 1, "x on and above the diagonal (col - row >= diagonal) of the last two dims, else 0",
+               lambda args, a: np.triu(args[0], a["diagonal"]),
+               lambda b, ins, a: b.select(_tri_mask(b, b.shape(ins[0]), a["diagonal"], False), ins[0],
+                                          b.const(0, b.dtype(ins[0]))),
+               wide=False, float_only=False, precision_class="exact"),
+    _composite("argmax", 1, "the index of the largest element along dim (the first one; the first nan's, as torch)",
+               _np_arg(np.argmax), lambda b, ins, a: _arg_extreme(b, ins, a, "amax", b.dtype(ins[0]).is_float),
+               shape=_reduced, wide=False, float_only=False, precision_class="exact"),
+    _composite("argmin", 1, "the index of the smallest element along dim (the first one; the first nan's, as torch)",
+               _np_arg(np.argmin), lambda b, ins, a: _arg_extreme(b, ins, a, "amin", b.dtype(ins[0]).is_float),
+               shape=_reduced, wide=False, float_only=False, precision_class="exact"),
+    _composite("one_hot", 1, "int32 [..., num_classes]: 1 at the class of each index, else 0",
+               lambda args, a: (args[0][..., None] == np.arange(a["num_classes"])).astype(np.int32), _one_hot,
+               shape=lambda s, a: tuple(s[0]) + (a["num_classes"],), wide=False, float_only=False,
+               precision_class="exact"),
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
