@@ -52,3 +52,57 @@ def matmul_bias_gelu(a, b, bias, c, *, ML0: int = 128, NL0: int = 128, KL0: int 
 @pypto.jit
 def matmul_bias_gelu_auto(a, b, bias, c):
     c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
+
+
+# --- the kernels a user writes first (issue 11): each runs against numpy in
+# tests/test_first_kernels.py, which pins its cycles, and benchmarks/first_kernels.py prints them
+
+@pypto.jit
+def causal_attention(q, k, v, out, *, TM: int = 32, TN: int = 64):
+    """One head: softmax(q k^T / sqrt(d) masked to the past) v; the mask built by comparing a
+    row index with a column index, applied with where."""
+    s, d = q.shape
+    pypto.set_vec_tile_shapes(TM, TN)
+    scores = pypto.matmul(q, k, b_trans=True, out_dtype=pypto.DT_FP32) * (1.0 / d ** 0.5)
+    rows = pypto.arange(s, dtype=pypto.DT_INT32).reshape(s, 1)
+    cols = pypto.arange(s, dtype=pypto.DT_INT32).reshape(1, s)
+    scores = pypto.where(cols <= rows, scores, float("-inf"))
+    p = pypto.softmax(scores, dim=-1)
+    out[:] = pypto.matmul(pypto.cast(p, pypto.DT_FP16), v)
+
+
+@pypto.jit
+def rope_interleaved(x, cos, sin, out, *, TM: int = 16, TN: int = 32):
+    """Rotary embedding on interleaved pairs (x[..., 0::2], x[..., 1::2]), as GPT-J/LLaMA-2 ports do."""
+    pypto.set_vec_tile_shapes(TM, TN)
+    a, b = x[:, 0::2], x[:, 1::2]
+    out[:, 0::2] = a * cos - b * sin
+    out[:, 1::2] = a * sin + b * cos
+
+
+@pypto.jit
+def merge_heads(x, w, out):
+    """[H, S, D] heads -> [S, H*D] (a transpose, then a reshape: one copy), then the output projection."""
+    h, s, d = x.shape
+    merged = pypto.transpose(x, 0, 1).reshape(s, h * d)
+    out[:] = pypto.matmul(merged, w)
+
+
+@pypto.jit
+def kv_cache_decode(q, k_past, k_new, v_past, v_new, out):
+    """A decode step: the new key and value appended to the cache in a scratch tensor of the
+    kernel, then attention of the new query over all positions."""
+    t, d = k_past.shape
+    keys = pypto.zeros(t + 1, d, dtype=pypto.DT_FP16)
+    keys[0:t] = k_past
+    keys[t:t + 1] = k_new
+    vals = pypto.concat([v_past, v_new], dim=0)
+    scores = pypto.matmul(q, keys, b_trans=True, out_dtype=pypto.DT_FP32) * (1.0 / d ** 0.5)
+    p = pypto.softmax(scores, dim=-1)
+    out[:] = pypto.matmul(pypto.cast(p, pypto.DT_FP16), vals)
+
+
+@pypto.jit
+def conv_stride2(x, w, out):
+    """A ResNet-style downsampling 3x3 convolution: stride 2, padding 1, NCHW."""
+    out[:] = pypto.relu(pypto.conv2d(x, w, stride=2, padding=1))

@@ -77,7 +77,10 @@ class Approx:
             return self
         mag = np.abs(self.v)
         top = float(np.finfo(dtype.np_dtype).max)
-        over = bool(np.any(mag > top))                  # (a max would be NaN past a NaN)
+        if np.isinf(mag).any():             # an exact inf (the -inf of a causal mask) rounds to itself
+            mag = np.where(np.isinf(mag), 0.0, mag)
+        over = bool(np.any(mag > top))      # beyond the largest finite value: it may overflow
+        beyond = mag > top if over else None
         if np.ndim(mag) and mag.shape == np.broadcast_shapes(mag.shape, np.shape(self.e)):
             e = np.multiply(mag, u, out=mag)            # in place: one array
             e += self.e
@@ -85,7 +88,7 @@ class Approx:
             e = mag * u + self.e
         e += UNDERFLOW[dtype.name]
         if over:                            # it may overflow: no claim
-            e = np.where(np.abs(self.v) > top, np.inf, e)
+            e = np.where(beyond, np.inf, e)
         return Approx(self.v, e)
 
     def __add__(self, o): o = _approx(o); return Approx(self.v + o.v, self.e + o.e)
@@ -105,7 +108,12 @@ class Approx:
 
     def exp(self):
         v = np.exp(self.v)
-        return Approx(v, np.abs(v) * np.expm1(self.e))
+        with np.errstate(invalid="ignore", over="ignore"):
+            e = np.abs(v) * np.expm1(self.e)
+            # exp(x) underflowed to 0 (x = -inf, as a causal mask gives): the value is at most
+            # exp(x + e) away (0 for an exact -inf; NaN, no claim, for an unknown one)
+            e = np.where(v == 0, np.exp(self.v + self.e), e)
+        return Approx(v, e)
 
     def log(self):
         with np.errstate(all="ignore"):
