@@ -266,3 +266,161 @@ def test_round_mode_in_the_pto_text(rng):
     assert parse_instr(text, {}).attrs["round"] == "FLOOR"
     with pytest.raises(Exception, match="rounding mode"):
         parse_instr(text.replace("FLOOR", "SIDEWAYS"), {})
+
+
+# --- creation ops (no tensor inputs: TEXPANDS / TCI in the group of their reader) and ops on them
+
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+def test_creation_stored(tiles, check_kernel):
+    """Values made from nothing, stored as they are (each a group of its own) or read by others."""
+    @pypto.jit
+    def k(a, o1, o2, o3, o4, o5, o6, o7, *, TM: int = 0, TN: int = 0):
+        if TM:
+            pypto.set_vec_tile_shapes(TM, TN)
+        o1[:] = pypto.zeros(M, N)
+        o2[:] = pypto.full((M, N), -2.5)
+        o3[:] = pypto.ones_like(a) + a
+        o4[:] = pypto.arange(N)
+        o5[:] = pypto.arange(3, 3 + 2 * N, 2)
+        o6[:] = pypto.eye(M, N)
+        o7[:] = pypto.full_like(a, 7, dtype=pypto.DT_INT32)
+    x = np.linspace(-1, 1, M * N, dtype=np.float32).reshape(M, N)
+    zf, zi = np.zeros((M, N), np.float32), np.zeros(N, np.int32)
+    check_kernel(k, [x, zf, zf, zf, zi, zi, zf, np.zeros((M, N), np.int32)],
+                 {1: np.zeros((M, N)), 2: np.full((M, N), -2.5), 3: x + 1, 4: np.arange(N),
+                  5: np.arange(3, 3 + 2 * N, 2), 6: np.eye(M, N), 7: np.full((M, N), 7)}, **_consts(tiles))
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float16, BF16, np.int32], ids=["fp32", "fp16", "bf16", "int32"])
+def test_creation_dtypes(dt, check_kernel):
+    pdt = {np.dtype(np.float32): pypto.DT_FP32, np.dtype(np.float16): pypto.DT_FP16, BF16: pypto.DT_BF16,
+           np.dtype(np.int32): pypto.DT_INT32}[np.dtype(dt)]
+
+    @pypto.jit
+    def k(a, o1, o2, o3):
+        pypto.set_vec_tile_shapes(16, 128)
+        o1[:] = a * pypto.full((M, N), 3, dtype=pdt)
+        o2[:] = a + pypto.arange(N, dtype=pdt)           # a row, broadcast over the rows
+        o3[:] = pypto.zeros_like(a) - a
+    x = (np.arange(M * N).reshape(M, N) % 17 - 8).astype(dt)
+    z = np.zeros((M, N), dt)
+    seq = np.arange(N).astype(dt)                       # (bf16 rounds 257, ... once, as the kernel)
+    check_kernel(k, [x, z, z, z], {1: x * np.asarray(3, dt), 2: x + seq, 3: -x})
+
+
+def test_arange_float_step(check_kernel):
+    @pypto.jit
+    def k(o):
+        pypto.set_vec_tile_shapes(128)
+        o[:] = pypto.arange(-1.0, 2.0, 0.01)
+    want = (-1.0 + 0.01 * np.arange(300)).astype(np.float32)
+    check_kernel(k, [np.zeros(300, np.float32)], {0: want})
+
+
+@pytest.mark.parametrize("diagonal", [0, 2, -3])
+@pytest.mark.parametrize("dt", [np.float32, np.float16, np.int32], ids=["fp32", "fp16", "int32"])
+@pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
+def test_tril_triu(diagonal, dt, tiles, rng, check_kernel):
+    x = rng.uniform(-5, 5, (2, M, N)).astype(dt)
+
+    @pypto.jit
+    def k(a, o1, o2, *, TM: int = 0, TN: int = 0):
+        if TM:
+            pypto.set_vec_tile_shapes(1, TM, TN)
+        o1[:] = pypto.tril(a, diagonal)
+        o2[:] = a.triu(diagonal)
+    z = np.zeros_like(x)
+    check_kernel(k, [x, z, z], {1: np.tril(x, diagonal), 2: np.triu(x, diagonal)}, **_consts(tiles))
+
+
+@pytest.mark.parametrize("tm", [16, 13])
+def test_causal_mask_by_comparison_and_where(tm, rng, check_kernel):
+    """Attention's causal mask: scores where col <= row, else -inf, then softmax (13 rows: a
+    tail tile of one row, whose comparison expands both operands as the full tiles do)."""
+    s = rng.standard_normal((M, M)).astype(np.float32)
+
+    @pypto.jit
+    def k(a, o):
+        pypto.set_vec_tile_shapes(tm, 32)
+        rows = pypto.arange(M).reshape(M, 1)
+        cols = pypto.arange(M)
+        o[:] = pypto.softmax(pypto.where(cols <= rows, a, float("-inf")))
+    masked = np.where(np.tril(np.ones((M, M), bool)), s.astype(np.float64), -np.inf)
+    e = np.exp(masked - masked.max(-1, keepdims=True))
+    check_kernel(k, [s, np.zeros_like(s)], {1: (e / e.sum(-1, keepdims=True)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("classes", [5, 130])
+def test_one_hot(classes, rng, check_kernel):
+    idx = rng.integers(0, classes, (M, 24)).astype(np.int32)
+
+    @pypto.jit
+    def k(i, o):
+        o[:] = pypto.one_hot(i, classes)
+    want = (idx[..., None] == np.arange(classes)).astype(np.int32)
+    check_kernel(k, [idx, np.zeros(want.shape, np.int32)], {1: want})
+
+
+ARG = {"argmax": (pypto.argmax, np.argmax), "argmin": (pypto.argmin, np.argmin)}
+
+
+@pytest.mark.parametrize("keepdim", [True, False], ids=["keep", "drop"])
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("dt", [np.float32, np.float16, BF16, np.int32], ids=["fp32", "fp16", "bf16", "int32"])
+@pytest.mark.parametrize("op", list(ARG))
+def test_argmax_argmin(op, dt, dim, keepdim, rng, check_kernel):
+    pfn, ref = ARG[op]
+    x = rng.integers(-20, 20, (M, N)).astype(dt)          # ties: the first index wins, as torch
+    if np.dtype(dt).kind == "f":
+        x[5, 17] = x[9, 3] = x[9, 250] = np.nan             # a row or column with nan: its first nan
+    want = np.asarray(ref(x, axis=dim))
+    if keepdim:
+        want = np.expand_dims(want, dim)
+
+    @pypto.jit
+    def k(a, o):
+        pypto.set_vec_tile_shapes(16, 128)
+        o[:] = pfn(a, dim, keepdim)
+    check_kernel(k, [x, np.zeros(want.shape, np.int32)], {1: want.astype(np.int32)})
+
+
+def test_argmax_all_and_method(rng, check_kernel):
+    x = rng.standard_normal((M, N)).astype(np.float32)
+
+    @pypto.jit
+    def k(a, o1, o2):
+        pypto.set_vec_tile_shapes(16, 128)
+        o1[:] = pypto.argmax(a).reshape(1)
+        o2[:] = a.argmin(1)
+    check_kernel(k, [x, np.zeros(1, np.int32), np.zeros(M, np.int32)],
+                 {1: np.array([np.argmax(x)]), 2: np.argmin(x, 1)})
+
+
+def test_tci_starts_at_the_tile_offset(check_kernel):
+    """Each TCI tile starts where its tile does (start + c * step), so tails and tiles compose."""
+    @pypto.jit
+    def k(o):
+        pypto.set_vec_tile_shapes(64)
+        o[:] = pypto.arange(10, 10 + 3 * 300, 3)
+    ck = k.compile(np.zeros(300, np.int32))
+    starts = sorted(i.attrs["start"] for t in ck.program.tasks for i in t.instrs if i.op == "TCI")
+    assert starts == [10 + 3 * 64 * j for j in range(5)]
+    check_kernel(k, [np.zeros(300, np.int32)], {0: np.arange(10, 10 + 3 * 300, 3)})
+
+
+@pytest.mark.parametrize("tm", [16, 13])
+def test_broadcast_operands_in_a_one_row_tail(tm, rng, check_kernel):
+    """A comparison and a where of broadcast operands ([1, N] against [M, 1]) in a tail tile with
+    one valid row: the operands are expanded as in the full tiles (the buffer plan of every
+    iteration comes from one of them, so a tail that skipped an expansion overwrote an operand)."""
+    m = rng.standard_normal((M, N)).astype(np.float32)
+    a = rng.standard_normal((1, N)).astype(np.float32)
+    b = rng.standard_normal((M, 1)).astype(np.float32)
+
+    @pypto.jit
+    def k(m_, a_, b_, o1, o2):
+        pypto.set_vec_tile_shapes(tm, N)
+        o1[:] = pypto.where(m_ > 0, a_ + 1, b_ + 1)
+        o2[:] = pypto.cast(a_ >= b_, pypto.DT_FP32)
+    z = np.zeros((M, N), np.float32)
+    check_kernel(k, [m, a, b, z, z], {3: np.where(m > 0, a + 1, b + 1), 4: (a >= b).astype(np.float32)})
