@@ -378,17 +378,30 @@ def full(shape, fill_value, dtype=None):
     return ctx.add("full", [], shape, dtype, shape=shape, value=v)
 
 
-def zeros(*size, dtype=dt.DT_FP32): return full(_size_args(size, "zeros"), 0, dtype)
-def ones(*size, dtype=dt.DT_FP32): return full(_size_args(size, "ones"), 1, dtype)
+def zeros(*size, dtype=dt.DT_FP32):
+    """A tensor of zeros (fp32 unless dtype is given): a full."""
+    return full(_size_args(size, "zeros"), 0, dtype)
+
+
+def ones(*size, dtype=dt.DT_FP32):
+    """A tensor of ones (fp32 unless dtype is given): a full."""
+    return full(_size_args(size, "ones"), 1, dtype)
 
 
 def full_like(x, fill_value, dtype=None):
+    """A full of x's shape (and dtype, unless given)."""
     x = _tensor(x, "full_like")
     return full(x.shape, fill_value, dtype or x.dtype)
 
 
-def zeros_like(x, dtype=None): return full_like(x, 0, dtype)
-def ones_like(x, dtype=None): return full_like(x, 1, dtype)
+def zeros_like(x, dtype=None):
+    """Zeros of x's shape and dtype."""
+    return full_like(x, 0, dtype)
+
+
+def ones_like(x, dtype=None):
+    """Ones of x's shape and dtype."""
+    return full_like(x, 1, dtype)
 
 
 def _iota(shape, dim: int, dtype, start=0, step=1) -> Tensor:
@@ -556,8 +569,12 @@ def clamp(x, min=None, max=None):
 clip = clamp
 
 
-def relu6(x): return clamp(x, 0.0 if _tensor(x, "relu6").dtype.is_float else 0, 6)
-def hardtanh(x, min_val=-1.0, max_val=1.0): return clamp(x, min_val, max_val)
+def relu6(x):
+    """min(max(x, 0), 6)."""
+    return clamp(x, 0.0 if _tensor(x, "relu6").dtype.is_float else 0, 6)
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    """x clamped to [min_val, max_val]."""
+    return clamp(x, min_val, max_val)
 
 
 def pow(x, exponent):
@@ -772,6 +789,7 @@ def permute(x, *dims):
 
 
 def movedim(x, source, destination):
+    """x with dim `source` moved to position `destination` (a permute)."""
     x = _tensor(x, "movedim")
     src, dst = _dim(x, source, "movedim"), _dim(x, destination, "movedim")
     order = [d for d in range(x.ndim) if d != src]
@@ -788,6 +806,7 @@ def squeeze(x, dim=None):
 
 
 def unsqueeze(x, dim):
+    """x with a new size-1 dim at `dim` (a reshape)."""
     x = _tensor(x, "unsqueeze")
     d = dim + x.ndim + 1 if dim < 0 else dim
     if not 0 <= d <= x.ndim:
@@ -797,6 +816,7 @@ def unsqueeze(x, dim):
 
 
 def flatten(x, start_dim=0, end_dim=-1):
+    """Dims start_dim .. end_dim merged into one (a reshape; a strided view is copied first)."""
     x = _tensor(x, "flatten")
     if x.ndim == 0:
         return reshape(x, [1])
@@ -808,6 +828,7 @@ def flatten(x, start_dim=0, end_dim=-1):
 
 
 def unflatten(x, dim, sizes):
+    """Dim `dim` split into `sizes` (a reshape; one size may be -1)."""
     x = _tensor(x, "unflatten")
     d = _dim(x, dim, "unflatten")
     sizes = [int(s) for s in sizes]
@@ -867,6 +888,7 @@ def chunk(x, chunks, dim=0):
 
 
 def unbind(x, dim=0):
+    """The slices along dim, each without that dim (views)."""
     x = _tensor(x, "unbind")
     d = _dim(x, dim, "unbind")
     return tuple(select(x, d, i) for i in range(x.shape[d]))

@@ -127,6 +127,7 @@ class Op:
     decompose: Callable | None = None   # (builder, inputs, attrs) -> value
     float_only: bool = False
     grad: Callable | None = None    # reserved: a gradient rule
+    api: str = ""                   # its public name, when it differs (recip: pypto.reciprocal)
     extra: dict = field(default_factory=dict)
 
 
@@ -639,7 +640,7 @@ _ROWS = [
     _unary("sqrt", "SQRT", "square root", np.sqrt, "inexact", lambda i, a: i[0].sqrt()),
     _unary("rsqrt", "RSQRT", "1 / sqrt(x)", lambda x: np.reciprocal(np.sqrt(x)), "inexact",
            lambda i, a: i[0].sqrt().recip(), wide=True),
-    _unary("recip", "RECIP", "1 / x", np.reciprocal, "inexact", lambda i, a: i[0].recip()),
+    _unary("recip", "RECIP", "1 / x", np.reciprocal, "inexact", lambda i, a: i[0].recip(), api="reciprocal"),
     _unary("abs", "ABS", "|x|", np.abs, "exact", _exact, float_only=False, idempotent=True),
     _unary("neg", "NEG", "-x", np.negative, "exact", _exact, float_only=False, involution=True),
     _unary("relu", "RELU", "max(x, 0)", lambda x: np.maximum(x, np.zeros((), x.dtype)), "exact", _exact,
