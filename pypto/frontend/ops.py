@@ -6,7 +6,7 @@ import numbers
 
 from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, TileShapeError, UnsupportedError
-from ..ir.core import prod
+from ..ir.core import prod as _size_prod   # (pypto.prod is the tensor op below)
 from ..ir.ops import OPS
 from ..ir.tensor import TileSpec
 from .tracer import Tensor, TraceContext, check_shape, user_loc
@@ -320,14 +320,10 @@ def fmod(a, b):
 
 def prod(x, dim=-1, keepdim=False):
     """The product over one dim, several dims (a tuple) or all (None); float products accumulate
-    in fp32 at least.  (This module also calls it on sizes: the product of an iterable of ints,
-    ir.core.prod, which this public name shadows.)"""
-    if not isinstance(x, Tensor):
-        return _size_prod(x)
+    in fp32 at least."""
     return _reduce("prod", x, dim, keepdim)
 
 
-from ..ir.core import prod as _size_prod  # noqa: E402 - (the module's product of sizes, see prod)
 
 
 def floor(x): return _unary("floor", x)
@@ -628,7 +624,7 @@ def _reduce(op: str, x, dim, keepdim, **attrs) -> Tensor:
     for d in dims:
         out = _reduce(inner, out, d, True)
     if scale:
-        out = mul(out, 1.0 / prod(x.shape[d] for d in dims))
+        out = mul(out, 1.0 / _size_prod(x.shape[d] for d in dims))
     if not keepdim:
         out = reshape(out, [s for d, s in enumerate(x.shape) if d not in dims])
     return out
@@ -739,11 +735,11 @@ def reshape(x, shape):
     x = _tensor(x, "reshape")
     shape = [int(s) for s in shape]
     if shape.count(-1) == 1:
-        known = prod(s for s in shape if s != -1)
+        known = _size_prod(s for s in shape if s != -1)
         shape[shape.index(-1)] = x.size // known if known else 0
-    if prod(shape) != x.size:
+    if _size_prod(shape) != x.size:
         raise ShapeError("reshape: the number of elements must not change", loc=user_loc(),
-                         expected=f"{x.size} elements", got=f"{shape} = {prod(shape)} elements")
+                         expected=f"{x.size} elements", got=f"{shape} = {_size_prod(shape)} elements")
     return _ctx(x, "reshape").add("reshape", [x], tuple(shape), x.dtype, shape=tuple(shape))
 
 
@@ -824,7 +820,7 @@ def flatten(x, start_dim=0, end_dim=-1):
     if a > b:
         raise ShapeError("flatten: start_dim comes after end_dim", loc=user_loc(), expected="start_dim <= end_dim",
                          got=(start_dim, end_dim))
-    return reshape(x, x.shape[:a] + (prod(x.shape[a:b + 1]),) + x.shape[b + 1:])
+    return reshape(x, x.shape[:a] + (_size_prod(x.shape[a:b + 1]),) + x.shape[b + 1:])
 
 
 def unflatten(x, dim, sizes):
@@ -833,9 +829,9 @@ def unflatten(x, dim, sizes):
     d = _dim(x, dim, "unflatten")
     sizes = [int(s) for s in sizes]
     if sizes.count(-1) == 1:
-        known = prod(s for s in sizes if s != -1)
+        known = _size_prod(s for s in sizes if s != -1)
         sizes[sizes.index(-1)] = x.shape[d] // known if known else 0
-    if prod(sizes) != x.shape[d]:
+    if _size_prod(sizes) != x.shape[d]:
         raise ShapeError("unflatten: the sizes must multiply to the dim's size", loc=user_loc(),
                          expected=f"a product of {x.shape[d]}", got=sizes)
     return reshape(x, x.shape[:d] + tuple(sizes) + x.shape[d + 1:])
@@ -1138,7 +1134,7 @@ def setitem(dst: Tensor, key, value) -> None:
         if dst._param is not None and not dropped and key in (slice(None), (slice(None),), Ellipsis):
             hint = (f"the output argument '{dst._param}' has shape {list(dst.shape)}: pass an output of shape "
                     f"{list(value.shape)}")
-        elif value.size == prod(shape):
+        elif value.size == _size_prod(shape):
             hint = f"reshape the value first: value.reshape({', '.join(map(str, want))})"
         raise ShapeError("assigned value does not match the target region", loc=user_loc(),
                          expected=list(want), got=list(value.shape), hint=hint)
