@@ -31,3 +31,20 @@ def marker_line(path: str, tag: str) -> int:
         hits = [i for i, text in enumerate(f.read().splitlines(), 1) if text.rstrip().endswith(tag)]
     assert len(hits) == 1, f"marker {tag} found {len(hits)} times"
     return hits[0]
+
+
+def unary_kernel(fn):
+    """A kernel `out[:] = fn(a)`, with the vector tile (TM, TN) as constants (0: pypto's default)."""
+    import pypto
+
+    @pypto.jit
+    def unary(a, out, *, TM: int = 0, TN: int = 0):
+        if TM:
+            pypto.set_vec_tile_shapes(TM, TN)
+        out[:] = fn(a)
+    return unary
+
+
+def tile_consts(tiles):
+    """The constants of a (TM, TN) tile, or none for pypto's default tile."""
+    return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}

@@ -12,25 +12,14 @@ import pytest
 
 import pypto
 
+from common import tile_consts, unary_kernel
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 M, N = 100, 300                       # tails for every tile shape below
 # (TM, TN) vector tiles; None = pypto's default tile
 TILES = [(32, 64), (64, 256), None]
 TILE_IDS = ["t32x64", "t64x256", "tdefault"]
 GELU_C = np.sqrt(2.0 / np.pi)
-
-
-def consts(tiles):
-    return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}
-
-
-def unary_kernel(fn):
-    @pypto.jit
-    def unary(a, out, *, TM: int = 0, TN: int = 0):
-        if TM:
-            pypto.set_vec_tile_shapes(TM, TN)
-        out[:] = fn(a)
-    return unary
 
 
 def binary_kernel(fn):
@@ -76,7 +65,7 @@ def test_binary_broadcast(op, bcast, tiles, rng, check_kernel):
     b = rng.uniform(0.5, 1.5, sb).astype(np.float32) * rng.choice([-1, 1], sb).astype(np.float32)
     want = nfn(a, b)
     out = np.zeros(want.shape, np.float32)
-    check_kernel(binary_kernel(pfn), [a, b, out], {2: want}, **consts(tiles))
+    check_kernel(binary_kernel(pfn), [a, b, out], {2: want}, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
@@ -88,7 +77,7 @@ def test_python_operators_match_functions(op, tiles, rng, check_kernel):
     a = rng.standard_normal((M, N)).astype(np.float32)
     b = rng.uniform(0.5, 2.0, (M, 1)).astype(np.float32)
     check_kernel(binary_kernel(ops[op]), [a, b, np.zeros((M, N), np.float32)], {2: BINARY[op][1](a, b)},
-                 **consts(tiles))
+                 **tile_consts(tiles))
 
 
 SCALAR = {
@@ -114,7 +103,7 @@ def test_scalar_operands(expr, tiles, rng, check_kernel):
     pfn, nfn = SCALAR[expr]
     x = rng.uniform(0.25, 2.0, (M, N)).astype(np.float32) * rng.choice([-1, 1], (M, N)).astype(np.float32)
     want = nfn(x.astype(np.float64))
-    check_kernel(unary_kernel(pfn), [x, np.zeros((M, N), np.float32)], {1: want}, **consts(tiles))
+    check_kernel(unary_kernel(pfn), [x, np.zeros((M, N), np.float32)], {1: want}, **tile_consts(tiles))
 
 
 # ---------------------------------------------------------------------------------------
@@ -155,7 +144,7 @@ def test_unary(op, tiles, rng, check_kernel):
     # transcendental results: a few ulps of fp32
     check_kernel(unary_kernel(pfn), [x, np.zeros((M, N), np.float32)], {1: want},
                  rtol=2e-6 if op not in ("abs", "builtin_abs", "neg", "unary_minus", "relu") else 0,
-                 atol=1e-6, **consts(tiles))
+                 atol=1e-6, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("dt", [np.float16, BF16], ids=["fp16", "bf16"])
@@ -203,7 +192,7 @@ def test_reduction_stored(op, dim, keepdim, tiles, rng, check_kernel):
 
     x = rng.uniform(-1.0, 3.0, (M, N)).astype(np.float32)   # sums without cancellation
     want = nfn(x.astype(np.float64), axis=dim, keepdims=keepdim)
-    check_kernel(k, [x, np.zeros(want.shape, np.float32)], {1: want}, rtol=1e-5, atol=1e-5, **consts(tiles))
+    check_kernel(k, [x, np.zeros(want.shape, np.float32)], {1: want}, rtol=1e-5, atol=1e-5, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
@@ -223,7 +212,7 @@ def test_reduction_keepdim_false_then_used(op, dim, tiles, rng, check_kernel):
 
     x = rng.uniform(-1.0, 3.0, (M, N)).astype(np.float32)   # sums without cancellation
     want = nfn(x.astype(np.float64), axis=dim) * 2.0 + 1.0
-    check_kernel(k, [x, np.zeros(want.shape, np.float32)], {1: want}, rtol=1e-5, atol=1e-5, **consts(tiles))
+    check_kernel(k, [x, np.zeros(want.shape, np.float32)], {1: want}, rtol=1e-5, atol=1e-5, **tile_consts(tiles))
 
 
 def test_reduction_3d_middle_dim(rng, check_kernel):
@@ -312,7 +301,7 @@ def test_softmax(dim, tiles, rng, check_kernel):
         out[:] = pypto.softmax(a, dim=dim)
 
     x = (rng.standard_normal((M, N)) * 3).astype(np.float32)
-    check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64), dim)}, **consts(tiles))
+    check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64), dim)}, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("tiles", SOFTMAX_TILES, ids=SOFTMAX_IDS)
@@ -327,7 +316,7 @@ def test_softmax_written_out(tiles, rng, check_kernel):
         out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
 
     x = rng.standard_normal((M, N)).astype(np.float32)
-    check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64))}, **consts(tiles))
+    check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64))}, **tile_consts(tiles))
 
 
 def _layernorm(x, w=None, b=None, eps=1e-5):
@@ -370,7 +359,7 @@ def test_layernorm(affine, tiles, rng, check_kernel):
             out[:] = pypto.layernorm(a, w, b, eps=1e-5)
         args, want = [x, w, b, np.zeros_like(x)], {3: _layernorm(xd, w, b)}
     # normalisation divides by a std: allow a few fp32 ulps of the O(1) results
-    check_kernel(k, args, want, rtol=1e-5, atol=1e-5, **consts(tiles))
+    check_kernel(k, args, want, rtol=1e-5, atol=1e-5, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("tiles", SOFTMAX_TILES, ids=SOFTMAX_IDS)
@@ -386,7 +375,7 @@ def test_rms_norm(tiles, rng, check_kernel):
 
     xd = x.astype(np.float64)
     want = xd / np.sqrt((xd * xd).mean(-1, keepdims=True) + 1e-6) * w
-    check_kernel(k, [x, w, np.zeros_like(x)], {2: want}, rtol=1e-5, atol=1e-5, **consts(tiles))
+    check_kernel(k, [x, w, np.zeros_like(x)], {2: want}, rtol=1e-5, atol=1e-5, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("dt", [np.float16, BF16], ids=["fp16", "bf16"])
@@ -621,7 +610,7 @@ def test_cast_exact(src, dst, pdt, tiles, rng, check_kernel):
             pypto.set_vec_tile_shapes(TM, TN)
         out[:] = pypto.cast(a, pdt)
 
-    check_kernel(k, [x, np.zeros((M, N), dst)], {1: x.astype(dst)}, rtol=0, atol=0, **consts(tiles))
+    check_kernel(k, [x, np.zeros((M, N), dst)], {1: x.astype(dst)}, rtol=0, atol=0, **tile_consts(tiles))
 
 
 def test_cast_method_and_same_dtype(rng, check_kernel):
@@ -687,7 +676,7 @@ def test_transpose_then_elementwise(tiles, rng, check_kernel):
             pypto.set_vec_tile_shapes(TM, TN)
         out[:] = a.T * 2.0 + pypto.transpose(a, 0, 1)
 
-    check_kernel(k, [x, np.zeros((N, M), np.float32)], {1: x.T * 3.0}, rtol=1e-6, **consts(tiles))
+    check_kernel(k, [x, np.zeros((N, M), np.float32)], {1: x.T * 3.0}, rtol=1e-6, **tile_consts(tiles))
 
 
 def test_transpose_copy_and_3d(rng, check_kernel):
@@ -727,7 +716,7 @@ def test_slicing_and_view(tiles, rng, check_kernel):
     check_kernel(k, [x, np.zeros((M, 128), np.float32), np.zeros((50, 100), np.float32),
                      np.zeros((M, 150), np.float32)],
                  {1: x[:, :128] + 1.0, 2: x[10:60, 20:120] * 3.0, 3: x[:, :150] - x[:, 150:]},
-                 **consts(tiles))
+                 **tile_consts(tiles))
 
 
 def test_slice_of_computed_then_op(rng, check_kernel):
@@ -874,7 +863,7 @@ def test_int32_ops(tiles, rng, check_kernel):
     z = lambda: np.zeros((40, 70), np.int32)  # noqa: E731
     res = check_kernel(k, [a, b, z(), z(), z()],
                        {2: a + b, 3: 2 - a * 3, 4: np.maximum(np.abs(a) - b, 0) + np.maximum(a, b)},
-                       **consts(tiles))
+                       **tile_consts(tiles))
     assert res.outputs["o1"].dtype == np.int32
 
 

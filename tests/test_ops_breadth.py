@@ -10,6 +10,8 @@ import pytest
 
 import pypto
 
+from common import tile_consts, unary_kernel
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 M, N = 40, 300                        # tails for the tiles below
 TILES = [(16, 128), None]
@@ -48,26 +50,13 @@ UNARY = {
 }
 
 
-def unary_kernel(fn):
-    @pypto.jit
-    def unary(a, out, *, TM: int = 0, TN: int = 0):
-        if TM:
-            pypto.set_vec_tile_shapes(TM, TN)
-        out[:] = fn(a)
-    return unary
-
-
-def _consts(tiles):
-    return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}
-
-
 @pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
 @pytest.mark.parametrize("op", list(UNARY))
 def test_unary_fp32(op, tiles, rng, check_kernel):
     pfn, ref, (lo, hi) = UNARY[op]
     x = rng.uniform(lo, hi, (M, N)).astype(np.float32)
     want = ref(x.astype(np.float64)).astype(np.float32)
-    res = check_kernel(unary_kernel(pfn), [x, np.zeros_like(x)], {1: want}, **_consts(tiles))
+    res = check_kernel(unary_kernel(pfn), [x, np.zeros_like(x)], {1: want}, **tile_consts(tiles))
     assert res.ok
 
 

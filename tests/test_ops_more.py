@@ -9,6 +9,8 @@ import pytest
 
 import pypto
 
+from common import tile_consts, unary_kernel
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 M, N = 40, 300                        # tails for the tiles below
 TILES = [(16, 128), None]
@@ -46,26 +48,13 @@ UNARY = {
 }
 
 
-def unary_kernel(fn):
-    @pypto.jit
-    def unary(a, out, *, TM: int = 0, TN: int = 0):
-        if TM:
-            pypto.set_vec_tile_shapes(TM, TN)
-        out[:] = fn(a)
-    return unary
-
-
-def _consts(tiles):
-    return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}
-
-
 @pytest.mark.parametrize("tiles", TILES, ids=TILE_IDS)
 @pytest.mark.parametrize("op", list(UNARY))
 def test_unary_fp32(op, tiles, rng, check_kernel):
     pfn, ref, (lo, hi) = UNARY[op]
     x = rng.uniform(lo, hi, (M, N)).astype(np.float32)
     want = ref(x.astype(np.float64)).astype(np.float32)
-    res = check_kernel(unary_kernel(pfn), [x, np.zeros(want.shape, np.float32)], {1: want}, **_consts(tiles))
+    res = check_kernel(unary_kernel(pfn), [x, np.zeros(want.shape, np.float32)], {1: want}, **tile_consts(tiles))
     assert res.ok
 
 
@@ -122,7 +111,7 @@ def test_multi_input(op, tiles, dt, rng, check_kernel):
     if dt != np.float32:
         tol = 2e-2 if dt == BF16 else 3e-3
         kw = {"rtol": tol, "atol": float(np.max(np.maximum(np.abs(want), 1.0))) * tol}
-    check_kernel(multi_kernel(pfn), [a, b, c, np.zeros((M, N), dt)], {3: want.astype(dt)}, **kw, **_consts(tiles))
+    check_kernel(multi_kernel(pfn), [a, b, c, np.zeros((M, N), dt)], {3: want.astype(dt)}, **kw, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("shape, wshape", [((8, 24, 40), (24,)), ((40, 300), (300,)), ((40, 300), (1,))])
@@ -205,7 +194,7 @@ def test_prod(dim, keepdim, tiles, rng, check_kernel):
             pypto.set_vec_tile_shapes(TM, TN)
         r = pypto.prod(a, dim, keepdim) if dim != -1 else a.prod(dim, keepdim)
         o[:] = r if r.shape == o.shape else r.reshape(o.shape)
-    check_kernel(k, [x, out], {1: want.reshape(out.shape)}, **_consts(tiles))
+    check_kernel(k, [x, out], {1: want.reshape(out.shape)}, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("dt", [np.float16, BF16, np.int32], ids=["fp16", "bf16", "int32"])
@@ -241,7 +230,7 @@ def test_rounding(op, tiles, dt, rng, check_kernel):
     x = rng.uniform(-6, 6, (M, N)).astype(dt)
     x[0, :8] = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.0, -0.0], dt)    # ties: to even, as torch
     want = ref(x)                # exact in the dtype
-    check_kernel(unary_kernel(pfn), [x, np.zeros_like(x)], {1: want}, rtol=0, atol=0, **_consts(tiles))
+    check_kernel(unary_kernel(pfn), [x, np.zeros_like(x)], {1: want}, rtol=0, atol=0, **tile_consts(tiles))
 
 
 def test_rounding_of_ints_is_the_identity(check_kernel):
@@ -288,7 +277,7 @@ def test_creation_stored(tiles, check_kernel):
     zf, zi = np.zeros((M, N), np.float32), np.zeros(N, np.int32)
     check_kernel(k, [x, zf, zf, zf, zi, zi, zf, np.zeros((M, N), np.int32)],
                  {1: np.zeros((M, N)), 2: np.full((M, N), -2.5), 3: x + 1, 4: np.arange(N),
-                  5: np.arange(3, 3 + 2 * N, 2), 6: np.eye(M, N), 7: np.full((M, N), 7)}, **_consts(tiles))
+                  5: np.arange(3, 3 + 2 * N, 2), 6: np.eye(M, N), 7: np.full((M, N), 7)}, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("dt", [np.float32, np.float16, BF16, np.int32], ids=["fp32", "fp16", "bf16", "int32"])
@@ -330,7 +319,7 @@ def test_tril_triu(diagonal, dt, tiles, rng, check_kernel):
         o1[:] = pypto.tril(a, diagonal)
         o2[:] = a.triu(diagonal)
     z = np.zeros_like(x)
-    check_kernel(k, [x, z, z], {1: np.tril(x, diagonal), 2: np.triu(x, diagonal)}, **_consts(tiles))
+    check_kernel(k, [x, z, z], {1: np.tril(x, diagonal), 2: np.triu(x, diagonal)}, **tile_consts(tiles))
 
 
 @pytest.mark.parametrize("tm", [16, 13])
