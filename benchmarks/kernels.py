@@ -106,3 +106,18 @@ def kv_cache_decode(q, k_past, k_new, v_past, v_new, out):
 def conv_stride2(x, w, out):
     """A ResNet-style downsampling 3x3 convolution: stride 2, padding 1, NCHW."""
     out[:] = pypto.relu(pypto.conv2d(x, w, stride=2, padding=1))
+
+
+@pypto.jit
+def moe_router(x, w_gate, weights, counts, *, K: int = 2):
+    """Top-k routing of a mixture of experts: softmax of the gate logits, the k best experts of
+    each token (topk; their weights renormalised), then per expert the routing weight it receives
+    and its token count, accumulated with scatter_add (MSCATTER atomic=ADD) into [E] tensors."""
+    tokens, experts = x.shape[0], w_gate.shape[1]
+    probs = pypto.softmax(pypto.matmul(x, w_gate), dim=-1)
+    vals, idx = pypto.topk(probs, K)
+    vals = vals / pypto.sum(vals, -1, keepdim=True)
+    flat = idx.reshape(1, tokens * K)
+    weights[:] = pypto.scatter_add(pypto.zeros(1, experts), 1, flat, vals.reshape(1, tokens * K)).reshape(experts)
+    counts[:] = pypto.scatter_add(pypto.zeros(1, experts, dtype=pypto.DT_INT32), 1, flat,
+                                  pypto.ones(1, tokens * K, dtype=pypto.DT_INT32)).reshape(experts)

@@ -1,8 +1,9 @@
 """The kernels a user writes first (benchmarks/kernels.py): causal-mask attention, interleaved
 RoPE, merge-heads after a transpose, a KV-cache decode step through a scratch tensor, a stride-2
-convolution.  Each matches numpy written here, passes pypto's own check with a real claim (its
-error a finite fraction of its bound) and has pinned cycles on a2a3 (the model is deterministic:
-a change of cost or schedule shows here first, and benchmarks/first_kernels.py prints them)."""
+convolution, top-k routing of a mixture of experts (topk + scatter_add).  Each matches numpy
+written here, passes pypto's own check with a real claim (its error a finite fraction of its
+bound) and has pinned cycles on a2a3 (the model is deterministic: a change of cost or schedule
+shows here first, and benchmarks/first_kernels.py prints them)."""
 from __future__ import annotations
 
 import os
@@ -71,10 +72,24 @@ def conv_stride2():
     return K.conv_stride2, [x, w, np.zeros((1, 32, 8, 8), F16)], {2: np.maximum(out, 0)}
 
 
-KERNELS = {f.__name__: f for f in (causal_attention, rope_interleaved, merge_heads, kv_cache_decode, conv_stride2)}
+def moe_router():
+    t, d, e = 64, 32, 8
+    x = RNG.standard_normal((t, d)).astype(np.float32)
+    w = RNG.standard_normal((d, e)).astype(np.float32)
+    p = _softmax(x.astype(np.float64) @ w.astype(np.float64))
+    top = np.argsort(-p, axis=-1, kind="stable")[:, :2]          # ties to the lowest index, as torch
+    v = np.take_along_axis(p, top, -1)
+    weights = np.zeros(e)
+    np.add.at(weights, top.reshape(-1), (v / v.sum(-1, keepdims=True)).reshape(-1))
+    counts = np.bincount(top.reshape(-1), minlength=e)
+    return K.moe_router, [x, w, np.zeros(e, np.float32), np.zeros(e, np.int32)], {2: weights, 3: counts}
+
+
+KERNELS = {f.__name__: f for f in (causal_attention, rope_interleaved, merge_heads, kv_cache_decode, conv_stride2,
+                                   moe_router)}
 # simulated cycles on a2a3 (see the module docstring)
 CYCLES = {"causal_attention": 8454, "rope_interleaved": 1352, "merge_heads": 2025, "kv_cache_decode": 1969,
-          "conv_stride2": 2159}
+          "conv_stride2": 2159, "moe_router": 2923}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))

@@ -26,11 +26,12 @@ NEEDS = {
     "input": (), "const": (), "store": ("shape",),
     "fill": ("shape", "ref", "bound", "tile"), "iota": ("shape", "ref", "bound", "tile"),
     "scratch": ("shape", "ref"), "write": ("shape", "ref", "bound"),
+    "gather": ("shape", "ref", "bound", "tile"),
 }
 PRECISIONS = ("inexact", "exact", "accumulate", "declared")
 # the forms of its math the tiling asks for, per kind (others fall back to broadcasting first)
 BASE_FORMS = {"unary": ("",), "binary": ("", "S"), "compare": ("", "S"), "select": ("", "S"),
-              "reduce": ("ROW", "COL"), "fill": ("",), "iota": ("",)}
+              "reduce": ("ROW", "COL"), "fill": ("",), "iota": ("",), "gather": ("",), "write": ("",)}
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -30,6 +30,7 @@ class _Group:
     tile: tuple[int, ...] | None
     partial_dim: int | None = None
     members: list[int] = field(default_factory=list)
+    closed: bool = False                # no later op joins it (it scatters into GM)
 
 
 def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
@@ -166,6 +167,7 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
+    cands = _indexed_candidates(g, n, dom, cands, groups, group_of, ensure_gm)
     chosen = None
     for gid in cands:
         grp = groups[gid]
@@ -207,6 +209,21 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     chosen.members.append(n.id)
     group_of[n.id] = chosen.id
     tile_of[n.id] = chosen.tile
+    chosen.closed = chosen.closed or (OPS[n.op].kind == "write" and n.op != "write")
+
+
+def _indexed_candidates(g, n, dom, cands, groups, group_of, ensure_gm) -> list[int]:
+    """The groups an op may join, without those scatters have closed; for an indexed op, also
+    without the group producing its GM-side input (a gather's source, a scatter's buffer: read or
+    written at any element, so complete before), which is made GM-resident; a scatter joins only
+    a group of its own domain (a larger one would run it once per tile of the broadcast)."""
+    cands = [c for c in cands if not groups[c].closed]
+    kind = OPS[n.op].kind
+    if kind != "gather" and (kind != "write" or n.op == "write"):
+        return cands
+    ensure_gm(n.inputs[0])
+    src = _producer(n.inputs[0], group_of, g)
+    return [c for c in cands if c != src and (kind == "gather" or groups[c].domain == dom)]
 
 
 def _accumulates_into(g, n, groups, group_of, epilogue, users, ctx) -> int | None:

@@ -16,6 +16,7 @@ import bisect
 from ..ir.block import BlockGraph, Task
 from ..ir.gm import Footprint, GMRef
 from ..ir.tile import TileGraph
+from ..target.isa import gm_access
 from .pipeline import Pass, PassContext
 
 
@@ -84,6 +85,8 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
                 found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
         elif n.op == "TSTORE" and kind[n.group] == "vector" and n.attrs["gm"].buf.name in grids:
             overwrites.add(n.group)
+        elif gm_access(n.op) is not None and n.attrs["gm"].buf.name in grids:
+            overwrites.add(n.group)         # an indexed DMA of cube data: after the whole cube task
     out, paired = {}, set()
     for info in g.groups:
         its = found.get(info.id)
@@ -187,9 +190,9 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
         r, w = Footprint(), Footprint()
         for i in t.nodes:
             n = tile_nodes[i]
-            if n.op == "TLOAD":
+            if n.op == "TLOAD" or gm_access(n.op) == "read":
                 r.add(n.attrs["gm"])
-            elif n.op == "TSTORE":
+            elif n.op == "TSTORE" or gm_access(n.op) == "write":
                 w.add(n.attrs["gm"])
         reads.append(r)
         writes.append(w)

@@ -6,7 +6,7 @@ from ..ir.block import BlockGraph
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, ExecGraph, ExecTask, Instr, TileRef, pipe_of
 from ..ir.program import Program
-from ..target.isa import ATTRS
+from ..target.isa import ATTRS, gm_access
 from .listsched import DynamicScheduler
 from .pipeline import Pass, PassContext
 from .pressure import BUFFER_PRESSURE
@@ -37,6 +37,10 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
                 ins = Instr("TLOAD", "MTE2", refs[n.id], (n.attrs["gm"],), Attrs(a), n.loc)
             elif n.op == "TSTORE":
                 ins = Instr("TSTORE", pipe_of("TSTORE", srcs[0].space), n.attrs["gm"], srcs, Attrs(a), n.loc)
+            elif gm_access(n.op) == "read":     # MGATHER: dst <- GM window, index tile
+                ins = Instr(n.op, pipe_of(n.op), refs[n.id], (n.attrs["gm"],) + srcs, Attrs(a), n.loc)
+            elif gm_access(n.op) == "write":    # MSCATTER: GM window <- values, index tile
+                ins = Instr(n.op, pipe_of(n.op), n.attrs["gm"], srcs, Attrs(a), n.loc)
             else:
                 ins = Instr(n.op, pipe_of(n.op), refs[n.id], srcs, Attrs(a), n.loc)
             instrs.append(ins)

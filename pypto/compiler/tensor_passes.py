@@ -90,6 +90,7 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 
 def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
+    users = g.users()
     for n in g.nodes:
         rw.loc = n.loc
         if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
@@ -99,12 +100,14 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":
             store_value(rw, n)
-        elif n.op == "write" and OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind not in ("scratch", "write"):
+        elif OPS[n.op].kind == "write" and (OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind not in ("scratch", "write")
+                                            or (n.op != "write" and len(users[n.inputs[0]]) > 1)):
             # the first write into a value: into a copy of it (a buffer of its own, so that other
             # readers of the value still see it unwritten); `state` keeps the copy from merging
             base = rw.map[n.inputs[0]]
             c = rw.emit("copy", [base], rw.shape(base), rw.dtype(base), {"state": n.id})
-            rw.map[n.id] = rw.emit("write", [c, rw.map[n.inputs[1]]], n.shape, n.dtype, n.attrs, n.loc)
+            # (a scatter is a write too: its region given by indices)
+            rw.map[n.id] = rw.emit(n.op, [c, *(rw.map[i] for i in n.inputs[1:])], n.shape, n.dtype, n.attrs, n.loc)
         elif n.op == "reshape" and not _gm_layout(rw, rw.map[n.inputs[0]]).is_contiguous():
             # a reshape of a strided view (a transpose, a slice): its elements are copied into
             # a contiguous tensor first (a vector group, costed and shown like any other)
@@ -292,7 +295,7 @@ def cse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     seen: dict = {}
     for n in g.nodes:
-        if n.op in ("input", "store"):
+        if n.op in ("input", "store") or OPS[n.op].kind == "scratch":     # (two scratch buffers stay two)
             rw.keep(n)
             continue
         ins = tuple(rw.map[i] for i in n.inputs)

@@ -101,7 +101,8 @@ def _assign_homes(g: TensorGraph):
         elif kind == "write":
             # the buffer it writes (its readers read it whole); its tiles go to the region
             homes[n.id] = homes[n.inputs[0]]
-            extra[n.id] = [homes[n.id].window(n.attrs["offsets"], n.attrs["shape"], n.attrs.get("steps"))]
+            if n.op == "write":             # (a scatter's MSCATTER names its own windows)
+                extra[n.id] = [homes[n.id].window(n.attrs["offsets"], n.attrs["shape"], n.attrs.get("steps"))]
         elif kind == "layout":
             src = homes[n.inputs[0]]
             ref = _layout(src, n)
@@ -217,6 +218,9 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
                 return ("tile", cur[i])
 
             for m in ms:
+                if m.op in _INDEXED:        # MGATHER / MSCATTER (its GM input stays in GM)
+                    cur[m.id] = _indexed(g, m, operand, homes, domain, start, extent, tile, em)
+                    continue
                 if m.op == "write":         # its value's tile, stored into the written region
                     cur[m.id] = operand(m.inputs[1], m)[1]
                     continue
@@ -226,13 +230,37 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
                 if not _complete(m, domain, ntiles, idx):
                     continue
                 t = em.node(cur[m.id])
-                written = m.op == "write"
+                written = OPS[m.op].kind == "write"
                 offs, valid, _ = _projection(g.node(m.inputs[1]).shape if written else m.shape, domain, start,
                                              extent, tile)
                 for ref in ([] if written else [homes[m.id]]) + extra_stores.get(m.id, []):
                     em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
                             gm=ref.window(offs, valid))
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+_INDEXED = tuple(name for name, r in OPS.items() if r.tile in ("GATHER", "SCATTER"))
+
+
+def _indexed(g, m, operand, homes, domain, start, extent, tile, em: _Emitter) -> int:
+    """A gather: MGATHER of this tile of the result from the source's GM window (the tile's
+    extents off the dim, the dim whole), with the index tile.  A scatter: MSCATTER of the value
+    tile (over the domain, its src's) with the index tile into the buffer's window (atomic=ADD
+    for scatter_add); its tile is then the value tile (a scatter stores nothing else)."""
+    row, d = OPS[m.op], m.attrs["dim"]
+    data = m.inputs[0] if row.kind == "gather" else m.inputs[1]
+    offs, valid, shape = _projection(m.shape if row.kind == "gather" else g.node(data).shape, domain, start,
+                                     extent, tile)
+    ref = homes[data if row.kind == "gather" else m.id]
+    win = ref.window(tuple(0 if k == d else o for k, o in enumerate(offs)),
+                     tuple(ref.shape[d] if k == d else v for k, v in enumerate(valid)))
+    idx = operand(m.inputs[1 if row.kind == "gather" else 2], m)[1]
+    op = find(row.tile)
+    if row.kind == "gather":
+        return em.emit(op, [idx], shape, valid, m.dtype, "?", f"n{m.id}", m.loc, gm=win, dim=d)
+    values = operand(data, m)[1]
+    em.emit(op, [values, idx], (), (), m.dtype, "", f"sc{m.id}", m.loc, gm=win, dim=d, **_row_attrs(row, op, m))
+    return values
 
 
 def _domain_node(ms):

@@ -1221,6 +1221,179 @@ def loop(*args):
     return range(*args)
 
 
+# --- indexing: gather, scatter, topk
+
+def _index(index, op: str, ndim: int | None = None) -> Tensor:
+    """An index tensor: int32 (int8 is widened); `ndim`: the rank it must have."""
+    idx = _tensor(index, op)
+    if idx.dtype == dt.DT_INT8:
+        idx = cast(idx, dt.DT_INT32)
+    if idx.dtype != dt.DT_INT32:
+        raise DTypeError(f"{op}: the index must be an int32 tensor", loc=user_loc(), expected="int32",
+                         got=str(idx.dtype), hint="cast it: pypto.cast(index, pypto.DT_INT32)")
+    if ndim is not None and idx.ndim != ndim:
+        raise ShapeError(f"{op}: the index must have {ndim} dim{'s' if ndim != 1 else ''}", loc=user_loc(),
+                         expected=f"{ndim}-D", got=list(idx.shape))
+    return idx
+
+
+def _gather_into(x: Tensor, d: int, idx: Tensor, shape, op: str) -> Tensor:
+    for k, (s, n) in enumerate(zip(shape, x.shape)):
+        if k != d and s > n:
+            raise ShapeError(f"{op}: the index is larger than the input off dim {d}", loc=user_loc(),
+                             expected=f"at most {n} along dim {k}", got=list(idx.shape))
+    ctx = _ctx(x, op)
+    return ctx.add("gather", [x, idx], tuple(shape), x.dtype, dim=d, shape=tuple(shape), **_vec_tile(ctx))
+
+
+def _vec_tile(ctx: TraceContext) -> dict:
+    """The tile shape of set_vec_tile_shapes for an indexed op (its group iterates the index)."""
+    return {"tile": ctx.vec_tile} if ctx.vec_tile else {}
+
+
+def gather(input, dim, index):
+    """torch.gather: out[i][j][k] = input[index[i][j][k]][j][k] along `dim` (the result has the
+    index's shape; int32 index of input's rank, at most input's size off `dim`).  The input stays in
+    GM and MGATHER reads its elements for each tile of the index (one 32-byte sector each).  An index
+    out of range: checked mode (simulate(checked=True)) names this line; unchecked it is clipped
+    into [0, n)."""
+    x = _tensor(input, "gather")
+    idx = _index(index, "gather", x.ndim)
+    return _gather_into(x, _dim(x, dim, "gather"), idx, idx.shape, "gather")
+
+
+def take_along_dim(input, indices, dim=None):
+    """torch.take_along_dim: gather with the index broadcast against the input off `dim` (dim=None:
+    over the flattened input)."""
+    x = _tensor(input, "take_along_dim")
+    if dim is None:
+        idx = _index(indices, "take_along_dim")
+        return gather(reshape(x, [x.size]), 0, reshape(idx, [idx.size]))
+    idx = _index(indices, "take_along_dim", x.ndim)
+    d = _dim(x, dim, "take_along_dim")
+    shape = []
+    for k, (s, n) in enumerate(zip(idx.shape, x.shape)):
+        if k != d and s not in (1, n):
+            raise ShapeError("take_along_dim: the index does not broadcast against the input", loc=user_loc(),
+                             expected=f"1 or {n} along dim {k}", got=list(idx.shape))
+        shape.append(s if k == d else n)
+    return _gather_into(x, d, idx, shape, "take_along_dim")
+
+
+def index_select(input, dim, index):
+    """torch.index_select: the slices of input at the 1-D int32 `index` along `dim`."""
+    x = _tensor(input, "index_select")
+    idx = _index(index, "index_select", 1)
+    d = _dim(x, dim, "index_select")
+    a = {"dim": d}
+    return _ctx(x, "index_select").add("index_select", [x, idx], check_shape("index_select", [x, idx], a),
+                                       x.dtype, **a)
+
+
+def embedding(input, weight):
+    """torch.nn.functional.embedding: the rows of `weight` [V, D] at the int32 indices `input`
+    (the lookup of an nn.Embedding): [*input.shape, D]; an index_select of rows."""
+    idx, w = _index(input, "embedding"), _tensor(weight, "embedding")
+    if w.ndim != 2:
+        raise ShapeError("embedding: the weight must be [num_embeddings, embedding_dim]", loc=user_loc(),
+                         expected="2-D", got=list(w.shape))
+    return _ctx(w, "embedding").add("embedding", [idx, w], check_shape("embedding", [idx, w], {}), w.dtype)
+
+
+def _scatter(op: str, input, dim, index, src) -> Tensor:
+    x = _tensor(input, op)
+    idx = _index(index, op, x.ndim)
+    d = _dim(x, dim, op)
+    for k, (s, n) in enumerate(zip(idx.shape, x.shape)):
+        if k != d and s > n:
+            raise ShapeError(f"{op}: the index is larger than the input off dim {d}", loc=user_loc(),
+                             expected=f"at most {n} along dim {k}", got=list(idx.shape))
+    if isinstance(src, numbers.Number):         # torch's value=: a tensor of it, the index's shape
+        src = full(idx.shape, src, x.dtype)
+    src = _tensor(src, op)
+    if src.dtype != x.dtype:
+        raise DTypeError(f"{op}: src and input have different dtypes", loc=user_loc(), expected=str(x.dtype),
+                         got=str(src.dtype))
+    if src.ndim != x.ndim or any(s < n for s, n in zip(src.shape, idx.shape)):
+        raise ShapeError(f"{op}: src must be at least as large as the index", loc=user_loc(),
+                         expected=f">= {list(idx.shape)}", got=list(src.shape))
+    if src.shape != idx.shape:                  # torch reads src[:i0, :i1, ..]
+        src = view(src, idx.shape, [0] * x.ndim)
+    attrs = {"dim": d} if op == "scatter" else {"dim": d, "acc": x.dtype.name}
+    ctx = _ctx(x, op)
+    return ctx.add(op, [x, src, idx], x.shape, x.dtype, **attrs, **_vec_tile(ctx))
+
+
+def scatter(input, dim, index, src=None, value=None):
+    """torch.scatter (out of place): input with src[i][j] written at [index[i][j]][j] along `dim`
+    (or the number `value`).  The result is a copy of input (a write into a buffer of its own, as
+    x[region] = v) that MSCATTER stores into, tile by tile of the index; duplicate indices: the last
+    in index order wins in the simulator (on hardware, as in torch, unspecified).  Out of range:
+    checked mode names this line; unchecked the element is dropped."""
+    return _scatter("scatter", input, dim, index, value if src is None else src)
+
+
+def scatter_add(input, dim, index, src):
+    """torch.scatter_add: input with src[i][j] added at [index[i][j]][j] along `dim`; duplicate
+    indices accumulate (np.add.at), across cores too (MSCATTER atomic=ADD adds in GM, in the
+    tensor's dtype)."""
+    return _scatter("scatter_add", input, dim, index, src)
+
+
+def index_add(input, dim, index, source, alpha=1):
+    """torch.index_add: input with alpha * source's slices added at the 1-D int32 `index` along
+    `dim` (source: input's shape with len(index) along dim); a scatter_add of the index broadcast."""
+    x, s = _tensor(input, "index_add"), _tensor(source, "index_add")
+    idx = _index(index, "index_add", 1)
+    d = _dim(x, dim, "index_add")
+    if s.shape != tuple(idx.shape[0] if k == d else n for k, n in enumerate(x.shape)):
+        raise ShapeError("index_add: source must be input's shape with len(index) along dim", loc=user_loc(),
+                         expected=[idx.shape[0] if k == d else n for k, n in enumerate(x.shape)], got=list(s.shape))
+    if s.dtype != x.dtype:
+        raise DTypeError("index_add: source and input have different dtypes", loc=user_loc(), expected=str(x.dtype),
+                         got=str(s.dtype))
+    a = {"dim": d, "alpha": _number(alpha, "index_add", "alpha"), "acc": x.dtype.name}
+    return _ctx(x, "index_add").add("index_add", [x, idx, s], x.shape, x.dtype, **a)
+
+
+def topk(input, k, dim=-1, largest=True, sorted=True):
+    """torch.topk: (values, int32 indices) of the k largest (smallest) elements along `dim`, in
+    descending (ascending) order, ties to the lowest index.  For small k: k rounds of the extreme
+    (amax), the first index reaching it among those not yet taken (compare + where over an iota +
+    amin), then that element marked taken.  NaN is not treated specially (torch ranks it first)."""
+    x = _tensor(input, "topk")
+    d = _dim(x, dim, "topk")
+    n = x.shape[d]
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 1 <= k <= n:
+        raise ShapeError("topk: k out of range", loc=user_loc(), expected=f"1 <= k <= {n}", got=repr(k))
+    extreme = amax if largest else amin
+    iota_shape = [1] * x.ndim
+    iota_shape[d] = n
+    pos = _iota(tuple(iota_shape), d, dt.DT_INT32)
+    ctx = _ctx(x, "topk")
+    cur, taken, vals, idxs = x, eq(pos, n), [], []       # (nothing taken yet)
+    a = {"dim": d, "largest": bool(largest)}
+    for r in range(int(k)):
+        vals.append(extreme(cur, d, keepdim=True))
+        # (a row of its own: its index is exact for the honest check, as a gather's index is)
+        i = ctx.add("top_index", [cur, taken], check_shape("top_index", [cur, taken], a), dt.DT_INT32, **a)
+        idxs.append(i)
+        if r + 1 < k:
+            chosen = eq(pos, i)
+            taken = logical_or(taken, chosen)
+            # the taken element out of the running: the extreme is then another one's
+            cur = where(chosen, _worst(x.dtype, largest), cur)
+    return concat(vals, d), concat(idxs, d)
+
+
+def _worst(dtype, largest: bool):
+    import numpy as np
+    if dtype.is_float:
+        return float("-inf") if largest else float("inf")
+    info = np.iinfo(dtype.np_dtype)
+    return int(info.min) if largest else int(info.max)
+
+
 # the public ops: every function of this module whose name has no leading underscore (the
 # package re-exports them as pypto.<name>)
 __all__ = sorted(n for n, v in list(globals().items())

@@ -274,6 +274,14 @@ class Tensor:
     def triu(self, diagonal=0): return _ops().triu(self, diagonal)
     def argmax(self, dim=None, keepdim=False): return _ops().argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return _ops().argmin(self, dim, keepdim)
+    # indexing: gather, scatter, topk
+    def gather(self, dim, index): return _ops().gather(self, dim, index)
+    def take_along_dim(self, indices, dim=None): return _ops().take_along_dim(self, indices, dim)
+    def index_select(self, dim, index): return _ops().index_select(self, dim, index)
+    def scatter(self, dim, index, src=None, value=None): return _ops().scatter(self, dim, index, src, value)
+    def scatter_add(self, dim, index, src): return _ops().scatter_add(self, dim, index, src)
+    def index_add(self, dim, index, source, alpha=1): return _ops().index_add(self, dim, index, source, alpha)
+    def topk(self, k, dim=-1, largest=True, sorted=True): return _ops().topk(self, k, dim, largest, sorted)
     def pow(self, exponent): return _ops().pow(self, exponent)
     def clamp(self, min=None, max=None): return _ops().clamp(self, min, max)
     clip = clamp

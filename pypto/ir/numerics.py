@@ -217,7 +217,7 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
         if not d.is_float and np.any(e > 0):        # truncation to an integer may step by one
             e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
         out = Approx(y, e)
-    elif row.kind == "composite":
+    elif row.kind == "composite" and row.bound is None:     # (a row's own rule, if it has one)
         b = _Bounds(ins, in_dtypes or [d] * len(ins))
         out = row.decompose(b, ins, a)
         if np.shape(out.v) != np.shape(y):          # a keepdim result of a reduction without keepdim

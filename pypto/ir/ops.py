@@ -630,6 +630,158 @@ def _one_hot(b, ins, a):
     return b.cast(hit, DT_INT32)
 
 
+# --- indexing: gather, scatter, topk (the rows' helpers; the rows end _ROWS)
+# Index tensors are int32.  An index broadcasts against the values it indexes along the other
+# dims (index_select's [L] becomes [1, .., L, .., 1]).  Out of range, unchecked: a gather clips the
+# index into [0, n), a scatter drops the element (the simulators and this reference alike);
+# checked mode refuses it at the kernel's line.
+
+_UNIT = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
+def _gather_window(x, shape, dim):
+    """x cut to the result's extents off `dim` (torch's gather reads x[:s0, :, :s2] there)."""
+    return x[tuple(slice(None) if k == dim else slice(0, s) for k, s in enumerate(shape))]
+
+
+def _gather_index(idx, shape, dim, n):
+    return np.clip(np.broadcast_to(np.asarray(idx).astype(np.int64), tuple(shape)), 0, n - 1)
+
+
+def _np_gather(args, a):
+    x, idx = args
+    d = a["dim"]
+    return np.take_along_axis(_gather_window(x, a["shape"], d), _gather_index(idx, a["shape"], d, x.shape[d]), d)
+
+
+def _gather_bound(ins, a):
+    """The gathered elements' bounds.  Indices are exact ints: one computed from floats (topk,
+    argmax) is taken as the reference computes it, so a near tie the kernel breaks the other way
+    shows as a mismatch (it is one: another element was picked)."""
+    x, idx = ins
+    d, shape = a["dim"], tuple(a["shape"])
+    i = _gather_index(idx.v, shape, d, np.shape(x.v)[d])
+    v = np.take_along_axis(_gather_window(np.asarray(x.v), shape, d), i, d)
+    e = np.take_along_axis(_gather_window(np.asarray(x.full_e), shape, d), i, d)
+    return x.__class__(v, e)
+
+
+def _np_scatter(add):
+    def ref(args, a):
+        from ..target.semantics import scatter_targets
+        x, src, idx = args
+        out = np.array(x, copy=True)
+        t, v = scatter_targets(out, np.asarray(src), np.asarray(idx).astype(np.int64), a["dim"])
+        if add:
+            np.add.at(out, t, v.astype(out.dtype, copy=False))
+        else:
+            out[t] = v
+        return out
+    return ref
+
+
+def _scatter_bound(add):
+    """scatter: the written values' bounds where they land, x's elsewhere; scatter_add: the sum
+    rule per target element, each of its k atomic adds (in the tensor's dtype, attr `acc`)
+    rounding a partial sum of at most |x| + sum |src|: e_x + sum e_src + k u (|x| + sum |src|)."""
+    def rule(ins, a):
+        from ..target.semantics import scatter_targets
+        x, src, idx = ins
+        val = np.array(x.v, dtype=np.float64, copy=True)
+        err = np.array(x.full_e, dtype=np.float64, copy=True)
+        i = np.asarray(idx.v).astype(np.int64)
+        sv = np.broadcast_to(np.asarray(src.v, np.float64), np.broadcast_shapes(np.shape(src.v), i.shape))
+        t, v = scatter_targets(val, sv, i, a["dim"])
+        _, e = scatter_targets(val, np.broadcast_to(src.full_e, sv.shape), i, a["dim"])
+        if add:
+            mag, count = np.abs(val), np.zeros(val.shape)
+            np.add.at(val, t, v)
+            np.add.at(err, t, e)
+            np.add.at(mag, t, np.abs(v))
+            np.add.at(count, t, 1.0)
+            err += count * _UNIT.get(a.get("acc"), 0.0) * mag
+        else:
+            val[t] = v
+            err[t] = e
+        return x.__class__(val, err)                 # (indices are exact: see _gather_bound)
+    return rule
+
+
+def _indexed_like(b, idx, rank, dim):
+    """A 1-D index [L] as [1, .., L, .., 1] along `dim` of a rank-`rank` tensor."""
+    s = [1] * rank
+    s[dim] = b.shape(idx)[0]
+    return b.reshape(idx, s)
+
+
+def _selected_shape(shape, dim, n):
+    return tuple(n if k == dim else s for k, s in enumerate(shape))
+
+
+def _index_select(b, x, idx, dim):
+    shape = _selected_shape(b.shape(x), dim, b.shape(idx)[0])
+    return b.emit("gather", [x, _indexed_like(b, idx, len(shape), dim)], shape, b.dtype(x),
+                  {"dim": dim, "shape": shape, **b.extra})
+
+
+def _np_index_select(args, a):
+    return np.take(args[0], np.clip(np.asarray(args[1]).astype(np.int64), 0, args[0].shape[a["dim"]] - 1),
+                   axis=a["dim"])
+
+
+def _embedding(b, ins, a):
+    idx, w = ins
+    n = int(np.prod(b.shape(idx)))
+    rows = _index_select(b, w, b.reshape(idx, (n,)), 0)
+    return b.reshape(rows, tuple(b.shape(idx)) + (b.shape(w)[1],))
+
+
+def _index_add(b, ins, a):
+    x, idx, src = ins
+    if a["alpha"] != 1:
+        src = b.bins("mul", src, a["alpha"])
+    return b.emit("scatter_add", [x, src, _indexed_like(b, idx, len(b.shape(x)), a["dim"])], b.shape(x), b.dtype(x),
+                  {"dim": a["dim"], "acc": a.get("acc"), **b.extra})
+
+
+def _top_index(b, ins, a):
+    """The first index along dim whose element is the extreme (amax / amin) of those not taken
+    yet: amin(where(x == extreme and not taken, index, n)) (topk's round)."""
+    from ..dtypes import DT_INT32
+    x, taken, dim = ins[0], ins[1], a["dim"]
+    n = b.shape(x)[dim]
+    hit = b.bin("logical_and", b.cmp("eq", x, b.red("amax" if a["largest"] else "amin", x, dim)),
+                b.un("logical_not", taken))
+    return b.red("amin", b.select(hit, _iota(b, b.shape(x), dim, DT_INT32), b.const(n, DT_INT32)), dim)
+
+
+def _np_top_index(args, a):
+    x, taken = args
+    d = a["dim"]
+    worst = -np.inf if a["largest"] else np.inf
+    if not np.issubdtype(x.dtype, np.floating):
+        info = np.iinfo(x.dtype)
+        worst = info.min if a["largest"] else info.max
+        x = x.astype(np.float64)
+    y = np.where(taken, worst, x)
+    m = (np.max if a["largest"] else np.min)(y, axis=d, keepdims=True)
+    hit = (y == m) & ~taken
+    n = x.shape[d]
+    pos = np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
+    return np.min(np.where(hit, pos, n), axis=d, keepdims=True).astype(np.int32)
+
+
+def _np_index_add(args, a):
+    x, idx, src = args
+    out = np.array(x, copy=True)
+    idx = np.asarray(idx).astype(np.int64)
+    ok = (idx >= 0) & (idx < x.shape[a["dim"]])
+    sel = np.compress(ok, src, axis=a["dim"])
+    np.add.at(np.moveaxis(out, a["dim"], 0), idx[ok], np.moveaxis(sel * a["alpha"] if a["alpha"] != 1 else sel,
+                                                                   a["dim"], 0).astype(out.dtype, copy=False))
+    return out
+
+
 _ROWS = [
     Op("input", "input", 0, "a kernel parameter"),
     Op("const", "const", 0, "a Python number used as an operand"),
@@ -862,6 +1014,32 @@ _ROWS = [
     _composite("one_hot", 1, "int32 [..., num_classes]: 1 at the class of each index, else 0",
                lambda args, a: (args[0][..., None] == np.arange(a["num_classes"])).astype(np.int32), _one_hot,
                shape=lambda s, a: tuple(s[0]) + (a["num_classes"],), wide=False, float_only=False,
+               precision_class="exact"),
+    # --- indexing: gather, scatter, topk (MGATHER / MSCATTER; topk is the frontend's, on amax,
+    # compare, where, iota and amin)
+    Op("gather", "gather", 2, "x[.., index[.., j, ..], ..] along dim (torch.gather; int32 index, broadcast to "
+       "the result's shape `shape`): x stays in GM, MGATHER reads its elements", _from_attr, _np_gather,
+       precision="exact", bound=_gather_bound, tile="GATHER"),
+    Op("scatter", "write", 3, "x with src[.., j, ..] written at x[.., index[.., j, ..], ..] along dim "
+       "(torch.scatter; inputs x, src, index; duplicates: the last wins): MSCATTER into x's buffer", _same,
+       _np_scatter(False), precision="exact", bound=_scatter_bound(False), tile="SCATTER"),
+    Op("scatter_add", "write", 3, "x with src[.., j, ..] added at x[.., index[.., j, ..], ..] along dim "
+       "(torch.scatter_add; duplicates accumulate): MSCATTER atomic=ADD", _same, _np_scatter(True),
+       precision="declared", bound=_scatter_bound(True), tile="SCATTER", extra={"atomic": "ADD"}),
+    _composite("index_select", 2, "the slices x[.., index[j], ..] along dim (a gather of a broadcast index)",
+               _np_index_select, lambda b, ins, a: _index_select(b, ins[0], ins[1], a["dim"]),
+               shape=lambda s, a: _selected_shape(s[0], a["dim"], s[1][0]), wide=False, float_only=False,
+               precision_class="exact"),
+    _composite("embedding", 2, "weight[index]: the rows of weight [V, D] at index (an index_select of rows)",
+               lambda args, a: args[1][np.clip(np.asarray(args[0]).astype(np.int64), 0, args[1].shape[0] - 1)],
+               _embedding, shape=lambda s, a: tuple(s[0]) + (s[1][1],), wide=False, float_only=False,
+               precision_class="exact"),
+    _composite("top_index", 2, "topk's round: the first index along dim (keepdim) of the extreme of x among the "
+               "elements not taken (a mask); int32, exact (the index is the reference's: see gather)",
+               _np_top_index, _top_index, shape=lambda s, a: tuple(1 if k == a["dim"] else n for k, n in enumerate(s[0])),
+               wide=False, float_only=False, precision_class="exact", bound=lambda ins, a: _NoError()),
+    _composite("index_add", 3, "x with alpha * source[.., j, ..] added at x[.., index[j], ..] along dim "
+               "(a scatter_add of a broadcast index)", _np_index_add, _index_add, wide=False, float_only=False,
                precision_class="exact"),
 ]
 

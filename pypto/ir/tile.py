@@ -14,6 +14,7 @@ from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from .core import Attrs, TextForm, fmt_shape
 from .gm import GMBuffer
+from ..target.isa import INSTRUCTIONS
 
 ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
 
@@ -151,7 +152,7 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
         if n.op == "TLOAD":
             if n.space not in DATA_PATHS["GM"]:
                 fail("illegal data path", expected="GM -> " + "/".join(DATA_PATHS["GM"]), got=f"GM -> {n.space}")
-        elif n.op == "TSTORE":
+        elif n.op == "TSTORE" or (n.op in INSTRUCTIONS and INSTRUCTIONS[n.op].kind == "scatter"):
             if srcs[0] not in ("UB", "L0C"):
                 fail("illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
         elif n.op == "TEXTRACT":

@@ -14,6 +14,7 @@ from ..errors import SimulationError
 from ..ir.exec import SYNC_OPS, Intervals, accesses, written_gm
 from ..ir.gm import Footprint, GMRef
 from ..ir.program import Program
+from ..target.isa import gm_access
 
 
 def _describe(task, k) -> str:
@@ -91,6 +92,8 @@ def find_task_races(program: Program, task_times, times=None) -> list[str]:
                 r.add(ins.srcs[0])
             elif ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
                 w.add(ins.dst)
+            elif gm_access(ins.op) is not None:         # MGATHER reads its window, MSCATTER writes it
+                (r if gm_access(ins.op) == "read" else w).add(ins.srcs[0] if gm_access(ins.op) == "read" else ins.dst)
         feet.append((r, w))
     found = []
     for b in program.tasks:

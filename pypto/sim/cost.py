@@ -22,7 +22,7 @@ from ..ir.core import Attrs
 from ..ir.exec import Instr, TileRef
 from ..ir.gm import GMBuffer, GMRef
 from ..target.cost import base_cycles
-from ..target.isa import INSTRUCTIONS, KINDS, pipe_of
+from ..target.isa import INDEXED_KINDS, INDEXED_SECTOR, INSTRUCTIONS, KINDS, pipe_of
 from ..target.machine import get_machine
 
 
@@ -144,6 +144,11 @@ def synthetic_instr(op: str, **kw) -> Instr:
     cols_shape = shape[:-2] + (1, shape[-1]) if len(shape) >= 2 else shape
     cols_valid = valid[:-2] + (1, valid[-1]) if len(valid) >= 2 else valid
     full = _tile("UB", dt, shape, valid)
+    if kind in INDEXED_KINDS:       # MGATHER / MSCATTER: a GM table of the valid shape, an int32 index tile
+        gm = GMRef.whole(GMBuffer("x", valid, dt, "input" if kind == "gather" else "output"))
+        idx = _tile("UB", BY_NAME["int32"], shape, valid)
+        return Instr(op, pipe_of(op), *((full, (gm, idx)) if kind == "gather" else (gm, (full, idx))),
+                     Attrs({"dim": 0}))
     if kind == "unary":
         return Instr(op, "V", full, (full,))
     if kind == "cvt":
@@ -235,6 +240,11 @@ def instruction_table(machine="a2a3") -> list[InstrRow]:
             operands = {"TMATMUL_ACC": "L0C <- L0C + L0A x L0B",
                         "TMATMUL_BIAS": "L0C <- BT row + L0A x L0B"}.get(op, "L0C <- L0A x L0B")
             add(op, operands, rule, "M=40 K=50 N=60 fp16", m=40, k=50, n=60, dtype="fp16")
+        elif kind in INDEXED_KINDS:
+            path = ("GM", "UB") if kind == "gather" else ("UB", "GM")
+            rule = (dma_rule(*path).replace("bytes", f"elements x {INDEXED_SECTOR} B")
+                    + "; a 32-byte GM sector per element (SIMT on the vector core)")
+            add(op, KINDS[kind].operands, rule, ex, shape=EXAMPLE_SHAPE, dtype="fp32")
         elif kind == "sync":
             operands = {"PIPE_BARRIER": "pipe", "CROSS_SET_FLAG": "pipe -> AIV slot, EVENT_ID",
                         "CROSS_WAIT_FLAG": "AIC -> pipe, EVENT_ID"}.get(op, "pipe -> pipe, EVENT_ID")

@@ -19,7 +19,8 @@ Two ways to run, with the same results:
   what fails is a SimulationError naming the task, instruction and kernel line.  In checked
   mode fresh on-chip bytes are 0xFF (NaN for every float dtype) and a byte mask tracks what the
   current task has written, so a read of bytes it never wrote is reported, as are tiles beyond
-  their space and windows beyond their GM buffer.
+  their space, windows beyond their GM buffer and indices of an MGATHER / MSCATTER outside the dim
+  they index (unchecked, a gather clips them and a scatter drops the element).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef
 from ..ir.program import Program
-from .functional_plan import decode, plan_for, reused, tile_strides
+from .functional_plan import check_indices, decode, plan_for, reused, tile_strides
 from ..target.machine import Machine
 
 
@@ -160,6 +161,8 @@ def _interpret(program: Program, machine: Machine, arrays, checked: bool) -> dic
                     if isinstance(o, GMRef):
                         mem.check_window(o, ins, t, k)
                 handler, operands = decode(ins)
+                if checked:                     # an index out of range: at the kernel's line
+                    check_indices(ins, [mem.get(o) for o in operands])
                 try:
                     handler(*[mem.get(o) for o in operands])
                 except (ArithmeticError, LookupError, TypeError, ValueError) as e:

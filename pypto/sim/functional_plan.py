@@ -50,8 +50,8 @@ from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
-from ..target.isa import INSTRUCTIONS
-from ..target.semantics import ACTIVATIONS, accumulate, product
+from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
+from ..target.semantics import ACTIVATIONS, accumulate, index_errors, product
 
 MAX_BATCH = 16                  # tasks run together: beyond a few, numpy's per-element work dominates
 REUSED_BYTES = 32 << 20         # largest memory kept for the next run (on-chip copies, a workspace)
@@ -161,7 +161,50 @@ def _result_shape(ins: Instr, srcs) -> tuple[int, ...]:
         (s,) = shapes
         axis = normalize_axis_index(ins.attrs["dim"], len(s))
         return s[:axis] + (1,) + s[axis + 1:]
+    if kind in INDEXED_KINDS:
+        return _indexed_shape(ins, kind, shapes)
     return np.broadcast_shapes(*shapes)
+
+
+def _indexed_shape(ins: Instr, kind: str, shapes) -> tuple[int, ...]:
+    """MGATHER: the window with the index's extent along dim, broadcast with the index; MSCATTER:
+    the window it writes (the values, which the index broadcasts to, fit it off the dim)."""
+    a, b = shapes                                  # gather: window, index; scatter: values, index
+    if len(a) != len(b):
+        raise ValueError(f"the index has rank {len(b)}, the data {len(a)}")
+    axis = normalize_axis_index(ins.attrs["dim"], len(a))
+    if kind == "gather":
+        return np.broadcast_shapes(a[:axis] + b[axis:axis + 1] + a[axis + 1:], b)
+    if np.broadcast_shapes(a, b) != a:
+        raise ValueError(f"the index {list(b)} does not broadcast to the values {list(a)}")
+    w = _shape(ins.dst)
+    if len(w) != len(a) or any(x != y for d, (x, y) in enumerate(zip(w, a)) if d != axis):
+        raise ValueError(f"the values {list(a)} do not fit the window {list(w)} off dim {axis}")
+    return w
+
+
+def _gathered(f, axis, dst, src, index):       # MGATHER
+    f(src, index, axis, out=dst)
+
+
+def _scattered(f, axis, dst, values, index):   # MSCATTER (atomic=ADD: f adds)
+    f(dst, values, index, axis)
+
+
+def check_indices(ins: Instr, arrays) -> None:
+    """Checked mode: SimulationError at the instruction's line (the kernel's gather, scatter, ...)
+    when an index of an MGATHER / MSCATTER lies outside the dim it indexes."""
+    if _kind(ins.op) not in INDEXED_KINDS:
+        return
+    dst, data, index = arrays
+    n = (data if _kind(ins.op) == "gather" else dst).shape[ins.attrs["dim"]]
+    bad = index_errors(index, n)
+    if bad:
+        idx = np.asarray(index)
+        first = idx[(idx < 0) | (idx >= n)].flat[0]
+        raise SimulationError(f"{ins.op}: {bad} index{'es' if bad > 1 else ''} out of range (the first: {first})",
+                              loc=ins.loc, expected=f"indices in [0, {n}) along dim {ins.attrs['dim']}",
+                              got=f"{int(idx.min())} .. {int(idx.max())}")
 
 
 def _fits(got: tuple[int, ...], shape: tuple[int, ...]) -> bool:
@@ -234,6 +277,13 @@ def _decode(ins: Instr):
         return _assign, (dst, window)
     if kind == "cube":
         return _matmul(ins)
+    if kind in INDEXED_KINDS:                      # MGATHER (dst, GM, index), MSCATTER (GM, values, index)
+        f = row.math(ins.attrs)
+        if f is None:
+            raise SimulationError(f"no functional rule for {op} with atomic={ins.attrs.get('atomic')}", loc=ins.loc)
+        nd = len(_shape(srcs[0]))
+        axis = normalize_axis_index(ins.attrs["dim"], nd) - nd     # from the end: task axes lead
+        return partial(_gathered if kind == "gather" else _scattered, f, axis), (dst, srcs[0], srcs[1])
     if kind == "expand":
         return _expand, (dst, srcs[0])
     f = None if row is None else row.math(ins.attrs)
@@ -635,7 +685,8 @@ def _unobserved(buffers, instrs_of) -> frozenset[str]:
     seen: set[str] = set()
     for instrs in instrs_of:
         for i in instrs:
-            for r in i.srcs:
+            # (an MSCATTER reads what it does not overwrite: its window counts as read)
+            for r in i.srcs + ((i.dst,) if _kind(i.op) == "scatter" else ()):
                 if isinstance(r, GMRef) and r.buf.name not in seen:
                     mask = written.get(r.buf.name)
                     if mask is None or not mask[tuple(slice(*b) for b in _box(r))].all():

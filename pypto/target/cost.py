@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from ..errors import PyptoError
-from .isa import INSTRUCTIONS, is_vector
+from .isa import INDEXED_KINDS, INDEXED_SECTOR, INSTRUCTIONS, is_vector
 from .machine import Machine
 
 __all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "is_vector", "vector_repeats"]
@@ -65,7 +65,12 @@ def dma_path(ins) -> tuple[str, str]:
 
 def dma_bytes(ins) -> int:
     """Bytes moved: the GM window of a load or store; for an on-chip move (TEXTRACT, TMOV) the
-    valid data of the destination tile (an extract reads only its part of the source tile)."""
+    valid data of the destination tile (an extract reads only its part of the source tile); for
+    an indexed DMA (MGATHER, MSCATTER) one 32-byte sector per element (isa.INDEXED_SECTOR)."""
+    row = INSTRUCTIONS.get(ins.op)
+    if row is not None and row.kind in INDEXED_KINDS:
+        t = ins.dst if _is_tile(ins.dst) else ins.srcs[0]
+        return math.prod(t.valid) * INDEXED_SECTOR
     for o in (ins.dst,) + tuple(ins.srcs):
         if _is_gm(o):
             return o.nbytes

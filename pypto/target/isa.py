@@ -53,6 +53,13 @@ KINDS: dict[str, Kind] = {
     "select_scalar": Kind(("UB",), (("UB",), ("UB",), ("num",)), "vector", "UB <- mask UB, UB, scalar"),
     "fill": Kind(("UB",), (("num",),), "vector", "UB <- scalar"),
     "iota": Kind(("UB",), (), "vector", "UB <- start + i * step along dim (start=, step=, dim=)"),
+    # indexed GM access (MGATHER / MSCATTER): per-element GM addresses from a UB index tile; the GM
+    # window spans the indexed dim whole.  PTO-ISA runs them as SIMT kernels of the vector core
+    # (A5), so on the V pipe (ordered behind the loads of their index tiles by flags); cost: one
+    # 32-byte sector of GM traffic per element (INDEXED_SECTOR)
+    "gather": Kind(("UB",), (("GM",), ("UB",)), "dma", "UB <- GM window, UB int32 index tile (dim=)"),
+    "scatter": Kind(("GM",), (("UB",), ("UB",)), "dma", "GM window <- UB values, UB int32 index tile (dim=, "
+                    "atomic=ADD)"),
     "flag": Kind((), (), "sync", "pipe -> pipe, EVENT_ID", ""),
     "barrier": Kind((), (), "sync", "pipe", "S"),
     "cross": Kind((), (), "sync", "pipe -> AIV slot / AIC -> pipe, EVENT_ID", ""),
@@ -61,8 +68,14 @@ KINDS: dict[str, Kind] = {
 
 # the attributes an instruction may carry, in the order the PTO text prints them: the reduced
 # dim, an extract's offsets, a conversion's target dtype, a store's activation, a comparison,
-# a conversion's rounding mode, an integer sequence's first value and step
-ATTRS = ("dim", "offsets", "to", "act", "cmp", "round", "start", "step")
+# a conversion's rounding mode, an integer sequence's first value and step, an indexed store's
+# atomic mode
+ATTRS = ("dim", "offsets", "to", "act", "cmp", "round", "start", "step", "atomic")
+INDEXED_KINDS = ("gather", "scatter")
+# the cost rule of MGATHER / MSCATTER: every element is its own GM access, and the DMA engines
+# move GM in 32-byte sectors (the Ascend MTE's access granule; a gathered fp32 element costs the
+# bandwidth of 8): n elements cost n * 32 bytes over the path's bandwidth (GM -> UB, UB -> GM)
+INDEXED_SECTOR = 32
 
 
 @dataclass(frozen=True)
@@ -172,6 +185,14 @@ def _rows() -> list[Instruction]:
                  for fn, (f, slope, d) in BINARY_FNS.items()]
         rows += [Instruction(f"T{rc}{fn}", "reduce", fn, rc, f, slope, doc=f"{d} of each {along}")
                  for fn, (f, slope, d) in REDUCE_FNS.items()]
+    rows += [Instruction("MGATHER", "gather", "GATHER", "", sem.gather,
+                         doc="gather-load: dst[..., j, ...] = src[..., index[..., j, ...], ...] along dim (an index "
+                             "out of range is clipped; checked mode refuses it)"),
+             Instruction("MSCATTER", "scatter", "SCATTER", "", modes=("atomic", {None: sem.scatter,
+                                                                                "ADD": sem.scatter_add}),
+                         doc="scatter-store: dst[..., index[..., j, ...], ...] = values[..., j, ...] along dim; "
+                             "atomic=ADD adds into GM (duplicates accumulate, across cores too); an index out of "
+                             "range is dropped (checked mode refuses it)")]
     rows += [Instruction("SET_FLAG", "flag", cycles=1, doc="signal an event from one pipe to another"),
              Instruction("WAIT_FLAG", "flag", cycles=1, doc="block a pipe until the event is set"),
              Instruction("PIPE_BARRIER", "barrier", cycles=1, doc="block until a pipe has drained"),
@@ -208,6 +229,15 @@ def pipe_of(op: str, src_space: str | None = None) -> str:
     if kind == "store" and src_space == "L0C":
         return "FIX"
     return KINDS[kind].pipe
+
+
+def gm_access(op: str) -> str | None:
+    """Of an indexed DMA (MGATHER, MSCATTER): "read" when it reads a GM window, "write" when it
+    writes one; None for any other instruction (TLOAD / TSTORE are named where they are read)."""
+    r = INSTRUCTIONS.get(op)
+    if r is None or r.kind not in INDEXED_KINDS:
+        return None
+    return "write" if KINDS[r.kind].dst == ("GM",) else "read"
 
 
 def is_vector(op: str) -> bool:

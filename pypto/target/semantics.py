@@ -117,3 +117,50 @@ def fill(value, out=None):
 
 # what the FIX pipe applies to a tile on its way out of L0C (TSTORE act=)
 ACTIVATIONS = {"relu": relu}
+
+
+# --- indexed DMA (MGATHER / MSCATTER): the GM window spans the indexed axis whole; `index` (int32)
+# broadcasts against the other axes.  Unchecked, an index out of range is clipped by a gather and
+# dropped by a scatter (checked mode refuses it first: `index_errors`).
+
+def index_errors(index, n: int) -> int:
+    """How many indices lie outside [0, n)."""
+    index = np.asarray(index)
+    return int(np.count_nonzero((index < 0) | (index >= n)))
+
+
+def gather(src, index, axis, out):
+    """MGATHER: out[..., j, ...] = src[..., index[..., j, ...], ...] along `axis` (counted from
+    the end); indices clipped into [0, n)."""
+    idx = np.clip(index, 0, src.shape[axis] - 1)
+    out[...] = np.take_along_axis(src, idx, axis)
+    return out
+
+
+def scatter_targets(dst, values, index, axis):
+    """The fancy index of the GM elements each value goes to, and the values, without those whose
+    index is out of range."""
+    shape = values.shape
+    idx = np.broadcast_to(index, shape)
+    grids = [np.broadcast_to(g, shape) for g in np.ix_(*[np.arange(n) for n in shape])]
+    grids[axis] = idx
+    ok = (idx >= 0) & (idx < dst.shape[axis])
+    if not ok.all():
+        grids, values = [g[ok] for g in grids], values[ok]
+    return tuple(grids), values
+
+
+def scatter(dst, values, index, axis):
+    """MSCATTER: dst[..., index[..., j, ...], ...] = values[..., j, ...] (duplicates: the last in
+    order wins)."""
+    t, v = scatter_targets(dst, values, index, axis)
+    dst[t] = v
+    return dst
+
+
+def scatter_add(dst, values, index, axis):
+    """MSCATTER atomic=ADD: dst[..., index[..., j, ...], ...] += values[..., j, ...], every
+    duplicate accumulated in dst's dtype (np.add.at: an atomic add per element)."""
+    t, v = scatter_targets(dst, values, index, axis)
+    np.add.at(dst, t, v)
+    return dst
