@@ -26,7 +26,7 @@ NEEDS = {
     "input": (), "const": (), "store": ("shape",),
     "fill": ("shape", "ref", "bound", "tile"), "iota": ("shape", "ref", "bound", "tile"),
     "scratch": ("shape", "ref"), "write": ("shape", "ref", "bound"),
-    "gather": ("shape", "ref", "bound", "tile"),
+    "gather": ("shape", "ref", "bound", "tile"), "broadcast": ("shape", "ref", "bound"),
 }
 PRECISIONS = ("inexact", "exact", "accumulate", "declared")
 # the forms of its math the tiling asks for, per kind (others fall back to broadcasting first)

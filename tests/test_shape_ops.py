@@ -94,3 +94,20 @@ def test_negative_step_is_refused_at_the_line():
         out[:] = x[:, ::-1]
     with pytest.raises(pypto.UnsupportedError, match="negative step"):
         rev.compile(X3[0], np.zeros((10, 24), np.float32))
+
+
+def test_expand_broadcast_to_and_repeat(check_kernel):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20, 1)).astype(np.float32)
+    y = rng.standard_normal((1, 40)).astype(np.float32)
+
+    @pypto.jit
+    def k(x, y, o1, o2, o3, o4):
+        pypto.set_vec_tile_shapes(8, 16)
+        o1[:] = x.expand(20, 40)
+        o2[:] = pypto.broadcast_to(y, (3, 20, 40)) * 2.0
+        o3[:] = y.repeat(2, 3)
+        o4[:] = x.expand(-1, 7) + y[:, 0:7]
+    outs = [np.zeros(s, np.float32) for s in ((20, 40), (3, 20, 40), (2, 120), (20, 7))]
+    check_kernel(k, [x, y, *outs], {2: np.broadcast_to(x, (20, 40)), 3: np.broadcast_to(y, (3, 20, 40)) * 2,
+                                    4: np.tile(y, (2, 3)), 5: x + y[:, 0:7]})

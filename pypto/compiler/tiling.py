@@ -328,6 +328,12 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
         return _source(m, row, offs, out)
     if kind == "select":
         return _select(m, ops, em, out)
+    if kind == "broadcast":           # spread over a tile of the result's shape (TEXPANDS gives it)
+        t = ops[0][1]
+        if tuple(em.node(t).valid) == tuple(valid):
+            return t
+        ref = em.emit(find("FILL"), [], shape, valid, m.dtype, "?", f"{key}.shape", loc, scalar=0)
+        return _expanded(em, m, t, ref, key)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
 
 

@@ -890,6 +890,46 @@ def unbind(x, dim=0):
     return tuple(select(x, d, i) for i in range(x.shape[d]))
 
 
+def expand(x, *sizes):
+    """x broadcast to `sizes` (torch's expand: -1 keeps a dim; new leading dims may be added)."""
+    x = _tensor(x, "expand")
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    sizes = [int(s) for s in sizes]
+    lead = len(sizes) - x.ndim
+    if lead < 0:
+        raise ShapeError("expand: fewer sizes than the tensor has dims", loc=user_loc(),
+                         expected=f"at least {x.ndim} sizes", got=tuple(sizes))
+    shape = tuple(x.shape[k - lead] if s == -1 and k >= lead else s for k, s in enumerate(sizes))
+    if any(s < 1 for s in shape) or any(x.shape[k] not in (1, shape[k + lead]) for k in range(x.ndim)):
+        raise ShapeError("expand: a dim of size other than 1 cannot grow", loc=user_loc(),
+                         expected=f"sizes that {list(x.shape)} broadcasts to", got=list(sizes))
+    if shape == x.shape:
+        return x
+    return _ctx(x, "expand").add("expand", [x], shape, x.dtype, shape=shape)
+
+
+def broadcast_to(x, shape):
+    """x broadcast to `shape` (numpy's and torch's broadcast_to)."""
+    return expand(x, tuple(shape))
+
+
+def repeat(x, *sizes):
+    """x repeated `sizes[d]` times along each dim (torch's repeat: concatenated copies)."""
+    x = _tensor(x, "repeat")
+    if len(sizes) == 1 and isinstance(sizes[0], (tuple, list)):
+        sizes = tuple(sizes[0])
+    sizes = [int(s) for s in sizes]
+    if len(sizes) < x.ndim or any(s < 1 for s in sizes):
+        raise ShapeError("repeat: one count >= 1 per dim", loc=user_loc(), expected=f"at least {x.ndim} counts",
+                         got=tuple(sizes))
+    x = reshape(x, (1,) * (len(sizes) - x.ndim) + x.shape)
+    for d, r in enumerate(sizes):
+        if r > 1:
+            x = concat([x] * r, dim=d)
+    return x
+
+
 def _scratch(ctx: TraceContext, shape, dtype) -> Tensor:
     """A fresh tensor of the kernel to write into (a GM workspace)."""
     return ctx.add("scratch", [], tuple(shape), dtype, shape=tuple(shape))

@@ -98,7 +98,8 @@ class TraceContext:
                 raise UnsupportedError(
                     f"'{t._param}' is read after the kernel wrote to it", loc=user_loc(),
                     expected="outputs to be written after their last read", got=f"a read of {t._param}")
-        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select", "fill",
+        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select", "broadcast",
+                            "fill",
                             "iota") and self.vec_tile:
             attrs.setdefault("tile", self.vec_tile)
         if op == "matmul" and self.cube_tile:
@@ -296,6 +297,9 @@ class Tensor:
     def logsumexp(self, dim=-1, keepdim=False): return _ops().logsumexp(self, dim, keepdim)
     def matmul(self, other): return _ops().matmul(self, other)
     def permute(self, *dims): return _ops().permute(self, *dims)
+    def expand(self, *sizes): return _ops().expand(self, *sizes)
+    def expand_as(self, other): return _ops().expand(self, other.shape)
+    def repeat(self, *sizes): return _ops().repeat(self, *sizes)
     def squeeze(self, dim=None): return _ops().squeeze(self, dim)
     def unsqueeze(self, dim): return _ops().unsqueeze(self, dim)
     def flatten(self, start_dim=0, end_dim=-1): return _ops().flatten(self, start_dim, end_dim)

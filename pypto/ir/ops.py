@@ -846,6 +846,10 @@ _ROWS = [
        bound=_layout_bound(lambda x, a: np.swapaxes(x, a["dim0"], a["dim1"]))),
     Op("view", "layout", 1, "a rectangular window", _from_attr, _np_window, precision="exact",
        bound=_layout_bound(lambda x, a: _np_window([x], a))),
+    Op("expand", "broadcast", 1, "x broadcast to a larger shape (torch's expand / broadcast_to)", _from_attr,
+       lambda args, a: np.broadcast_to(args[0], a["shape"]), precision="exact",
+       bound=lambda ins, a: ins[0].__class__(np.broadcast_to(ins[0].v, a["shape"]),
+                                             np.broadcast_to(ins[0].full_e, a["shape"]))),
     # --- tensors written in place: a scratch buffer and writes into regions of one (functional
     # in the graph: a write gives the new contents; the compiler writes one buffer in order)
     Op("scratch", "scratch", 0, "a fresh tensor of the kernel (a GM workspace), zeros until written", _from_attr,
