@@ -111,11 +111,13 @@ def conv_stride2(x, w, out):
 @pypto.jit
 def moe_router(x, w_gate, weights, counts, *, K: int = 2):
     """Top-k routing of a mixture of experts: softmax of the gate logits, the k best experts of
-    each token (topk; their weights renormalised), then per expert the routing weight it receives
-    and its token count, accumulated with scatter_add (MSCATTER atomic=ADD) into [E] tensors."""
+    each token (topk), their probabilities gathered (MGATHER) and renormalised, then per expert
+    the routing weight it receives and its token count, accumulated with scatter_add (MSCATTER
+    atomic=ADD) into [E] tensors."""
     tokens, experts = x.shape[0], w_gate.shape[1]
     probs = pypto.softmax(pypto.matmul(x, w_gate), dim=-1)
-    vals, idx = pypto.topk(probs, K)
+    _, idx = pypto.topk(probs, K)
+    vals = pypto.gather(probs, 1, idx)
     vals = vals / pypto.sum(vals, -1, keepdim=True)
     flat = idx.reshape(1, tokens * K)
     weights[:] = pypto.scatter_add(pypto.zeros(1, experts), 1, flat, vals.reshape(1, tokens * K)).reshape(experts)
