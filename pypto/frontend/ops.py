@@ -1434,6 +1434,23 @@ def _worst(dtype, largest: bool):
     return int(info.min) if largest else int(info.max)
 
 
+def _from_row(row):
+    """pypto.<name> of an element-wise row that has no function of its own here."""
+    if row.signature == "x":
+        def f(x):
+            return _unary(row.name, x)
+    else:
+        def f(a, b):
+            return _binary(row.name, a, b)
+    f.__name__ = f.__qualname__ = row.api or row.name
+    f.__doc__ = f"{row.doc} (element-wise; generated from the op registry's row)"
+    return f
+
+
+for _row in OPS.values():
+    if _row.signature and (_row.api or _row.name) not in globals():
+        globals()[_row.api or _row.name] = _from_row(_row)
+
 # the public ops: every function of this module whose name has no leading underscore (the
 # package re-exports them as pypto.<name>)
 __all__ = sorted(n for n, v in list(globals().items())

@@ -22,8 +22,9 @@ A row (`Op`) holds all the compiler knows of an op:
 - `float_only`, `doc`; room for what later work adds per op (`grad`, `quant`).
 
 Adding an element-wise op is one row here (with a `decompose` when it is built from others, or
-a `tile` naming the instruction that computes it, which is one entry in target/isa.py) and the
-frontend function that calls it (one line in frontend/ops.py).  `tests/test_registry.py` fails
+a `tile` naming the instruction that computes it, which is one entry in target/isa.py): the
+frontend makes `pypto.<name>` from a row with a `signature` when it defines no function of that
+name (an op with Python-number arguments, such as leaky_relu's slope, has its own function).  `tests/test_registry.py` fails
 when a row lacks a column its kind needs, or names an instruction without semantics or cost.
 """
 from __future__ import annotations
@@ -128,6 +129,8 @@ class Op:
     float_only: bool = False
     grad: Callable | None = None    # reserved: a gradient rule
     api: str = ""                   # its public name, when it differs (recip: pypto.reciprocal)
+    signature: str = ""             # "x" / "a, b": the frontend makes pypto.<name> from the row
+    #                                 itself when it defines none (an element-wise op of tensors)
     extra: dict = field(default_factory=dict)
 
 
@@ -447,15 +450,18 @@ def _composite(name, arity, doc, ref, decompose, shape=_same, wide=True, float_o
 
 def _elementwise(name, doc, np_fn, decompose, **kw) -> Op:
     """A float element-wise op written in other ops: one row."""
+    kw.setdefault("signature", "x")
     return _composite(name, 1, doc, lambda args, a: np_fn(args[0]), lambda b, ins, a: decompose(b, ins[0]), **kw)
 
 
 def _unary(name, tile, doc, np_fn, precision, bound, float_only=True, wide=False, **kw) -> Op:
+    kw.setdefault("signature", "x")
     return Op(name, "unary", 1, doc, _same, lambda args, a: np_fn(args[0]), wide, precision, bound=bound,
               tile=tile, float_only=float_only, **kw)
 
 
 def _binary(name, tile, doc, np_fn, precision, bound, **kw) -> Op:
+    kw.setdefault("signature", "a, b")
     return Op(name, "binary", 2, doc, _bcast, lambda args, a: np_fn(args[0], args[1]), False, precision,
               bound=bound, tile=tile, **kw)
 
@@ -798,7 +804,7 @@ _ROWS = [
     _unary("relu", "RELU", "max(x, 0)", lambda x: np.maximum(x, np.zeros((), x.dtype)), "exact", _exact,
            float_only=False, idempotent=True),
     _unary("copy", "", "the same values in a new tile (a GM view materialised)", np.copy, "exact", _exact,
-           float_only=False, idempotent=True),
+           float_only=False, idempotent=True, signature=""),
     _binary("add", "ADD", "a + b", np.add, "inexact", lambda i, a: i[0] + i[1], commutative=True, identity=0),
     _binary("sub", "SUB", "a - b", np.subtract, "inexact", lambda i, a: i[0] - i[1], identity=0,
             scalar_left=("neg", "add")),
