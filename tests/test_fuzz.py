@@ -19,7 +19,12 @@ N_SEEDS = 520
 
 # seed -> the bug class it fails with today (found by the fuzzer; see the report)
 # (174, 215, 501: a later write over part of an output raced with the cube store before it; fixed)
-KNOWN: dict[int, str] = {}
+# (39, 166, 353, 482 with the registry's ops: a store of a written value read the written value's
+# tile, fused into the write's group; fixed)
+KNOWN: dict[int, str] = {
+    305: "amax over all dims after amin over dim 0 of a transposed bf16 value: too small "
+         "(tests/test_fuzz_regress_ops.py, not fixed)",
+}
 
 
 @pytest.fixture(scope="module")

@@ -167,6 +167,11 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
+    # a reader of a write's result reads the whole buffer from GM, after the write: in the
+    # write's group its tile would be the written value's, not the buffer's (a later write
+    # into the same buffer does not read it)
+    cands = [c for c in cands if not any(group_of.get(i) == c and OPS[g.node(i).op].kind == "write"
+                                         and not (n.op == "write" and i == n.inputs[0]) for i in ins)]
     cands = _indexed_candidates(g, n, dom, cands, groups, group_of, ensure_gm)
     chosen = None
     for gid in cands:

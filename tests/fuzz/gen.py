@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .gen_ops import OpSteps
+
 FLOATS = ("fp32", "fp16", "bf16")
 INTS = ("int32", "int8")
 NP = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
@@ -92,7 +94,7 @@ class Node:
 
     @property
     def name(self):
-        return self.attrs.get("param") or f"v{self.id}"
+        return self.attrs.get("param") or self.attrs.get("alias") or f"v{self.id}"
 
     @property
     def size(self):
@@ -221,7 +223,7 @@ BIN = ("add", "sub", "mul", "div", "maximum", "minimum")
 OPER = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
-class Generator:
+class Generator(OpSteps):
     def __init__(self, c: Chooser, max_ops: int = 7):
         self.c = c
         self.max_ops = max_ops
@@ -251,9 +253,11 @@ class Generator:
         self.inputs.append(InputSpec(name, tuple(shape), dtype, lo, hi, specials))
         return self.add("input", [], {"param": name}, shape, dtype, lo, hi, name)
 
-    def pick_value(self, ok=lambda n: True) -> Node | None:
-        """A value of the pool, most recent first (shrinks towards the most recent)."""
-        cands = [n for n in reversed(self.nodes) if ok(n)]
+    def pick_value(self, ok=lambda n: True, masks=False) -> Node | None:
+        """A value of the pool, most recent first (shrinks towards the most recent); masks
+        (bool values) only when asked for, never a value overwritten by a later write."""
+        cands = [n for n in reversed(self.nodes) if ok(n) and not n.attrs.get("dead")
+                 and (n.dtype == "bool") == masks]
         if not cands:
             return None
         if len(cands) == 1 or not self.c.chance(0.35):
@@ -387,8 +391,13 @@ class Generator:
         r = len(x.shape)
         kinds = [(30, "bin"), (22, "un"), (12, "red"), (6, "view"), (5, "reshape"), (5, "transpose"),
                  (5, "cast"), (8, "matmul"), (5, "tile"), (3, "softmax"), (3, "rms_norm"), (3, "layernorm"),
-                 (1, "misuse"), (8, "rowop")]
+                 (1, "misuse"), (8, "rowop"),
+                 # the ops of the registry (tests/fuzz/gen_ops.py): about a quarter of the steps
+                 (7, "select"), (8, "un2"), (3, "mod"), (6, "red2"), (2, "stepview"), (2, "concat"),
+                 (2, "pad"), (2, "write"), (3, "layout2")]
         kind = c.weighted(kinds)
+        if kind in ("red2", "stepview", "concat", "pad", "write", "layout2") and r == 0:
+            kind = "un2"
         if kind in ("softmax", "rms_norm", "layernorm") and not isf:
             kind = "cast"
         if kind == "rowop" and r == 0:
@@ -758,12 +767,13 @@ class Generator:
 
     def s_misuse(self, x):
         c = self.c
-        opts = [f"{{}} = {x.name} ** 3", f"if {x.name}:\n        pass", f"{{}} = {x.name}[::2]",
-                f"{{}} = {x.name}[None]", f"{{}} = math.exp({x.name})", f"{{}} = {x.name}.softmax()",
-                f"{{}} = pypto.sum({x.name}, dim=(0, 1))", f"{{}} = pypto.cast({x.name}, 'fp16')",
+        opts = [f"{{}} = {x.name} ** {x.name}", f"if {x.name}:\n        pass", f"{{}} = {x.name}[::-1]",
+                f"{{}} = {x.name}[None]", f"{{}} = math.exp({x.name})", f"{{}} = {x.name}.softmax(dim={len(x.shape) + 1})",
+                f"{{}} = pypto.sum({x.name}, dim=(0, 0))", f"{{}} = pypto.cast({x.name}, 'fp16')",
                 f"{{}} = pypto.reshape({x.name}, [{x.size + 1}])",
                 f"{{}} = pypto.exp({x.name}, {x.name})", f"{{}} = float({x.name})",
                 f"{{}} = pypto.view({x.name}, {_shape_text([d + 1 for d in x.shape])})"]
+        opts += self.misuse_ops(x)
         k = c.int(0, len(opts) - 1)
         stmt = opts[k].format(f"bad{len(self.lines)}")
         self.lines.append(stmt)
@@ -776,7 +786,7 @@ class Generator:
         last = computed[-1] if computed else self.unary(self.nodes[0], "neg", form="alt")
         outs = [last]
         used = {a for n in self.nodes for a in n.args if not isinstance(a, tuple)}
-        sinks = [n for n in computed[:-1] if n.id not in used and n.shape and n.size <= MAX_ELEMS]
+        sinks = [n for n in computed[:-1] if n.id not in used and n.dtype != "bool" and n.shape and n.size <= MAX_ELEMS]
         if sinks and c.chance(0.6):
             outs.append(sinks[-1] if len(sinks) == 1 or not c.chance(0.5) else c.pick(sinks))
         res = []

@@ -75,7 +75,7 @@ def _nonfinite_certain(out_v, *ins: V):
 
 def const(value, dt: str) -> V:
     value = float(value)
-    if dt in INTS:
+    if dt in INTS or not math.isfinite(value):
         return V(value, 0.0)
     r = float(np.asarray(value, dtype=np.float64).astype(NP[dt]).astype(np.float64))
     return V(value, abs(r - value))
@@ -301,7 +301,10 @@ def evaluate(case: Case, arrays) -> dict[str, V]:
             continue
         ins = [_operand(case.nodes, vals, x, _arg_dtype(case, n, x)) for x in n.args]
         op = n.op
-        if op == "bin":
+        r = evaluate_op(case, n, ins, vals)
+        if r is not None:
+            pass
+        elif op == "bin":
             fn = a["fn"]
             x, y = ins
             if fn == "add":
@@ -358,7 +361,7 @@ def evaluate(case: Case, arrays) -> dict[str, V]:
         elif op == "reshape":
             r = ins[0].map(lambda t: np.reshape(t, a["shape"]))
         elif op == "view":
-            key = tuple(slice(o, o + s) for o, s in zip(a["offsets"], a["shape"]))
+            key = window_key(a["offsets"], a["shape"], a.get("steps"))
             r = ins[0].map(lambda t: np.reshape(t[key], n.shape))
         else:
             raise ValueError(op)
@@ -387,6 +390,8 @@ def evaluate(case: Case, arrays) -> dict[str, V]:
 def _arg_dtype(case: Case, n, x) -> str:
     """The dtype an operand takes: a Python number takes its tensor partner's dtype."""
     if isinstance(x, tuple):
+        if n.op == "where":
+            return n.dtype
         other = next(y for y in n.args if not isinstance(y, tuple))
         d = case.nodes[other].dtype
         return "fp32" if d in INTS and isinstance(x[1], float) else d
@@ -430,3 +435,320 @@ def compare(expected: V, got: np.ndarray, dt: str, factor: float = 2.0):
     if rows:
         msg += f"; {len(rows)} rows affected, first {rows[:4]}"
     return False, msg
+
+
+# ---------------------------------------------------------------------------------------
+# the ops of the registry (gen_ops.py), from their documented semantics
+
+def _slack(x: V, dt):
+    """How far pypto's value may be from x.v where it is inexact and still pass compare()."""
+    with np.errstate(all="ignore"):
+        s = 2 * x.e + 2 * ulp(dt, x.v) + (TINY[dt] if dt not in INTS else 0.0)
+        return np.where(x.e > 0, s, 0.0)
+
+
+_CMP = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal, "gt": np.greater,
+        "ge": np.greater_equal}
+
+
+def compare_mask(a: V, b: V, fn, dt) -> V:
+    """A mask (0 / 1) with e = inf where the comparison may go either way."""
+    with np.errstate(all="ignore"):
+        v = _CMP[fn](a.v, b.v).astype(np.float64)
+        s = _slack(a, dt) + _slack(b, dt)
+        amb = np.isfinite(a.v) & np.isfinite(b.v) & (s > 0) & (np.abs(a.v - b.v) <= s)
+        und = amb | ~(np.isfinite(a.e) & np.isfinite(b.e))
+    return V(v, np.where(und, np.inf, 0.0))
+
+
+def mask_of(x: V, fn) -> V:
+    v = (np.isnan(x.v) if fn == "isnan" else np.isfinite(x.v)).astype(np.float64)
+    return V(v, np.where(np.isfinite(x.e), 0.0, np.inf))
+
+
+def logic(fn, a: V, b: V | None = None) -> V:
+    ka = np.isfinite(a.e)
+    ta = a.v > 0.5
+    if fn == "logical_not":
+        return V((~ta).astype(np.float64), np.where(ka, 0.0, np.inf))
+    kb = np.isfinite(b.e)
+    tb = b.v > 0.5
+    if fn == "logical_and":
+        v, known = ta & tb, (ka & kb) | (ka & ~ta) | (kb & ~tb)
+    elif fn == "logical_or":
+        v, known = ta | tb, (ka & kb) | (ka & ta) | (kb & tb)
+    else:
+        v, known = ta ^ tb, ka & kb
+    return V(v.astype(np.float64), np.where(known, 0.0, np.inf))
+
+
+def select(cond: V, a: V, b: V) -> V:
+    with np.errstate(all="ignore"):
+        c = cond.v > 0.5
+        shape = np.broadcast_shapes(c.shape, a.v.shape, b.v.shape)
+        v = np.broadcast_to(np.where(c, a.v, b.v), shape)
+        e = np.where(c, a.e, b.e)
+        same = (a.v == b.v) & (a.e == 0) & (b.e == 0)
+        e = np.where(np.isfinite(cond.e), e, np.where(same, 0.0, np.inf))
+    return V(np.array(v), np.broadcast_to(e, shape))
+
+
+def _relu(x, dt):
+    return lipschitz(lambda t: np.maximum(t, 0.0), [x], dt)
+
+
+def _minc(x, c, dt):
+    return lipschitz(np.minimum, [x, const(c, dt)], dt)
+
+
+def _maxc(x, c, dt):
+    return lipschitz(np.maximum, [x, const(c, dt)], dt)
+
+
+def integral(x: V, f, dt) -> V:
+    """floor / ceil / round / trunc: exact unless the value may cross the point where f jumps."""
+    with np.errstate(all="ignore"):
+        v = f(x.v)
+        if dt in INTS:
+            return V(v, x.e)
+        s = _slack(x, dt)
+        same = f(x.v - s) == f(x.v + s)
+        e = np.where(same | ~np.isfinite(x.v), 0.0, np.inf)
+        e = np.where(np.isfinite(x.e), e, np.inf)
+    return V(v, e)
+
+
+def sign(x: V, dt) -> V:
+    with np.errstate(all="ignore"):
+        v = np.sign(x.v)
+        s = _slack(x, dt)
+        amb = np.isfinite(x.v) & (s > 0) & (np.abs(x.v) <= s)
+        e = np.where(amb | ~np.isfinite(x.e), np.inf, 0.0)
+    return V(v, e)
+
+
+def power(x: V, p, dt) -> V:
+    """The documented lowering: 0.5 / -0.5 by sqrt / rsqrt, small integers by products (a
+    reciprocal for negative ones), others as exp(p log x)."""
+    if p == 0.5:
+        return sqrt(x, dt)
+    if p == -0.5:
+        return rsqrt(x, dt)
+    if float(p).is_integer():
+        out = x
+        for _ in range(int(abs(p)) - 1):
+            out = mul(out, x, dt)
+        return recip(out, dt) if p < 0 else out
+    return exp(mul(log(x, dt), const(p, dt), dt), dt)
+
+
+def unary2(x: V, a: dict, dt) -> V:
+    fn = a["fn"]
+    one = lambda: const(1.0, dt)  # noqa: E731
+    if fn == "silu":
+        return mul(x, sigmoid(x, dt), dt)
+    if fn == "softplus":
+        return add(_relu(x, dt), log(add(exp(neg(lipschitz(np.abs, [x], dt), dt), dt), one(), dt), dt), dt)
+    if fn == "hardswish":
+        return mul(x, mul(_minc(_relu(add(x, const(3.0, dt), dt), dt), 6.0, dt), const(1 / 6, dt), dt), dt)
+    if fn == "hardsigmoid":
+        return _minc(_relu(add(mul(x, const(1 / 6, dt), dt), const(0.5, dt), dt), dt), 1.0, dt)
+    if fn == "square":
+        return mul(x, x, dt)
+    if fn == "expm1":
+        return add(exp(x, dt), one(), dt, sign=-1.0)
+    if fn == "log1p":
+        return log(add(x, one(), dt), dt)
+    if fn == "leaky_relu":
+        return add(_relu(x, dt), mul(_minc(x, 0.0, dt), const(a["slope"], dt), dt), dt)
+    if fn == "elu":
+        return add(_relu(x, dt), mul(add(exp(_minc(x, 0.0, dt), dt), one(), dt, sign=-1.0),
+                                     const(a["alpha"], dt), dt), dt)
+    if fn == "clamp":
+        out = x
+        if a["min"] is not None:
+            out = _maxc(out, a["min"], dt)
+        if a["max"] is not None:
+            out = _minc(out, a["max"], dt)
+        return out
+    if fn == "pow":
+        return power(x, a["exponent"], dt)
+    if fn in ("floor", "ceil", "round", "trunc"):
+        return integral(x, {"floor": np.floor, "ceil": np.ceil, "round": np.rint, "trunc": np.trunc}[fn], dt)
+    if fn == "sign":
+        return sign(x, dt)
+    raise ValueError(fn)
+
+
+def modulo(a: V, b: V, floored: bool, dt) -> V:
+    """remainder (the sign of b) / fmod (the sign of a): first order e_a + (|q| + 1) e_b; where the
+    result may jump (near 0 or near |b|), no claim."""
+    f = np.remainder if floored else np.fmod
+    with np.errstate(all="ignore"):
+        v = f(a.v, b.v)
+        cert = _nonfinite_certain(v, a, b)
+        if dt in INTS:
+            return V(v, np.where(cert, 0.0, np.inf))
+        q = np.abs((np.floor if floored else np.trunc)(a.v / b.v))
+        e = a.e + (q + 1) * b.e
+        s = 2 * e + 2 * ulp(dt, a.v) + 2 * ulp(dt, b.v)
+        jump = (e > 0) & ((np.abs(v) <= s) | (np.abs(np.abs(v) - np.abs(b.v)) <= s))
+        e = np.where(jump, np.inf, e)
+        e = np.where(np.isfinite(a.v) & np.isfinite(b.v), e, np.where(cert, 0.0, np.inf))
+    return _rounded(V(v, e), dt, cert)
+
+
+def _squeeze(x: V, dims, keepdim) -> V:
+    if keepdim:
+        return x
+    shape = tuple(s for d, s in enumerate(x.v.shape) if d not in dims)
+    return x.map(lambda t: np.reshape(np.broadcast_to(t, x.v.shape), shape))
+
+
+def variance(x: V, d, keepdim, corr, dt, std=False) -> V:
+    n = x.v.shape[d]
+    m = mul(reduce_sum(x, d, True, dt), const(1.0 / n, dt), dt)
+    dev = add(x, m, dt, sign=-1.0)
+    ss = reduce_sum(mul(dev, dev, dt), d, True, dt)
+    if n - corr > 0:
+        r = mul(ss, const(1.0 / (n - corr), dt), dt)
+    else:       # torch: the variance of one element with Bessel's correction is nan
+        r = V(np.full(ss.v.shape, np.nan), np.where(np.isfinite(ss.e), 0.0, np.inf))
+    if std:
+        r = sqrt(r, dt)
+    return _squeeze(r, (d,), keepdim)
+
+
+def reduce_prod(x: V, d, keepdim, dt) -> V:
+    with np.errstate(all="ignore"):
+        v = np.prod(x.v, axis=d, keepdims=True)
+        m = np.abs(x.v)
+        n = x.v.shape[d]
+        p = np.prod(m, axis=d, keepdims=True)
+        e = np.prod(m + x.e, axis=d, keepdims=True) - p
+        if dt not in INTS:
+            e = e + (n + 1) * U32 * p
+        cert = np.all(np.isfinite(x.e), axis=d, keepdims=True)
+        zero = np.any((m <= x.e) & (x.e > 0), axis=d, keepdims=True)
+        inf = np.any(np.isinf(x.v), axis=d, keepdims=True)
+        cert &= ~(zero & inf)
+        fin = np.all(np.isfinite(x.v), axis=d, keepdims=True)
+        e = np.where(fin, e, np.where(cert, 0.0, np.inf))
+        e = np.where(np.isfinite(v) | ~cert, e, 0.0)
+    return _squeeze(_rounded(V(v, e), dt, cert), (d,), keepdim)
+
+
+def logsumexp(x: V, d, keepdim, dt) -> V:
+    m = reduce_ext(x, d, True, np.max, dt)
+    s = reduce_sum(exp(add(x, m, dt, sign=-1.0), dt), d, True, dt)
+    return _squeeze(add(log(s, dt), m, dt), (d,), keepdim)
+
+
+def arg_extreme(x: V, d, keepdim, largest: bool, dt) -> V:
+    """The index of the first largest (smallest) element; a row with a nan: its first nan's.
+    Undetermined where another element may be as large within the bounds."""
+    with np.errstate(all="ignore"):
+        v0 = x.v if largest else -x.v
+        s = np.where(np.isfinite(v0), _slack(x, dt), 0.0)
+        lo, hi = v0 - s, v0 + s
+        nan = np.isnan(v0)
+        best_lo = np.max(np.where(nan, -np.inf, lo), axis=d, keepdims=True)
+        cand = (hi >= best_lo) & ~nan
+        ncand = np.sum(cand, axis=d, keepdims=True)
+        vals = np.where(cand, v0, np.nan)
+        exact_tie = np.all(~cand | ((x.e == 0) & (v0 == np.nanmax(np.where(cand, v0, -np.inf), axis=d,
+                                                                        keepdims=True))), axis=d, keepdims=True)
+        del vals
+        idx = np.argmax(np.where(nan, np.inf, np.where(cand, v0, -np.inf)), axis=d)
+        idx = np.expand_dims(idx, d)
+        first_nan = np.expand_dims(np.argmax(nan, axis=d), d)
+        has_nan = np.any(nan, axis=d, keepdims=True)
+        # among exact ties, argmax of the masked row gives the first candidate with the max value
+        r = np.where(has_nan, first_nan, idx).astype(np.float64)
+        ok = has_nan | (ncand == 1) | exact_tie
+        ok &= np.all(np.isfinite(x.e), axis=d, keepdims=True)
+    return _squeeze(V(r, np.where(ok, 0.0, np.inf)), (d,), keepdim)
+
+
+def reduce_dims(x: V, fn, dims, keepdim, dt) -> V:
+    """sum / amax / mean over several dims: the one-dim reduction over each in turn (dims kept),
+    a mean then scaled by 1 / (the number of elements), then the dims dropped."""
+    out = x
+    for d in sorted(dims):
+        out = reduce_ext(out, d, True, np.max, dt) if fn == "mamax" else reduce_sum(out, d, True, dt)
+    if fn == "mmean":
+        out = mul(out, const(1.0 / math.prod(x.v.shape[d] for d in dims), dt), dt)
+    return _squeeze(out, tuple(dims), keepdim)
+
+
+def window_key(offsets, shape, steps=None):
+    steps = steps or (1,) * len(shape)
+    return tuple(slice(o, o + (s - 1) * k + 1, k) for o, s, k in zip(offsets, shape, steps))
+
+
+def evaluate_op(case: Case, n, ins, vals) -> V:
+    """The new ops' nodes (None for the others)."""
+    op, a, dt = n.op, n.attrs, n.dtype
+    if op == "cmp":
+        return compare_mask(ins[0], ins[1], a["fn"], _arg_dtype(case, n, n.args[0]))
+    if op == "isx":
+        return mask_of(ins[0], a["fn"])
+    if op == "logic":
+        return logic(a["fn"], *ins)
+    if op == "where":
+        return select(*ins)
+    if op == "mfill":
+        x, m = ins
+        r = select(m, const(a["value"], dt), x)
+        return V(np.broadcast_to(r.v, n.shape), np.broadcast_to(r.e, n.shape))
+    if op == "mcast":
+        return ins[0]
+    if op == "mmul":
+        r = mul(ins[0], ins[1], dt)
+        return V(np.broadcast_to(r.v, n.shape), np.broadcast_to(r.e, n.shape))
+    if op == "un2":
+        return unary2(ins[0], a, dt)
+    if op == "mod":
+        r = modulo(ins[0], ins[1], a["fn"] == "remainder", dt)
+        return V(np.broadcast_to(r.v, n.shape), np.broadcast_to(r.e, n.shape))
+    if op == "red2":
+        fn, dims, kd = a["fn"], a["dims"], a["keepdim"]
+        x = ins[0]
+        if fn in ("argmax", "argmin"):
+            src_dt = _arg_dtype(case, n, n.args[0])
+            if a.get("all"):
+                x = x.map(lambda t: np.reshape(np.broadcast_to(t, x.v.shape), (-1,)))
+                return arg_extreme(x, 0, False, fn == "argmax", src_dt)
+            return arg_extreme(x, dims[0], kd, fn == "argmax", src_dt)
+        if fn in ("var", "std"):
+            return variance(x, dims[0], kd, a["correction"], dt, std=fn == "std")
+        if fn == "prod":
+            return reduce_prod(x, dims[0], kd, dt)
+        if fn == "logsumexp":
+            return logsumexp(x, dims[0], kd, dt)
+        return reduce_dims(x, fn, dims, kd, dt)
+    if op == "concat":
+        return V(np.concatenate([np.broadcast_to(x.v, x.v.shape) for x in ins], axis=a["dim"]),
+                 np.concatenate([np.broadcast_to(x.e, x.v.shape) for x in ins], axis=a["dim"]))
+    if op == "pad":
+        x = ins[0]
+        r = len(n.shape)
+        width = [(0, 0)] * r
+        p = a["pads"]
+        for j in range(len(p) // 2):
+            width[r - 1 - j] = (p[2 * j], p[2 * j + 1])
+        cv = const(a["value"], dt)
+        return V(np.pad(x.v, width, constant_values=float(cv.v)),
+                 np.pad(np.broadcast_to(x.e, x.v.shape), width, constant_values=float(cv.e)))
+    if op == "zeros":
+        return V(np.zeros(n.shape), 0.0)
+    if op == "write":
+        buf, val = ins
+        key = window_key(a["offsets"], a["shape"], a["steps"])
+        v, e = np.array(buf.v, copy=True), np.array(np.broadcast_to(buf.e, buf.v.shape), copy=True)
+        v[key] = np.reshape(val.v, v[key].shape)
+        e[key] = np.reshape(np.broadcast_to(val.e, val.v.shape), e[key].shape)
+        return V(v, e)
+    if op == "permute":
+        return ins[0].map(lambda t: np.transpose(np.broadcast_to(t, ins[0].v.shape), a["perm"]))
+    return None
