@@ -216,7 +216,8 @@ def prune_dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGr
     whose deps point to earlier tasks, so one pass in task order computes every task's set of
     ancestors (a bit set per task); a dep of c is redundant when it is an ancestor of another
     dep of c.  Reachability, and with it every wavefront level and the simulated schedule, stays
-    the same; the runtime has fewer edges to count down and the views fewer arrows to draw.
+    the same; the runtime has fewer edges to count down and the views fewer arrows to draw.  The
+    edge of a paired epilogue to its cube task implies no end (the two run together).
     """
     ancestors: dict[int, int] = {}              # task id -> bit set of every task it depends on
     tasks = []
@@ -228,7 +229,10 @@ def prune_dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGr
         keep = tuple(d for d in t.deps if not (implied >> d) & 1)
         reach = 0
         for d in t.deps:
-            reach |= below[d] | (1 << d)
+            # a paired epilogue runs alongside its cube task (cross-core flags per tile): its end
+            # implies the cube task's dependencies ended, not the cube task itself
+            paired = t.pair is not None and d == t.pair[0]
+            reach |= below[d] | (0 if paired else 1 << d)
         ancestors[t.id] = reach
         tasks.append(t if keep == t.deps else Task(t.id, t.group, t.core_type, t.outer, t.nodes, keep, t.level,
                                                           t.pair))

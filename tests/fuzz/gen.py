@@ -551,11 +551,11 @@ class Generator(OpSteps):
         a, b = d0 % r, d1 % r
         s[a], s[b] = s[b], s[a]
         form = c.pick(["fn", "method", "T"])
-        if form == "T":
+        if form == "T":                     # .T of a matrix; .mT of a batch of them (.T reverses all dims)
             d0, d1 = -2, -1
             s = list(x.shape)
             s[-1], s[-2] = s[-2], s[-1]
-            text = f"{x.name}.T"
+            text = f"{x.name}.T" if r == 2 else f"{x.name}.mT"
         elif form == "method":
             text = f"{x.name}.transpose({d0}, {d1})"
         else:
