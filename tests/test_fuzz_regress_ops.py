@@ -98,3 +98,23 @@ def test_write_into_a_copy_of_a_matmul_result():
     want[0] = -want[0, 0:1, 0:1]
     np.testing.assert_allclose(ck.simulate(x, o).outputs["out0"], want, rtol=1e-5)
     ck.simulate(x, o, checked=True, check=False)
+
+
+@pypto.jit
+def _stored_then_overwritten(x0, out0, out1):
+    v1 = pypto.amax(x0, dim=1)
+    v2 = pypto.amax(x0, dim=1, keepdim=True)
+    out0[:] = v2
+    out0[:1] = pypto.neg(v2[:1])
+    out1[:] = v1
+
+
+def test_a_value_stored_then_overwritten_is_read_from_its_own_buffer():
+    """(Fuzz seed 1200219.) A value lived where it was first stored (out0); a later store wrote
+    over part of out0, and a read of the value (out1, through CSE the same amax) saw the new data."""
+    x = np.array([[0.548], [-0.921], [-1.836]], np.float16)
+    o0, o1 = np.zeros((3, 1), np.float16), np.zeros(3, np.float16)
+    res = _stored_then_overwritten.compile(x, o0, o1, machine="teach").simulate(x, o0, o1)
+    np.testing.assert_array_equal(res.outputs["out1"], x[:, 0])
+    np.testing.assert_array_equal(res.outputs["out0"][:, 0], np.concatenate([-x[:1, 0], x[1:, 0]]))
+    assert res.ok

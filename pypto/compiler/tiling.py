@@ -86,14 +86,19 @@ def _assign_homes(g: TensorGraph):
     by_name = {b.name: b for b in buffers}
     homes: dict[int, GMRef] = {}
     extra: dict[int, list[GMRef]] = {}
-    for n in g.nodes:
-        if n.op == "store":
-            v = n.inputs[0]
-            ref = GMRef.whole(by_name[n.attrs["param"]]).window(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
-            if v not in homes:
-                homes[v] = ref
-            else:
-                extra.setdefault(v, []).append(ref)
+    stores = [(n, GMRef.whole(by_name[n.attrs["param"]]).window(n.attrs["offsets"], n.shape, n.attrs.get("steps")))
+              for n in g.nodes if n.op == "store"]
+    users = g.users()
+    for k, (n, ref) in enumerate(stores):
+        v = n.inputs[0]
+        # a value read again from GM lives where it is stored only if no later store writes over
+        # that region (out[:] = v; out[:1] = w; ... v read: v keeps a workspace of its own)
+        kept = v not in homes and not (any(g.node(u).op != "store" for u in users[v]) and any(
+            ref.overlaps(later) for _, later in stores[k + 1:]))
+        if kept:
+            homes[v] = ref
+        else:
+            extra.setdefault(v, []).append(ref)
     for n in g.nodes:
         kind = OPS[n.op].kind
         if kind == "input":
@@ -112,7 +117,7 @@ def _assign_homes(g: TensorGraph):
                     loc=n.loc, expected="reshape of a contiguous tensor",
                     got=f"{n.op} of a window with strides {list(src.strides)}")
             homes[n.id] = ref
-        elif (n.attrs.get("materialize") or kind == "scratch") and n.id not in homes:
+        elif (n.attrs.get("materialize") or kind == "scratch" or n.id in extra) and n.id not in homes:
             ws = GMBuffer(f"ws{sum(b.role == 'workspace' for b in buffers)}", n.shape, n.dtype, "workspace")
             buffers.append(ws)
             homes[n.id] = GMRef.whole(ws)
