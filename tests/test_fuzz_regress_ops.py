@@ -118,3 +118,22 @@ def test_a_value_stored_then_overwritten_is_read_from_its_own_buffer():
     np.testing.assert_array_equal(res.outputs["out1"], x[:, 0])
     np.testing.assert_array_equal(res.outputs["out0"][:, 0], np.concatenate([-x[:1, 0], x[1:, 0]]))
     assert res.ok
+
+
+@pypto.jit
+def _remainder_var(x0, out0):
+    v2 = pypto.leaky_relu(pypto.remainder(x0, 0.1), 0.2)
+    out0[:] = pypto.var(v2, dim=-1, correction=0, keepdim=True)
+
+
+def test_autocast_widens_a_constant_with_its_own_value():
+    """(Fuzz seed 1500000 + k, caught by pypto's own check.) autocast computed an fp16 remainder
+    in fp32 with the constant 0.1 instead of the fp16 constant's value 0.0999755859375: x mod 0.1
+    differs, and the variance of five such values was 25% off."""
+    x = np.random.default_rng(1).uniform(-20, 20, 5).astype(np.float16)
+    o = np.zeros(1, np.float16)
+    res = _remainder_var.compile(x, o).simulate(x, o)
+    v = np.remainder(x.astype(np.float64), float(np.float16(0.1)))
+    want = np.var(np.where(v >= 0, v, 0.2 * v))
+    assert abs(float(res.outputs["out0"][0]) - want) <= 1e-3 * want + 1e-7
+    assert res.ok

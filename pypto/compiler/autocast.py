@@ -38,7 +38,8 @@ So a softmax (written with `pypto.softmax` or by hand) casts x up once and compu
 x - max, exp, sum and the division in fp32, then rounds its result once; layernorm and rms_norm
 compute in fp32 from their input to their last scale and shift; gelu and tanh (exp of a
 computed argument) compute in fp32, sigmoid of an input and plain fp16 elementwise chains stay
-in fp16.  Constants read by an fp32 op become fp32 constants of the same value.  A cast up
+in fp16.  Constants read by an fp32 op become fp32 constants of the same value (the constant's
+value in its declared dtype: an fp16 0.1 stays 0.0999755859375).  A cast up
 sits right after the value it widens (after the kernel inputs for an input) with the tile
 attribute of the ops that read it (one cast per value and tile); a cast down sits right after
 the op that computed the value, with its tile attribute.
@@ -48,6 +49,8 @@ dtype (an fp16 sum accumulates in fp16), which shows what the pass buys.  Graphs
 fp16/bf16 arithmetic are returned unchanged (the same object).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from ..dtypes import DT_FP32
 from ..ir.tensor import OPS, TensorGraph, TNode
@@ -147,7 +150,10 @@ def autocast(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         n = g.node(i)
         if n.op == "const":
             if (i, None) not in up:
-                up[(i, None)] = rw.emit("const", [], n.shape, DT_FP32, n.attrs, n.loc)
+                # the constant's value in its own dtype (an fp16 0.1 is 0.0999755859375), exactly
+                # in fp32: widening the op must not change what it computes with
+                value = float(np.asarray(n.attrs["value"], n.dtype.np_dtype).astype(np.float64))
+                up[(i, None)] = rw.emit("const", [], n.shape, DT_FP32, n.attrs.replace(value=value), n.loc)
             return up[(i, None)]
         return up[(i, reader.attrs.get("tile"))]
 
