@@ -24,7 +24,7 @@ NEEDS = {
     "cast": ("shape", "ref"),
     "layout": ("shape", "ref", "bound"),
     "input": (), "const": (), "store": ("shape",),
-    "fill": ("shape", "ref", "bound", "tile"), "iota": ("shape", "ref", "bound", "tile"),
+    "fill": ("shape", "ref", "tile"), "iota": ("shape", "ref", "tile"),     # (made from nothing: exact)
     "scratch": ("shape", "ref"), "write": ("shape", "ref", "bound"),
     "gather": ("shape", "ref", "bound", "tile"), "broadcast": ("shape", "ref", "bound"),
 }

@@ -19,7 +19,7 @@ from ..ir.core import Attrs, ceil_div, prod
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import GroupInfo, TileGraph, TileNode
-from ..target.isa import ATTRS, find
+from ..target.isa import ATTRS, find, opcodes
 from ..target.isa import row as isa_row
 from .pipeline import PassContext
 from .layout import transpose_source
@@ -386,14 +386,6 @@ def _expand_kind(sa: tuple, sb: tuple) -> str:
     return ""
 
 
-def _has(fn: str, form: str) -> bool:
-    try:
-        find(fn, form)
-        return True
-    except KeyError:
-        return False
-
-
 def _expanded(em: _Emitter, m, t: int, ref: int, key: str, by_shape: bool = False) -> int:
     """Tile t broadcast against tile ref (one TROWEXPAND / TCOLEXPAND: a row vector, a column
     vector or a single element spread over the shape both make); t itself when it has it
@@ -430,8 +422,8 @@ def _binary(m, ops, em: _Emitter, out) -> int:
         return out(find(fn, "S"), [a], scalar=b, **attrs)
     ta, tb = em.node(a), em.node(b)
     kind_b, kind_a = _bcast_kind(ta, tb), _bcast_kind(tb, ta)
-    if (kind_a and not _has(fn, kind_a + "EXPAND")) or (kind_b and not _has(fn, kind_b + "EXPAND")) or (
-            ta.shape != tb.shape and not _has(fn, "ROWEXPAND")):
+    if (kind_a and not (kind_a + "EXPAND" in opcodes(fn))) or (kind_b and not (kind_b + "EXPAND" in opcodes(fn))) or (
+            ta.shape != tb.shape and not ("ROWEXPAND" in opcodes(fn))):
         # no broadcasting form of this math (TCMP, TAND, ...): broadcast the operands first, as
         # their tile shapes say (a tail tile then runs the instructions the full ones do: the
         # buffer allocation plans the slots of every iteration from one of them)

@@ -68,11 +68,8 @@ class _Attrs(dict):
 def _instructions(row) -> tuple[str, ...]:
     out = []
     if row.tile:
-        for form in FORMS:
-            try:
-                out.append(isa.find(row.tile, form))
-            except KeyError:
-                pass
+        have = isa.opcodes(row.tile)
+        out += [have[f] for f in FORMS if f in have]
     if row.kind == "cast":
         out.append("TCVT")
     if row.kind == "matmul":

@@ -201,7 +201,7 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
     """One op's result `y` with its bound: the row's rule, then the op's own rounding."""
     row = OPS[op]
     if op == "input" or (not ins and row.bound is None and row.kind != "composite"):
-        return Approx(y)                     # a kernel input, or made from nothing (scratch): exact
+        return Approx(y)                     # a kernel input, or made from nothing (scratch, full, iota): exact
     if op == "const":
         return Approx(y).rounded(d) if d.is_float else Approx(y)
     x = ins[0] if ins else None

@@ -1001,10 +1001,9 @@ _ROWS = [
                lambda b, ins, a: b.bin("sub", ins[0], b.un("trunc", ins[0])), wide=False),
     # values made from nothing: a fill (TEXPANDS) and an arithmetic sequence (TCI)
     Op("full", "fill", 0, "every element `value` (a tensor of shape `shape` and dtype)", _from_attr,
-       lambda args, a: np.full(tuple(a["shape"]), a["value"]), precision="inexact",
-       bound=lambda ins, a: _NoError(), tile="FILL"),
+       lambda args, a: np.full(tuple(a["shape"]), a["value"]), precision="inexact", tile="FILL"),
     Op("iota", "iota", 0, "start + i * step along dim `dim` of `shape` (arange, the index of a dim)", _from_attr,
-       lambda args, a: _np_iota(a), precision="inexact", bound=lambda ins, a: _NoError(), tile="CI"),
+       lambda args, a: _np_iota(a), precision="inexact", tile="CI"),
     _composite("tril", 1, "x on and below the diagonal (col - row <= diagonal) of the last two dims, else 0",
                lambda args, a: np.tril(args[0], a["diagonal"]),
                lambda b, ins, a: b.select(_tri_mask(b, b.shape(ins[0]), a["diagonal"], True), ins[0],

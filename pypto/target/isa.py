@@ -207,6 +207,12 @@ SYNC_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "sync")
 MOVE_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "dma")
 
 
+def opcodes(fn: str) -> dict[str, str]:
+    """Every form of math `fn` the table has -> its opcode (`opcodes("CMP")` is
+    {"": "TCMP", "S": "TCMPS"})."""
+    return {f: r.name for (g, f), r in _BY_MATH.items() if g == fn}
+
+
 def find(fn: str, form: str = "") -> str:
     """The opcode applying math `fn` in operand form `form` (`find("SUB", "ROWEXPAND")` is
     "TROWEXPANDSUB"); KeyError naming what exists when there is none."""
