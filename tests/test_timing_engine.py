@@ -211,11 +211,18 @@ def test_auto_uses_the_compiled_engine_only_for_large_programs(monkeypatch):
     used = []
     real = timing_fast.run_compiled
     monkeypatch.setattr(timing_fast, "run_compiled", lambda *a, **k: used.append(1) or real(*a, **k))
-    want = run_timing(ck.program, ck.machine, progress=False)
+    program = pypto.Program.parse(ck.program.text())    # no run kept with its streams
+    want = run_timing(program, ck.machine, progress=False)
     assert used == []                       # tests and tutorials do not pay the compiler
     monkeypatch.setattr(timing, "COMPILED_MIN_INSTRUCTIONS", len(ck.program))
-    assert_same(run_timing(ck.program, ck.machine, progress=False), want)
+    program = pypto.Program.parse(ck.program.text())
+    assert_same(run_timing(program, ck.machine, progress=False), want)
     assert used == [1]
+    again = run_timing(program, ck.machine, progress=False)
+    assert used == [1]                      # "auto" returns the run kept with the streams...
+    assert not again["events"].made
+    assert_same(again, want)                # ... and makes its trace when it is read
+    assert used == [1, 1]
 
 
 def test_without_numba(monkeypatch):

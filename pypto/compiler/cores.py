@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir.exec import STREAM_SHAPES, ExecGraph
+from ..ir.exec import ExecGraph, carry_streams
 from .pipeline import Pass, PassContext
 from .schedule import codegen
 
@@ -23,11 +23,12 @@ from .schedule import codegen
 def assign_cores(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is None or not ctx.options.get("core_assignment", True) or not g.tasks:
         return g
+    # the timing run is kept in the streams' simulator cache (`ir.exec.SIM_CACHE`): the program
+    # with the cores fixed runs the same schedule, so simulate(mode="timing") reuses it
     t = ctx.timed(codegen(g, ctx), "assign_cores")
     core_of = {tid: int(name[3:]) for tid, (name, _, _) in t["tasks"].items()}    # "AIC12" -> 12
     out = g.replace(tuple(dataclasses.replace(task, core=core_of[task.id]) for task in g.tasks))
-    if STREAM_SHAPES in g.__dict__:     # the instruction streams are the same objects
-        out.__dict__[STREAM_SHAPES] = g.__dict__[STREAM_SHAPES]
+    carry_streams(g, out)               # the instruction streams are the same objects
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..ir.block import BlockGraph
 from ..ir.core import Attrs
-from ..ir.exec import STREAM_SHAPES, ExecGraph, ExecTask, Instr, TileRef, pipe_of
+from ..ir.exec import ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
 from ..ir.program import Program
 from ..target.isa import ATTRS, gm_access
 from .listsched import DynamicScheduler
@@ -50,8 +50,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:
     program = Program(g.name, g.buffers, g.tasks)
-    if STREAM_SHAPES in g.__dict__:     # isomorphic task streams: the simulator decodes each shape once
-        program.__dict__[STREAM_SHAPES] = g.__dict__[STREAM_SHAPES]
+    carry_streams(g, program)           # isomorphic task streams: the simulator decodes each shape once
     # the Execution level's verifier and the compiler's construction vouch for it: the simulator
     # need not re-check it as it checks hand-written programs
     program.__dict__["_verified_for"] = {ctx.machine} if ctx is not None else set()

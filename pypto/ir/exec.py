@@ -207,6 +207,22 @@ class ExecGraph(TextForm):
 STREAM_SHAPES = "_stream_shapes"
 
 
+# A graph's (or program's) `SIM_CACHE`: a dict the simulator fills with what it works out from
+# the instruction streams alone (their decoding and encoding, its timing runs), opaque to the
+# compiler.  A pass that keeps every stream of its input (assign_cores, which only fixes cores,
+# and codegen) hands the same dict on with `carry_streams`, so that the timing run assign_cores
+# makes is the one `simulate(mode="timing")` returns, and nothing is decoded twice.
+SIM_CACHE = "_sim_cache"
+
+
+def carry_streams(src, dst) -> None:
+    """Give `dst` (a graph or program with the very instruction streams of `src`, in the same
+    order) the side tables of `src`: its stream shapes and the simulator's cache."""
+    if STREAM_SHAPES in src.__dict__:
+        dst.__dict__[STREAM_SHAPES] = src.__dict__[STREAM_SHAPES]
+    dst.__dict__[SIM_CACHE] = src.__dict__.setdefault(SIM_CACHE, {})
+
+
 def stream_shape(g, instrs) -> int | None:
     """The shape id the side table of `g` gives the stream `instrs`, or None."""
     e = g.__dict__.get(STREAM_SHAPES, {}).get(id(instrs))

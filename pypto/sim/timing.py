@@ -29,10 +29,11 @@ import math
 import sys
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from ..errors import PyptoError, SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
+from ..ir.exec import AIC_PIPES, AIV_PIPES, SIM_CACHE, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from ..target.cost import base_cycles, dma_bytes, dma_path, is_vector
@@ -42,8 +43,8 @@ from ..target.machine import Machine
 COMPUTE, VECTOR, SET, WAIT, GM_LOAD, GM_STORE, CROSS_SET, CROSS_WAIT = range(8)
 
 
-@dataclass(frozen=True)
-class TraceEvent:
+class TraceEvent(NamedTuple):
+    """One executed instruction (a NamedTuple: a trace has one per instruction, made fast)."""
     core: str        # e.g. "AIV3"
     pipe: str
     op: str
@@ -59,13 +60,74 @@ class TraceEvent:
         return self.end if self.ready < 0 else self.ready
 
 
+class Trace(Sequence):
+    """The trace of a timing run: its TraceEvents in execution order, made when first read.
+
+    A run of a million instructions takes a fraction of a second in the compiled engine, while
+    a million event objects take seconds to make: the engine keeps the few numbers per executed
+    instruction, and the events are made only when a timeline, a Chrome trace or a test reads
+    them (`make` returns the list; `n` is its length when known before).  Compares equal to the
+    list of its events."""
+
+    __slots__ = ("_make", "_n", "_events")
+
+    def __init__(self, make, n: int | None = None):
+        self._make, self._n, self._events = make, n, None
+
+    @property
+    def events(self) -> list:
+        if self._events is None:
+            with _gc_paused():          # a million small objects that form no cycles
+                self._events = list(self._make())
+            self._make = None
+        return self._events
+
+    @property
+    def made(self) -> bool:
+        """Whether the events exist yet (reading the trace makes them)."""
+        return self._events is not None
+
+    def __len__(self):
+        return len(self.events) if self._n is None or self._events is not None else self._n
+
+    def __getitem__(self, i):
+        return self.events[i]
+
+    def __iter__(self):
+        return iter(self.events)
+
+    def __eq__(self, other):
+        if isinstance(other, Trace):
+            other = other.events
+        return self.events == other if isinstance(other, list) else NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self):
+        return f"Trace({len(self)} events{'' if self.made else ', not made yet'})"
+
+
+def sim_cache(program: Program) -> dict:
+    """What the simulator keeps about a program's instruction streams (`ir.exec.SIM_CACHE`):
+    shared with the programs the compiler made from the very same streams."""
+    return program.__dict__.setdefault(SIM_CACHE, {})
+
+
 def _decode(program: Program, machine: Machine):
-    """Per task: a tuple per instruction (kind, pipe, cycles, flag key, bytes, path, bytes/cycle, window)."""
-    cache = program.__dict__.setdefault("_timing_decode", {})
-    if machine not in cache:
+    """Per task: a tuple per instruction (kind, pipe, cycles, flag key, bytes, path, bytes/cycle,
+    window); and the program's matmul FLOPs.  Cached with the streams (`sim_cache`)."""
+    cache = sim_cache(program)
+    key = ("decode", machine)
+    if key not in cache:
         decoder = Decoder(machine)
-        cache[machine] = [decoder.task(t, program) for t in program.tasks]
-    return cache[machine]
+        cache[key] = ([decoder.task(t, program) for t in program.tasks], decoder.flops)
+    return cache[key]
+
+
+def matmul_flops(ins) -> int:
+    """2 M K N of a TMATMUL* instruction (of the valid shapes of its L0A and L0B operands)."""
+    a, b = ins.srcs[-2], ins.srcs[-1]
+    return 2 * a.valid[0] * a.valid[1] * b.valid[1]
 
 
 class Decoder:
@@ -81,7 +143,8 @@ class Decoder:
         self.sync_cycles: dict[str, int] = {}
         self.gm_paths: dict[tuple, tuple] = {}          # (src, dst) -> (path, bytes/cycle)
         self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (kind, cycles, bytes, path)
-        self.shapes: dict[int, tuple] = {}              # stream shape -> (rows, indices of its GM rows)
+        self.shapes: dict[int, tuple] = {}              # stream shape -> (rows, indices of its GM rows, flops)
+        self.flops = 0                                  # of the matmuls of the tasks decoded
 
     def task(self, task, program=None) -> list[tuple]:
         """The rows of a task's instructions.  Tasks the compiler found isomorphic (the same
@@ -90,14 +153,17 @@ class Decoder:
         shape = stream_shape(program, task.instrs) if program is not None else None
         known = self.shapes.get(shape) if shape is not None else None
         if known is not None:
-            rows, gm_at = known
+            rows, gm_at, flops = known
+            self.flops += flops
             rows = list(rows)
             for k in gm_at:
                 rows[k] = self._gm_row(task.instrs[k])
             return rows
+        before = self.flops
         rows = self._rows(task)
         if shape is not None:
-            self.shapes[shape] = (rows, [k for k, r in enumerate(rows) if r[0] == GM_LOAD or r[0] == GM_STORE])
+            self.shapes[shape] = (rows, [k for k, r in enumerate(rows) if r[0] == GM_LOAD or r[0] == GM_STORE],
+                                  self.flops - before)
         return rows
 
     def _gm_row(self, ins) -> tuple:
@@ -141,7 +207,8 @@ class Decoder:
                         src, dst_space = dma_path(ins)
                         path, nbytes = f"{src}->{dst_space}", dma_bytes(ins)
                     c = self.computes[ck] = (VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine),
-                                             nbytes, path)
+                                             nbytes, path, matmul_flops(ins) if op.startswith("TMATMUL") else 0)
+                self.flops += c[4]
                 append((c[0], ins.pipe, c[1], None, c[2], c[3], None, None))
         return rows
 
@@ -244,8 +311,45 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     """
     if engine not in ENGINES:
         raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
+    plain = not (record_times or checked)
+    if plain and engine == "auto":      # a chosen engine runs: the engines are compared so
+        kept = _kept_run(program, machine)
+        if kept is not None:
+            return kept if not trace else {**kept, "events": Trace(lambda: _fresh_trace(program, machine),
+                                                                    kept["instructions"])}
     with _gc_paused():
-        return _run_timing(program, machine, trace, record_times, checked, progress, engine)
+        out = _run_timing(program, machine, trace, record_times, checked, progress, engine)
+    if plain:
+        _keep_run(program, machine, out)
+    return out
+
+
+def _fresh_trace(program: Program, machine: Machine) -> list:
+    """The trace of a kept run (`_kept_run`), made by running the program again with one."""
+    with _gc_paused():
+        return list(_run_timing(program, machine, True, False, False, False, "auto")["events"])
+
+
+def _keep_run(program: Program, machine: Machine, run: dict) -> None:
+    """Keep a plain run (no recorded times, unchecked) with the streams (`sim_cache`), without
+    its trace, and the core each task ran on (both engines give the same run)."""
+    cores = {tid: int(core[3:]) for tid, (core, _, _) in run["tasks"].items()}
+    sim_cache(program)[("timing", machine)] = ({**run, "events": []}, cores)
+
+
+def _kept_run(program: Program, machine: Machine) -> dict | None:
+    """The kept run of these streams (`_keep_run`) if this program runs it: every task it fixes
+    a core for (`core=`) ran on that core.  The dispatch is deterministic, and a task pinned to
+    the core the dispatcher gave it starts when it started then, so the compiler's own run (the
+    assign_cores pass, before it fixed the cores) is the program's run.  A copy, without trace."""
+    kept = sim_cache(program).get(("timing", machine))
+    if kept is None:
+        return None
+    run, cores = kept
+    if any(t.core is not None and cores.get(t.id) != t.core for t in program.tasks):
+        return None
+    return {**run, "busy": dict(run["busy"]), "bytes_by_path": dict(run["bytes_by_path"]),
+            "tasks": dict(run["tasks"]), "l2": dict(run["l2"]), "unwaited": list(run["unwaited"])}
 
 
 @contextlib.contextmanager
@@ -295,7 +399,7 @@ def _core_for(task, free: list[int], core_of: dict[int, int]) -> int | None:
 
 def _run_python(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,
                 progress: bool):
-    decoded = _decode(program, machine)
+    decoded, flops = _decode(program, machine)
     tasks = program.tasks
     dependents: dict[int, list[int]] = {t.id: [] for t in tasks}
     left = {t.id: len(t.deps) for t in tasks}
@@ -479,15 +583,15 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
                     for _, (name, pipe) in sorted(cross_waiting.items())]
         raise SimulationError(deadlock_report(waiting, len(tasks), done))
     return timing_result(end_time, events, busy, bytes_by_path, hbm_bytes, total, task_times, times, unwaited,
-                         l2.hits, l2.misses, l2.hit_bytes, l2.miss_bytes)
+                         l2.hits, l2.misses, l2.hit_bytes, l2.miss_bytes, flops)
 
 
 def timing_result(cycles, events, busy, bytes_by_path, hbm_bytes, instructions, task_times, times, unwaited,
-                  hits, misses, hit_bytes, miss_bytes) -> dict:
-    """What `run_timing` returns, whichever engine ran."""
+                  hits, misses, hit_bytes, miss_bytes, flops) -> dict:
+    """What `run_timing` returns, whichever engine ran (`flops`: of the program's matmuls)."""
     return {"cycles": cycles, "events": events, "busy": busy, "bytes_by_path": bytes_by_path,
             "hbm_bytes": hbm_bytes, "instructions": instructions, "tasks": task_times, "times": times,
-            "unwaited": unwaited,
+            "unwaited": unwaited, "flops": flops,
             "l2": {"hits": hits, "misses": misses, "hit_bytes": hit_bytes, "miss_bytes": miss_bytes}}
 
 

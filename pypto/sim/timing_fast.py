@@ -36,8 +36,8 @@ from ..errors import SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES
 from ..ir.program import Program
 from ..target.machine import Machine
-from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, TraceEvent, _Progress,
-                     deadlock_report, event_reuse_message, timing_result, unwaited_message)
+from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent,
+                     _Progress, deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
 
 try:
     from numba import njit
@@ -97,8 +97,9 @@ _State = namedtuple("_State", [
 class Encoding:
     """A program encoded for the compiled engine on one machine (see the module docstring)."""
 
-    def __init__(self, arrays: _Enc, keys: list, paths: list, n_windows: int):
+    def __init__(self, arrays: _Enc, keys: list, paths: list, n_windows: int, flops: int):
         self.arrays, self.keys, self.paths, self.n_windows = arrays, keys, paths, n_windows
+        self.flops = flops          # of the program's matmuls
 
     @property
     def total(self) -> int:
@@ -106,12 +107,26 @@ class Encoding:
 
 
 def encode(program: Program, machine: Machine) -> Encoding | None:
-    """The program's encoding (cached on it per machine), or None for a program the Python engine
-    must run: task ids out of order, an unknown dependency or an instruction on a foreign pipe."""
-    cache = program.__dict__.setdefault("_timing_encoding", {})
-    if machine not in cache:
-        cache[machine] = _encode(program, machine)
-    return cache[machine]
+    """The program's encoding, or None for a program the Python engine must run: task ids out of
+    order, an unknown dependency or an instruction on a foreign pipe.  Cached per machine with
+    the streams (`timing.sim_cache`), which programs of the same streams with other cores fixed
+    share: their encodings differ in the `pin` array only."""
+    cache = sim_cache(program)
+    key = ("encoding", machine)
+    if key not in cache:
+        cache[key] = _encode(program, machine)
+    enc = cache[key]
+    if enc is None:
+        return None
+    pin = _pins(program)
+    if not np.array_equal(pin, enc.arrays.pin):
+        enc = Encoding(enc.arrays._replace(pin=pin), enc.keys, enc.paths, enc.n_windows, enc.flops)
+    return enc
+
+
+def _pins(program: Program) -> np.ndarray:
+    """Per task: the core the program fixes (`core=`), -1 for any free one."""
+    return np.array([-1 if t.core is None else t.core for t in program.tasks], np.int64)
 
 
 class _Ids(dict):
@@ -194,10 +209,10 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
                   np.frombuffer(xslot, np.int8), ioff, task_ct, n_deps, dep_off, flat,
                   np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
                   np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64),
-                  np.array([-1 if t.core is None else t.core for t in tasks], np.int64),
+                  _pins(program),
                   np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64), qorder, qstart,
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
-    return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1)
+    return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1, decoder.flops)
 
 
 def _new_state(enc: Encoding, record: bool) -> _State:
@@ -604,10 +619,10 @@ def run_compiled(program: Program, machine: Machine, trace: bool = True, record_
     unwaited = [unwaited_message(t, cores[sl][0], enc.keys[k]) for t, sl, k in
                 zip(s.uw_task[:n_uw].tolist(), s.uw_slot[:n_uw].tolist(), s.uw_key[:n_uw].tolist())]
     return timing_result(
-        int(s.g[G_END]), _trace(program, s, a, cores) if trace else [], _busy(s, cores),
-        _bytes_by_path(s, enc), int(s.g[G_HBM_BYTES]), enc.total, _task_times(s, cores),
+        int(s.g[G_END]), Trace(lambda: _trace(program, s, a, cores), int(s.g[G_EXEC])) if trace else [],
+        _busy(s, cores), _bytes_by_path(s, enc), int(s.g[G_HBM_BYTES]), enc.total, _task_times(s, cores),
         _times(program, s, a) if record_times else None, unwaited,
-        int(s.g[G_HITS]), int(s.g[G_MISSES]), int(s.g[G_HIT_BYTES]), int(s.g[G_MISS_BYTES]))
+        int(s.g[G_HITS]), int(s.g[G_MISSES]), int(s.g[G_HIT_BYTES]), int(s.g[G_MISS_BYTES]), enc.flops)
 
 
 def _grow_pool(s: _State) -> _State:
@@ -661,10 +676,15 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
     tasks = program.tasks
     core = [cores[sl][0] if sl >= 0 else "" for sl in s.task_slot.tolist()]
     events = []
+    append = events.append
+    lines: dict = {}                    # source location -> its short text (made once each)
     for t, k, t0, end, ready in zip(*_executed(s, a)):
         ins = tasks[t].instrs[k]
-        events.append(TraceEvent(core[t], ins.pipe, ins.op, t0, end, t, k, ins.loc.short() if ins.loc else "",
-                                 ready))
+        loc = ins.loc
+        line = lines.get(loc)
+        if line is None:
+            line = lines[loc] = loc.short() if loc else ""
+        append(TraceEvent(core[t], ins.pipe, ins.op, t0, end, t, k, line, ready))
     return events
 
 
