@@ -33,7 +33,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..errors import SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES
+from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
 from ..ir.program import Program
 from ..target.machine import Machine
 from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent,
@@ -144,17 +144,17 @@ class _Ids(dict):
 
 
 def _encode(program: Program, machine: Machine) -> Encoding | None:
-    from array import array
     tasks = program.tasks
     n = len(tasks)
     lp_of = {ct: {p: j for j, p in enumerate(pipes)} for ct, pipes in zip(CORE_TYPES, PIPES)}
-    kind, lp, cyc, key, nbytes, path, window = (array("b"), array("b"), array("q"), array("i"), array("q"),
-                                                array("i"), array("i"))
-    xslot = array("b")
+    cols: list[list[np.ndarray]] = [[] for _ in range(8)]    # kind lp cyc key nbytes path window xslot
     x_count = np.zeros(2 * n, np.int64)         # cross-core sets per (cube task, AIV slot)
     key_ids, path_ids, win_ids = _Ids(), _Ids(), _Ids()
     ioff = np.zeros(n + 1, np.int64)
     decoder = Decoder(machine)
+    # isomorphic tasks (one stream shape, `ir.exec.STREAM_SHAPES`) differ only in their GM rows:
+    # the columns of a shape are made once, a task of that shape copies them and fills its GM rows
+    by_shape: dict[int, tuple] = {}
     for i, t in enumerate(tasks):
         if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
             return None
@@ -162,28 +162,35 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
         ioff[i + 1] = ioff[i] + len(rows)
         if not rows:
             continue
-        c_kind, c_pipe, c_cyc, c_key, c_bytes, c_path, _, c_win = zip(*rows)
-        try:
-            lp.extend(map(lp_of[t.core_type].__getitem__, c_pipe))
-        except KeyError:
-            return None
-        kind.extend(c_kind)
-        cyc.extend(c_cyc)
-        if CROSS_SET in c_kind or CROSS_WAIT in c_kind:
-            if CROSS_WAIT in c_kind and t.pair is None:
+        shape = stream_shape(program, t.instrs)
+        known = by_shape.get((shape, t.core_type)) if shape is not None else None
+        if known is None:
+            task_cols = _task_columns(rows, lp_of[t.core_type], key_ids, path_ids, win_ids)
+            if task_cols is None:
                 return None
-            key.extend(key_ids[k] if kd == SET or kd == WAIT else -1 for kd, k in zip(c_kind, c_key))
-            xslot.extend(k if kd == CROSS_SET else -1 for kd, k in zip(c_kind, c_key))
-            for kd, k in zip(c_kind, c_key):
-                if kd == CROSS_SET:
-                    x_count[2 * i + k] += 1
+            gm_at = np.flatnonzero((task_cols[0] == GM_LOAD) | (task_cols[0] == GM_STORE))
+            cross_wait = bool((task_cols[0] == CROSS_WAIT).any())
+            if shape is not None:
+                by_shape[(shape, t.core_type)] = (task_cols, gm_at, cross_wait)
         else:
-            key.extend(map(key_ids.__getitem__, c_key))
-            xslot.extend([-1] * len(rows))
-        nbytes.extend(c_bytes)
-        path.extend(map(path_ids.__getitem__, c_path))
-        window.extend(map(win_ids.__getitem__, c_win))
-    kind, lp = np.frombuffer(kind, np.int8), np.frombuffer(lp, np.int8)
+            shared, gm_at, cross_wait = known
+            task_cols = list(shared)
+            task_cols[4], task_cols[5], task_cols[6] = shared[4].copy(), shared[5].copy(), shared[6].copy()
+            if len(gm_at):
+                gm = [rows[k] for k in gm_at.tolist()]
+                task_cols[4][gm_at] = [r[4] for r in gm]
+                task_cols[5][gm_at] = [path_ids[r[5]] for r in gm]
+                task_cols[6][gm_at] = [win_ids[r[7]] for r in gm]
+        if cross_wait and t.pair is None:
+            return None
+        xs = task_cols[7]
+        if len(xs) and xs.max() >= 0:
+            x_count[2 * i:2 * i + 2] += np.bincount(xs[xs >= 0], minlength=2)[:2]
+        for c, a in zip(cols, task_cols):
+            c.append(a)
+    dtypes = (np.int8, np.int8, np.int64, np.int32, np.int64, np.int32, np.int32, np.int8)
+    kind, lp, cyc, key, nbytes, path, window, xslot = (
+        np.concatenate(c).astype(d, copy=False) if c else np.zeros(0, d) for c, d in zip(cols, dtypes))
     task_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(ioff))
     # queues: instructions grouped by (task, local pipe), in program order within a group
     qkey = task_of * MAXP + lp
@@ -204,15 +211,32 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     mi = np.array([machine.n_aic, machine.n_aiv, machine.dispatch_cycles, machine.vec_head, machine.l2_bytes,
                    machine.l2_hit_cycles, machine.l2_hit_cycles + machine.l2_miss_extra_cycles], np.int64)
     mf = np.array([machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle], np.float64)
-    arrays = _Enc(kind, lp, np.frombuffer(cyc, np.int64), np.frombuffer(key, np.int32),
-                  np.frombuffer(nbytes, np.int64), np.frombuffer(path, np.int32), np.frombuffer(window, np.int32),
-                  np.frombuffer(xslot, np.int8), ioff, task_ct, n_deps, dep_off, flat,
+    arrays = _Enc(kind, lp, cyc, key, nbytes, path, window, xslot, ioff, task_ct, n_deps, dep_off, flat,
                   np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
                   np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64),
                   _pins(program),
                   np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64), qorder, qstart,
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
     return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1, decoder.flops)
+
+
+def _task_columns(rows, lp_of, key_ids, path_ids, win_ids) -> list[np.ndarray] | None:
+    """The encoded columns of one task's decoded rows (kind, local pipe, cycles, flag key id,
+    bytes, path id, GM window id, the AIV slot of a cross-core set); None when an instruction
+    runs on a pipe its core does not have."""
+    c_kind, c_pipe, c_cyc, c_key, c_bytes, c_path, _, c_win = zip(*rows)
+    try:
+        lp = np.array([lp_of[p] for p in c_pipe], np.int8)
+    except KeyError:
+        return None
+    if CROSS_SET in c_kind or CROSS_WAIT in c_kind:
+        key = [key_ids[k] if kd == SET or kd == WAIT else -1 for kd, k in zip(c_kind, c_key)]
+        xslot = [k if kd == CROSS_SET else -1 for kd, k in zip(c_kind, c_key)]
+    else:
+        key, xslot = [key_ids[k] for k in c_key], [-1] * len(rows)
+    return [np.array(c_kind, np.int8), lp, np.array(c_cyc, np.int64), np.array(key, np.int32),
+            np.array(c_bytes, np.int64), np.array([path_ids[p] for p in c_path], np.int32),
+            np.array([win_ids[w] for w in c_win], np.int32), np.array(xslot, np.int8)]
 
 
 def _new_state(enc: Encoding, record: bool) -> _State:
