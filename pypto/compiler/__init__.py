@@ -7,6 +7,7 @@ from .crosscore import CROSS_CORE_SYNC
 from .fusion import FUSION_PASSES
 from .l1reuse import L1_REUSE
 from .layout import LAYOUT_PASSES
+from .loops import FOLD_LOOPS
 from .memory import TILE_PASSES
 from .partition import BLOCK_PASSES, PARTITION
 from .pipeline import BUILTIN_PASSES, LEVELS, OPTIONS, Pass, PassContext, PassLog, PassRecord, Pipeline
@@ -22,7 +23,8 @@ def default_passes() -> list[Pass]:
     primitives decompose and legalize leave; simplify, cse and dce clean up after them."""
     decompose, legalize, *cleanup = TENSOR_PASSES
     return [decompose, legalize, *AUTOCAST_PASSES, *LAYOUT_PASSES, *cleanup, *FUSION_PASSES, TILING,
-            *TILE_PASSES, PARTITION, L1_REUSE, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, ASSIGN_CORES, CODEGEN]
+            *TILE_PASSES, PARTITION, L1_REUSE, *BLOCK_PASSES, SELECT, *EXEC_PASSES, CROSS_CORE_SYNC, ASSIGN_CORES,
+            FOLD_LOOPS, CODEGEN]
 
 
 PASSES = {p.name: p for p in default_passes()}

@@ -42,6 +42,7 @@ OPTIONS = {
     "list_scheduling": "reorder each task's instructions across pipes (DynamicScheduler)",
     "cross_core_sync": "paired epilogues start on each stored tile, not after the whole cube task",
     "core_assignment": "fix each task's core in the program (else the simulator dispatches)",
+    "loops": "write each task's repeated instruction sequences once, as loops (.loop N in the PTO text)",
 }
 
 

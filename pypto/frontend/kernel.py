@@ -17,7 +17,7 @@ import numpy as np
 from ..compiler.pipeline import PassLog
 from ..errors import KernelSignatureError, PyptoError
 from ..ir.block import BlockGraph
-from ..ir.exec import ExecGraph
+from ..ir.exec import ExecGraph, item_lines
 from ..ir.program import Program
 from ..ir.tensor import TensorGraph
 from ..ir.numerics import output_bounds, within_bound
@@ -390,7 +390,7 @@ def _describe_tasks(g, kind: str) -> list[tuple[int, str]]:
     out = []
     for t in g.tasks:
         out.append((t.id, f"task {t.id} on {t.core_type} after {list(t.deps)}"))
-        out.extend((t.id, f"task {t.id}: {i.text()}") for i in t.instrs)
+        out.extend((t.id, f"task {t.id}: {line.strip()}") for line in item_lines(t.instrs))
     return out
 
 

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
-from .core import Attrs, TextForm, fmt_shape, pair_problem
+from .core import Attrs, TextForm, fmt_shape, pair_problem, prod
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -58,20 +58,112 @@ class Instr:
     def text(self) -> str:
         a = self.attrs
         if self.op in ("SET_FLAG", "WAIT_FLAG"):
-            body = f"{a['src']} -> {a['dst']}, EVENT_ID{a['event']}"
+            body = f"{a['src']} -> {a['dst']}, EVENT_ID{a['event']}" + _steps_text(a)
         elif self.op == "CROSS_SET_FLAG":
-            body = f"{a['src']} -> AIV{a['slot']}, EVENT_ID{a['event']}"
+            body = f"{a['src']} -> AIV{a['slot']}, EVENT_ID{a['event']}" + _steps_text(a)
         elif self.op == "CROSS_WAIT_FLAG":
-            body = f"AIC -> {a['dst']}, EVENT_ID{a['event']}"
+            body = f"AIC -> {a['dst']}, EVENT_ID{a['event']}" + _steps_text(a)
         elif self.op == "PIPE_BARRIER":
             body = a.get("pipes", "ALL")
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={_val(a[k])}" for k in ATTRS if k in a]
+            extra = [f"{k}={steps_text(a[k]) if k == GM_STEP else _val(a[k])}" for k in TEXT_ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"
+
+
+# An instruction inside loops names its GM window at iteration 0 of every loop around it; its
+# `gm_step` attribute says by how many elements the window's offset moves per iteration of each
+# of them (outermost first): at iterations (i0, i1, ..) the offset is offset + i0*s0 + i1*s1 + ...
+GM_STEP = "gm_step"
+# A flag inside loops names its event id at iteration 0; `event_step` says by how much the id
+# moves per iteration of each loop around it, modulo the EVENTS_PER_PIPE_PAIR ids of its pipe pair
+# (the sync pass hands the ids of a pipe pair out in turn, so they rotate from tile to tile).
+EVENT_STEP = "event_step"
+TEXT_ATTRS = ATTRS + (GM_STEP,)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`count` iterations of `body`: instructions and inner loops, the same every iteration but
+    for their GM windows, which move by their `gm_step` (affine in the loop indices).  Printed
+    as `.loop N` ... `.endloop`; `unrolled` gives the instructions it runs, in order."""
+    count: int
+    body: tuple
+
+    @functools.cached_property
+    def n_instrs(self) -> int:
+        """How many instructions its iterations run (inner loops unrolled)."""
+        return self.count * n_instrs(self.body)
+
+
+def n_instrs(items) -> int:
+    """The number of instructions a sequence of instructions and loops runs."""
+    return sum(1 if isinstance(i, Instr) else i.n_instrs for i in items)
+
+
+def has_loops(items) -> bool:
+    return any(isinstance(i, Loop) for i in items)
+
+
+def unrolled(items, _at: tuple = ()):
+    """The instructions a sequence of instructions and loops runs, in order, each with its GM
+    window where it is at that iteration (and no `gm_step`)."""
+    for it in items:
+        if isinstance(it, Loop):
+            for i in range(it.count):
+                yield from unrolled(it.body, _at + (i,))
+        elif _at and GM_STEP in it.attrs:
+            yield shifted(it, sum(i * s for i, s in zip(_at, it.attrs[GM_STEP])))
+        elif _at and EVENT_STEP in it.attrs:
+            a = it.attrs
+            event = (a["event"] + sum(i * s for i, s in zip(_at, a[EVENT_STEP]))) % EVENTS_PER_PIPE_PAIR
+            yield Instr(it.op, it.pipe, it.dst, it.srcs,
+                        Attrs({**{k: v for k, v in a.items() if k != EVENT_STEP}, "event": event}), it.loc)
+        else:
+            yield it
+
+
+def shifted(ins: "Instr", delta: int) -> "Instr":
+    """The instruction with its GM window moved by `delta` elements, without `gm_step`."""
+    attrs = Attrs({k: v for k, v in ins.attrs.items() if k != GM_STEP})
+
+    def move(o):
+        return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
+    return Instr(ins.op, ins.pipe, move(ins.dst), tuple(move(o) for o in ins.srcs), attrs, ins.loc)
+
+
+def _steps_text(a) -> str:
+    return f", event_step={steps_text(a[EVENT_STEP])}" if EVENT_STEP in a else ""
+
+
+def steps_text(steps: tuple) -> str:
+    """A gm_step / event_step value: `16384` in one loop, `(16384,256)` in nested ones."""
+    return str(steps[0]) if len(steps) == 1 else _val(steps)
+
+
+def static_instrs(items, _depth: int = 0):
+    """(instruction, loop depth) of every instruction of the program text (loops not unrolled)."""
+    for it in items:
+        if isinstance(it, Loop):
+            yield from static_instrs(it.body, _depth + 1)
+        else:
+            yield it, _depth
+
+
+def item_lines(items, indent: str = "  ") -> list[str]:
+    """The text lines of a sequence of instructions and loops."""
+    out = []
+    for it in items:
+        if isinstance(it, Loop):
+            out.append(f"{indent}.loop {it.count}")
+            out.extend(item_lines(it.body, indent + "  "))
+            out.append(f"{indent}.endloop")
+        else:
+            out.append(indent + it.text())
+    return out
 
 
 class Access(NamedTuple):
@@ -136,7 +228,14 @@ class Intervals:
 
 def written_gm(instrs) -> set[str]:
     """The GM buffers an instruction stream writes."""
-    return {i.dst.buf.name for i in instrs if isinstance(i.dst, GMRef)}
+    return {i.dst.buf.name for i, _ in static_instrs(instrs) if isinstance(i.dst, GMRef)}
+
+
+def _loops(items):
+    for it in items:
+        if isinstance(it, Loop):
+            yield it
+            yield from _loops(it.body)
 
 
 def _val(v):
@@ -164,9 +263,21 @@ class ExecTask:
     # assign_cores pass; None: the dispatcher picks a free one when the task is ready
     core: int | None = None
 
+    @functools.cached_property
+    def stream(self) -> tuple[Instr, ...]:
+        """The instructions the task runs, in order: `instrs` with its loops unrolled (`instrs`
+        itself when it has none).  Indices into it are the instruction indices of the trace, the
+        race reports and the checked mode."""
+        return tuple(unrolled(self.instrs)) if has_loops(self.instrs) else self.instrs
+
+    @functools.cached_property
+    def n_instrs(self) -> int:
+        """How many instructions the task runs (its loops' iterations counted)."""
+        return n_instrs(self.instrs)
+
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for i in self.instrs:
+        for i in self.stream:
             out[i.pipe] = out.get(i.pipe, 0) + 1
         return out
 
@@ -180,7 +291,7 @@ class ExecGraph(TextForm):
     level = "exec"
 
     def __len__(self):
-        return sum(len(t.instrs) for t in self.tasks)
+        return sum(t.n_instrs for t in self.tasks)
 
     def replace(self, tasks) -> "ExecGraph":
         return ExecGraph(self.name, self.buffers, tuple(tasks))
@@ -189,10 +300,13 @@ class ExecGraph(TextForm):
         lines = [f"exec_graph {self.name} {{"]
         for t in self.tasks:
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
-            syncs = sum(i.op in SYNC_OPS for i in t.instrs)
+            syncs = sum(i.op in SYNC_OPS for i in t.stream)
             core = t.core_type + ("" if t.core is None else str(t.core))
+            loops = sum(1 for _ in _loops(t.instrs))
             lines.append(f"  launch task {t.id} on {core} after {list(t.deps)}: "
-                         f"{len(t.instrs)} instrs ({pc}; {syncs} sync)"
+                         f"{t.n_instrs} instrs ({pc}; {syncs} sync)"
+                         + (f" in {loops} loop{'s' if loops > 1 else ''}, {sum(1 for _ in static_instrs(t.instrs))} "
+                            "in the text" if loops else "")
                          + (f", paired with task {t.pair[0]} (AIV slot {t.pair[1]})" if t.pair else ""))
         lines.append("}")
         return "\n".join(lines)
@@ -229,6 +343,42 @@ def stream_shape(g, instrs) -> int | None:
     return e[1] if e is not None and e[0] is instrs else None
 
 
+def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
+    """What is wrong with the loops of a task's instructions, or None: a loop runs at least
+    once and has a body; `gm_step` gives one step per loop around its instruction, which has a
+    GM operand; the GM windows of every iteration stay inside their buffers."""
+    def walk(items, depth, counts):
+        for it in items:
+            if isinstance(it, Loop):
+                if not isinstance(it.count, int) or it.count < 1 or not it.body:
+                    return (f"a loop needs a count >= 1 and a body (got .loop {it.count} with "
+                            f"{len(it.body)} instructions)", None)
+                p = walk(it.body, depth + 1, counts + (it.count,))
+                if p:
+                    return p
+                continue
+            es = it.attrs.get(EVENT_STEP)
+            if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in it.attrs):
+                return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
+                        f"got {es!r}", it.loc)
+            step = it.attrs.get(GM_STEP)
+            if step is None:
+                continue
+            gm = next((o for o in (it.dst, *it.srcs) if isinstance(o, GMRef)), None)
+            if gm is None:
+                return f"{it.op} has gm_step= but no GM operand", it.loc
+            if not isinstance(step, tuple) or len(step) != depth:
+                return (f"{it.op}: gm_step= needs one step per loop around it ({depth}), got "
+                        f"{step!r}", it.loc)
+            lo, hi = gm.span()
+            moved = [sum(s * (c - 1) for s, c in zip(step, counts) if (s < 0) == neg) for neg in (True, False)]
+            if lo + moved[0] < 0 or hi + moved[1] > prod(gm.buf.shape):
+                return (f"{it.op}: the GM window of a later iteration leaves buffer {gm.buf.name} "
+                        f"(gm_step={_val(step)} over {'x'.join(map(str, counts))} iterations)", it.loc)
+        return None
+    return walk(items, 0, ())
+
+
 def verify(g: ExecGraph) -> None:
     core_of: dict[int, str] = {}
     for t in g.tasks:
@@ -239,7 +389,10 @@ def verify(g: ExecGraph) -> None:
         problem = pair_problem(t.core_type, t.pair, core_of)
         if problem:
             raise VerificationError(f"exec graph task {t.id}: {problem}", got=t.pair)
-        for k, ins in enumerate(t.instrs):
+        problem = loop_problem(t.instrs)
+        if problem:
+            raise VerificationError(f"exec graph task {t.id}: {problem[0]}", loc=problem[1])
+        for k, (ins, _) in enumerate(static_instrs(t.instrs)):
             if ins.pipe not in pipes:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .core import fmt_shape
-from .exec import ExecTask
+from .exec import ExecTask, item_lines
 from .gm import GMBuffer
 
 
@@ -17,7 +17,8 @@ class Program:
     level = "pto"
 
     def __len__(self):
-        return sum(len(t.instrs) for t in self.tasks)
+        """How many instructions the program runs (loops' iterations counted)."""
+        return sum(t.n_instrs for t in self.tasks)
 
 
     def buffer(self, name: str) -> GMBuffer:
@@ -32,7 +33,7 @@ class Program:
             lines.append(f".task {t.id} {t.core_type} group={t.group} deps={list(t.deps)}"
                          + (f" core={t.core}" if t.core is not None else "")
                          + (f" pair={t.pair[0]}:{t.pair[1]}" if t.pair else ""))
-            lines.extend("  " + i.text() for i in t.instrs)
+            lines.extend(item_lines(t.instrs))
         if len(shown) < len(self.tasks):
             lines.append(f"// ... {len(self.tasks) - len(shown)} more tasks (program.text() shows all)")
         return "\n".join(lines)

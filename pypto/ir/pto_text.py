@@ -26,11 +26,12 @@ import re
 
 from ..dtypes import BY_NAME
 from ..errors import PyptoError, SourceLoc
-from ..target.isa import ATTRS, COMPARE_MODES, INSTRUCTIONS, KINDS, ROUND_MODES
+from ..target.isa import COMPARE_MODES, INSTRUCTIONS, KINDS, ROUND_MODES
 from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
-from .exec import AIC_PIPES, AIV_PIPES, EVENTS_PER_PIPE_PAIR, ExecTask, Instr, TileRef, pipe_of
+from .exec import (AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, TEXT_ATTRS, ExecTask, Instr, Loop, TileRef,
+                   loop_problem, pipe_of, static_instrs)
 from .gm import GMBuffer, GMRef, natural_strides
 from .tile import ON_CHIP, tile_bytes
 
@@ -41,7 +42,7 @@ from .tile import ON_CHIP, tile_bytes
 CORE_SPACES = {"AIV": ("UB",), "AIC": ("L1", "L0A", "L0B", "L0C", "BT")}
 CORE_PIPES = {"AIC": AIC_PIPES, "AIV": AIV_PIPES}
 ROLES = ("input", "output", "inout", "workspace")
-ATTR_KEYS = ATTRS
+ATTR_KEYS = TEXT_ATTRS          # the instruction table's attributes, then gm_step= (loops)
 STORE_ACTIVATIONS = tuple(ACTIVATIONS)     # what the FIX pipe applies on its way out of L0C
 
 
@@ -114,9 +115,10 @@ _GM_SHORT = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\[(?P<ranges>[^\]]*)\]$")
 _GM_LONG = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\{\s*off\s*=\s*(?P<off>-?\d+)\s*,\s*shape\s*=\s*\[(?P<shape>[^\]]*)\]"
                       r"\s*,\s*strides\s*=\s*\[(?P<strides>[^\]]*)\]\s*\}$")
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*([eE][+-]?\d+)?|\.\d+([eE][+-]?\d+)?|inf|nan)$")
-_FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
-_CROSS_SET = re.compile(r"^(?P<src>\w+)\s*->\s*AIV(?P<slot>\d+)\s*,\s*EVENT_ID(?P<event>\d+)$")
-_CROSS_WAIT = re.compile(r"^AIC\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)$")
+_ESTEP = r"(?:\s*,\s*event_step\s*=\s*(?P<estep>-?\d+|\([^)]*\)))?"
+_FLAG = re.compile(r"^(?P<src>\w+)\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)" + _ESTEP + "$")
+_CROSS_SET = re.compile(r"^(?P<src>\w+)\s*->\s*AIV(?P<slot>\d+)\s*,\s*EVENT_ID(?P<event>\d+)" + _ESTEP + "$")
+_CROSS_WAIT = re.compile(r"^AIC\s*->\s*(?P<dst>\w+)\s*,\s*EVENT_ID(?P<event>\d+)" + _ESTEP + "$")
 _TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+)\s+deps=\[(?P<deps>[^\]]*)\]"
                    r"(\s+core=(?P<pin>\d+))?(\s+pair=(?P<cube>\d+):(?P<slot>\d+))?$")
 _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
@@ -247,6 +249,13 @@ def _attr_value(key: str, text: str):
         if m:
             return _ints(m[1], "dims", allow_negative=True)
         raise _Problem("bad dim", expected="dim=<int>", got=text)
+    if key == GM_STEP:          # one step per loop around the instruction, outermost first
+        if re.fullmatch(_INT, text):
+            return (int(text),)
+        m = re.fullmatch(r"\(([^)]*)\)", text)
+        if m:
+            return _ints(m[1], "gm_step", allow_negative=True)
+        raise _Problem("bad gm_step", expected="gm_step=<elements> or gm_step=(outer,inner,..)", got=text)
     if key == "cmp":
         if text not in COMPARE_MODES:
             raise _Problem("unknown comparison", expected="cmp=" + " or cmp=".join(COMPARE_MODES), got=f"cmp={text}")
@@ -297,6 +306,14 @@ def comment_loc(comment: str) -> SourceLoc | None:
     return SourceLoc(m["file"], int(m["line"])) if m else None
 
 
+def _event_step(m) -> dict:
+    """The event_step= of a flag inside loops ({} without one)."""
+    text = m["estep"]
+    if text is None:
+        return {}
+    return {EVENT_STEP: _attr_value(GM_STEP, text)}
+
+
 def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
     """One instruction line (without the leading indentation), e.g.
     `TADDS  UB[0x0]:fp32[8,64], UB[0x800]:fp32[8,64], 1.0  ; k.py:3`."""
@@ -316,7 +333,7 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
         m = _FLAG.match(rest)
         if not m:
             raise _Problem(f"bad {op} operands", expected="SRC_PIPE -> DST_PIPE, EVENT_ID<n>", got=rest)
-        attrs = Attrs({"src": m["src"], "dst": m["dst"], "event": int(m["event"])})
+        attrs = Attrs({"src": m["src"], "dst": m["dst"], "event": int(m["event"]), **_event_step(m)})
         return Instr(op, m["src"] if op == "SET_FLAG" else m["dst"], attrs=attrs, loc=loc)
     if kind == "cross":
         setting = op == "CROSS_SET_FLAG"
@@ -325,9 +342,9 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
             raise _Problem(f"bad {op} operands", got=rest,
                            expected="SRC_PIPE -> AIV<slot>, EVENT_ID<n>" if setting else "AIC -> DST_PIPE, EVENT_ID<n>")
         if setting:
-            attrs = Attrs({"src": m["src"], "slot": int(m["slot"]), "event": int(m["event"])})
+            attrs = Attrs({"src": m["src"], "slot": int(m["slot"]), "event": int(m["event"]), **_event_step(m)})
         else:
-            attrs = Attrs({"dst": m["dst"], "event": int(m["event"])})
+            attrs = Attrs({"dst": m["dst"], "event": int(m["event"]), **_event_step(m)})
         return Instr(op, m["src"] if setting else m["dst"], attrs=attrs, loc=loc)
     if kind == "barrier":
         pipes = rest or "ALL"
@@ -524,10 +541,19 @@ def _parse_program(text: str, machine=None):
     cur: dict | None = None
     levels: dict[int, int] = {}
 
-    def close():
-        if cur is not None:
-            tasks.append(ExecTask(cur["id"], cur["group"], cur["core"], cur["deps"], cur["level"],
-                                  tuple(cur["instrs"]), cur["pair"], cur["pin"]))
+    def close(lineno):
+        if cur is None:
+            return
+        if len(cur["stack"]) > 1:
+            raise PTOSyntaxError(f"task {cur['id']}: a .loop is not closed", line=cur["stack"][-1][1],
+                                 task=cur["id"], expected=".endloop before the next .task or the end",
+                                 got=f"{len(cur['stack']) - 1} open loop(s)")
+        items = tuple(cur["stack"][0][0])
+        problem = loop_problem(items)
+        if problem:
+            raise PTOSyntaxError(f"task {cur['id']}: {problem[0]}", task=cur["id"], kernel_loc=problem[1])
+        tasks.append(ExecTask(cur["id"], cur["group"], cur["core"], cur["deps"], cur["level"],
+                              items, cur["pair"], cur["pin"]))
 
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -565,7 +591,7 @@ def _parse_program(text: str, machine=None):
             if not m:
                 raise PTOSyntaxError("bad .task line", line=lineno, text=raw,
                                      expected=".task ID AIC|AIV group=G deps=[..] [core=K] [pair=T:S]", got=line)
-            close()
+            close(lineno)
             tid, core = int(m["id"]), m["core"]
             if core not in CORE_PIPES:
                 raise PTOSyntaxError(f"task {tid}: unknown core type '{core}'", line=lineno, task=tid, text=raw,
@@ -589,27 +615,55 @@ def _parse_program(text: str, machine=None):
                                      expected="pair=CUBE_TASK:0|1 on an AIV task", got=f"pair={m['cube']}:{m['slot']}")
             level = 1 + max((levels[d] for d in deps), default=-1)
             levels[tid] = level
-            cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level, "instrs": [],
+            cur = {"id": tid, "group": int(m["group"]), "core": core, "deps": deps, "level": level,
+                   "stack": [([], lineno, None)], "n": 0,     # (items, line, loop count) per open loop
                    "pair": pair, "pin": int(m["pin"]) if m["pin"] is not None else None}
+            continue
+        if line.startswith(".loop") or line == ".endloop":
+            if cur is None:
+                raise PTOSyntaxError(f"{line.split()[0]} outside a task", line=lineno, text=raw,
+                                     expected="loops inside a .task", got=line)
+            if line == ".endloop":
+                if len(cur["stack"]) == 1:
+                    raise PTOSyntaxError(".endloop without a .loop", line=lineno, task=cur["id"], text=raw,
+                                         expected=".loop N before it", got=line)
+                body, start, count = cur["stack"].pop()
+                if not body:
+                    raise PTOSyntaxError("an empty loop", line=start, task=cur["id"],
+                                         expected="instructions between .loop and .endloop", got="none")
+                cur["stack"][-1][0].append(Loop(count, tuple(body)))
+                continue
+            m = re.fullmatch(r"\.loop\s+(\d+)", line)
+            if not m or int(m[1]) < 1:
+                raise PTOSyntaxError("bad .loop line", line=lineno, task=cur["id"], text=raw,
+                                     expected=".loop N (N >= 1 iterations)", got=line)
+            cur["stack"].append(([], lineno, int(m[1])))
             continue
         if line.startswith("."):
             raise PTOSyntaxError(f"unknown directive '{line.split()[0]}'", line=lineno, text=raw,
-                                 expected=".gm or .task", got=line.split()[0])
+                                 expected=".gm, .task, .loop or .endloop", got=line.split()[0])
         op = line.split(None, 1)[0]
         if cur is None:
             raise PTOSyntaxError(f"instruction {op} outside a task (missing .task header)", line=lineno, text=raw,
                                  expected=".task ID AIC|AIV group=G deps=[..] before the instructions",
                                  got="an instruction before any .task line")
-        index = len(cur["instrs"])
+        index = cur["n"]
         loc = comment_loc(split_comment(line)[1])
         try:
             ins = parse_instr(line, buffers)
             check_instr(ins, cur["core"], capacities)
+            depth = len(cur["stack"]) - 1
+            for key in (GM_STEP, EVENT_STEP):
+                if key in ins.attrs and len(ins.attrs[key]) != depth:
+                    raise _Problem(f"{key}= needs one step per loop around the instruction ({depth})",
+                                   expected=f"{depth} step{'s' if depth != 1 else ''}" if depth else
+                                   f"no {key} outside a loop", got=len(ins.attrs[key]))
         except _Problem as e:
             raise PTOSyntaxError(e.message, line=lineno, task=cur["id"], index=index, op=op, text=raw,
                                  kernel_loc=loc, expected=e.expected, got=e.got) from None
-        cur["instrs"].append(ins)
-    close()
+        cur["stack"][-1][0].append(ins)
+        cur["n"] += 1
+    close(None)
     if name is None:
         name = "program"
     return Program(name, tuple(buffers.values()), tuple(tasks))
@@ -637,7 +691,10 @@ def verify_program(program, machine=None) -> None:
         if problem:
             raise PTOSyntaxError(problem, task=t.id, expected="pair=CUBE_TASK:0|1 on an AIV task", got=t.pair)
         _check_core(program, t, m)
-        for k, ins in enumerate(t.instrs):
+        problem = loop_problem(t.instrs)
+        if problem:
+            raise PTOSyntaxError(f"task {t.id}: {problem[0]}", task=t.id, kernel_loc=problem[1])
+        for k, (ins, _) in enumerate(static_instrs(t.instrs)):
             try:
                 check_instr(ins, t.core_type, capacities)
                 if ins.op == "CROSS_WAIT_FLAG" and t.pair is None:

@@ -157,7 +157,7 @@ class Decoder:
             self.flops += flops
             rows = list(rows)
             for k in gm_at:
-                rows[k] = self._gm_row(task.instrs[k])
+                rows[k] = self._gm_row(task.stream[k])
             return rows
         before = self.flops
         rows = self._rows(task)
@@ -179,7 +179,7 @@ class Decoder:
     def _rows(self, task) -> list[tuple]:
         rows = []
         append = rows.append
-        for ins in task.instrs:
+        for ins in task.stream:
             op, dst, srcs = ins.op, ins.dst, ins.srcs
             if op == "SET_FLAG" or op == "WAIT_FLAG":
                 cyc = self.sync_cycles.get(op)
@@ -413,7 +413,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     seq = 0
     running: dict[str, _Running] = {}
     events: list[TraceEvent] = []
-    times = [[None] * len(t.instrs) for t in tasks] if record_times else None
+    times = [[None] * t.n_instrs for t in tasks] if record_times else None
     busy: dict[tuple[str, str], int] = {}
     bytes_by_path: dict[str, int] = {}
     l2 = L2Cache(machine.l2_bytes)
@@ -429,7 +429,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     cross: dict[tuple, list[int]] = {}  # (cube task, AIV slot) -> times of its unconsumed cross-core sets
     cross_waiting: dict[tuple, tuple] = {}     # (cube task, AIV slot) -> (core, pipe) blocked on it
     unwaited: list[str] = []
-    total = sum(len(t.instrs) for t in tasks)
+    total = sum(t.n_instrs for t in tasks)
     bar = _Progress(total, f"simulating {program.name}") if progress else None
 
     for t in tasks:
@@ -559,7 +559,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
         busy[bk] = busy.get(bk, 0) + dur
         executed += 1
         if trace:
-            ins = r.task.instrs[k]
+            ins = r.task.stream[k]
             events.append(TraceEvent(name, pipe, ins.op, t0, end, r.task.id, k,
                                      ins.loc.short() if ins.loc else "", done_at if ikind == GM_LOAD else -1))
         if times is not None:
@@ -601,7 +601,7 @@ def unwaited_message(task_id: int, core: str, key) -> str:
 
 
 def event_reuse_message(task, k: int, key, core: str) -> str:
-    ins = task.instrs[k]
+    ins = task.stream[k]
     return (f"event id reused before its wait: task {task.id} instruction {k} "
             f"SET_FLAG {key[0]} -> {key[1]}, EVENT_ID{key[2]} while the previous set of that event "
             f"has not been waited for (on {core}); at most one set per event id may be pending"

@@ -703,7 +703,7 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
     append = events.append
     lines: dict = {}                    # source location -> its short text (made once each)
     for t, k, t0, end, ready in zip(*_executed(s, a)):
-        ins = tasks[t].instrs[k]
+        ins = tasks[t].stream[k]
         loc = ins.loc
         line = lines.get(loc)
         if line is None:
@@ -713,7 +713,7 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
 
 
 def _times(program: Program, s: _State, a: _Enc) -> list[list]:
-    times = [[None] * len(t.instrs) for t in program.tasks]
+    times = [[None] * t.n_instrs for t in program.tasks]
     for t, k, t0, end, ready in zip(*_executed(s, a)):
         times[t][k] = (t0, end if ready < 0 else ready)
     return times

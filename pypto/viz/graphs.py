@@ -13,7 +13,7 @@ core, and the kernel source line it comes from.
 from __future__ import annotations
 
 from ..ir.core import fmt_shape, region_text
-from ..ir.exec import SYNC_OPS
+from ..ir.exec import SYNC_OPS, static_instrs
 
 COLLAPSE_ABOVE = 32          # more tasks than this: one node per (group, wave)
 MAX_TILE_NODES = 160         # per group, so that a long inner (K) loop cannot swamp the view
@@ -245,7 +245,7 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
         pipes: dict[str, int] = {}
         syncs = 0
         for t in tasks:
-            for i in t.instrs:
+            for i in t.stream:
                 if i.op in SYNC_OPS:
                     syncs += 1
                 else:
@@ -259,12 +259,12 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
     def merged(tasks):
         t = tasks[0]
         # Tasks of one group are usually isomorphic: per-task counts say more than totals.
-        same = len({len(x.instrs) for x in tasks}) == 1
+        same = len({x.n_instrs for x in tasks}) == 1
         body = f"per task: {counts([t])}" if same else f"in total: {counts(tasks)}"
         return f"group {t.group}: {len(tasks)} tasks on {t.core_type}, wave {t.level}\n{body}"
 
     def where(t):
-        return _lines(i.loc for i in t.instrs)
+        return _lines(i.loc for i, _ in static_instrs(t.instrs))
 
     return _task_graph(g.name, "execution graph", g.tasks, label, merged, expand, max_nodes, where)
 

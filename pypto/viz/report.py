@@ -18,6 +18,8 @@ import base64
 import html
 import os
 
+from ..ir.exec import item_lines
+
 MAX_TEXT_LINES = 2000        # a level's printed text is cut after this many lines
 MAX_PTO_LINES = 2000         # the PTO program: all tasks if it fits, else the first tasks
 
@@ -230,14 +232,15 @@ def pto_text(program, max_lines: int = MAX_PTO_LINES) -> tuple[str, int]:
     (at least one); returns (text, number of tasks shown)."""
     n_tasks = len(program.tasks)
     header = 1 + len(program.buffers)
-    total = header + sum(1 + len(t.instrs) for t in program.tasks)
+    size = [len(item_lines(t.instrs)) for t in program.tasks]      # text lines per task
+    total = header + sum(1 + n for n in size)
     if total <= max_lines:
         return program.text(), n_tasks
     lines, shown = header + 1, 0          # + the "... more tasks" line
-    for t in program.tasks:
-        if shown and lines + 1 + len(t.instrs) > max_lines:
+    for n in size:
+        if shown and lines + 1 + n > max_lines:
             break
-        lines += 1 + len(t.instrs)
+        lines += 1 + n
         shown += 1
     return program.text(max_tasks=shown), shown
 
