@@ -23,17 +23,22 @@ Exec level) and what the text costs.  `options={"loops": False}` keeps the strea
 """
 from __future__ import annotations
 
-import bisect
+import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, SIM_CACHE, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Loop, static_instrs,
+from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, SIM_CACHE, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Loop, static_instrs,
                        stream_shape)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
 MIN_TASK = 8                    # shorter tasks are left as they are
-MAX_CANDIDATES = 24             # periods tried at a position: the next occurrences of its first token
+SMALL_PERIOD = 48               # every period up to this many tokens is tried (inner loops), and
+                                # the structural periods of the outer repetitions
 MAX_DEPTH = 4                   # loops nest at most this deep
+# tokens compared per token of a task when copies equal by their ids fail the constant-step check
+# (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
+# tile): the pass stops looking for other periods beyond it, so it stays linear in the stream
+WORK_PER_TOKEN = 16
 _MOD = (1 << 61) - 1            # hashes of token sequences (polynomial, mod a Mersenne prime)
 _BASE = 1_000_003
 
@@ -42,15 +47,14 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is not None and not ctx.options.get("loops", True):
         return g
     ids: dict = {}
-    tasks, shapes, by_shape = [], {}, {}
+    tasks, shapes = [], {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
         items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
         if items is not t.instrs:
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
-        if shape is not None:       # isomorphic streams folded alike stay isomorphic
-            sig = (shape, _signature(items, ids))
-            shapes[id(t.instrs)] = (t.instrs, by_shape.setdefault(sig, len(by_shape)))
+        if shape is not None:       # the shape of the stream the task runs, folded or not
+            shapes[id(t.instrs)] = (t.instrs, shape)
         tasks.append(t)
     out = g.replace(tasks)
     out.__dict__[STREAM_SHAPES] = shapes
@@ -66,9 +70,17 @@ def fold(instrs, ids: dict | None = None) -> tuple:
     """A task's instructions (no loops) as instructions and loops that run exactly them."""
     ids = {} if ids is None else ids
     tokens = list(instrs)
+    memo: dict[int, tuple] = {}         # id(token) -> (its id, its moving components)
+
+    def describe(x):
+        d = memo.get(id(x))
+        if d is None:
+            d = memo[id(x)] = (_token_id(x, ids), _offsets(x), x)     # (x kept: ids stay unique)
+        return d
     for _ in range(MAX_DEPTH):
-        keys = [_token_id(x, ids) for x in tokens]
-        offs = [_offsets(x) for x in tokens]
+        described = [describe(x) for x in tokens]
+        keys = [d[0] for d in described]
+        offs = [d[1] for d in described]
         folded = _fold_pass(tokens, keys, offs)
         if folded is None:
             break
@@ -89,7 +101,8 @@ def _token_id(x, ids: dict) -> int:
     if isinstance(x, Loop):
         key = ("loop", x.count, tuple(_token_id(y, ids) for y in x.body))
     else:
-        attrs = x.attrs if "event" not in x.attrs else tuple((k, v) for k, v in x.attrs.items() if k != "event")
+        attrs = x.attrs if not _MOVING.intersection(x.attrs.keys()) else tuple(
+            (k, v) for k, v in x.attrs.items() if k not in _MOVING)
         key = (x.op, x.pipe, _operand_key(x.dst), tuple(_operand_key(o) for o in x.srcs), attrs, x.loc)
     i = ids.get(key)
     if i is None:
@@ -107,51 +120,103 @@ def _offsets(x) -> tuple[tuple[int, int], ...]:
         return tuple(out)
     if "event" in x.attrs:
         return ((1, x.attrs["event"]),)
+    if "offsets" in x.attrs and x.op == "TEXTRACT":
+        return tuple((2, o) for o in x.attrs["offsets"])
     gm = x.dst if isinstance(x.dst, GMRef) else next((o for o in x.srcs if isinstance(o, GMRef)), None)
     return () if gm is None else ((0, gm.offset),)
 
 
+_MOVING = {"event", "offsets"}      # attributes that may move from copy to copy (with the GM windows)
+
+
 def _step(a, b) -> int:
     """The step from component a to component b: GM elements, or event ids modulo their count."""
-    return b[1] - a[1] if a[0] == 0 else (b[1] - a[1]) % EVENTS_PER_PIPE_PAIR
+    return (b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else b[1] - a[1]
 
 
 def _fold_pass(tokens, keys, offs):
-    """One pass over the tokens: runs of copies folded into loops, or None when nothing repeats."""
+    """One pass over the tokens: runs of copies folded into loops, or None when nothing repeats.
+
+    For each candidate period p (every small one, and the structural periods of the outer
+    repetitions) numpy finds, at every position, how many copies of the next p tokens follow by
+    their ids alone; walking left to right, the period saving most tokens at a position is taken
+    when its copies also move their GM windows, event ids and offsets by constant steps."""
     n = len(keys)
+    k = np.asarray(keys, np.int64)
+    best_saved = np.zeros(n, np.int64)
+    best_p = np.zeros(n, np.int64)
+    periods = _candidate_periods(keys, n)
+    for p in periods:
+        same = k[:n - p] == k[p:]                  # token i == token i + p
+        run = _run_lengths(same)                   # how far that holds from i on
+        copies = run // p + 1
+        saved = np.where(copies >= 2, p * (copies - 1), 0)
+        better = saved > best_saved[:n - p]
+        best_saved[:n - p][better] = saved[better]
+        best_p[:n - p][better] = p
+    if not (best_saved >= 3).any():
+        return None
     pre = [0] * (n + 1)
-    for i, k in enumerate(keys):
-        pre[i + 1] = (pre[i] * _BASE + k + 1) % _MOD
+    for i, key in enumerate(keys):
+        pre[i + 1] = (pre[i] * _BASE + key + 1) % _MOD
     powers = [1] * (n + 1)
     for i in range(n):
         powers[i + 1] = powers[i] * _BASE % _MOD
 
     def h(a, b):
         return (pre[b] - pre[a] * powers[b - a]) % _MOD
-    where: dict[int, list[int]] = {}
-    for i, k in enumerate(keys):
-        where.setdefault(k, []).append(i)
-    out, i, changed = [], 0, False
+    out, i, changed, work = [], 0, False, 0
+    saved_at, p_at = best_saved.tolist(), best_p.tolist()
     while i < n:
-        best = None                 # (saved, period, copies, steps)
-        occ = where[keys[i]]
-        at = bisect.bisect_right(occ, i)
-        for j in occ[at:at + MAX_CANDIDATES]:
-            p = j - i
-            if i + 2 * p > n:
-                break
-            r, steps = _copies(i, p, n, keys, offs, h)
-            if r >= 2 and (best is None or p * (r - 1) > best[0]):
-                best = (p * (r - 1), p, r, steps)
-        if best is None or best[0] < 3:
-            out.append(tokens[i])
-            i += 1
-            continue
-        _, p, r, steps = best
-        out.append(Loop(r, _with_steps(tokens[i:i + p], steps)))
-        changed = True
-        i += p * r
+        if saved_at[i] >= 3:
+            # the best period by ids; when its copies do not move by constant steps, the others
+            r, steps, p = *_copies(i, p_at[i], n, keys, offs, h), p_at[i]
+            work += p
+            if (r < 2 or p * (r - 1) < 3) and work < WORK_PER_TOKEN * n:
+                tries = [(q, *_copies(i, q, n, keys, offs, h)) for q in periods
+                         if q != p_at[i] and i + 2 * q <= n and keys[i + q] == keys[i]]
+                work += sum(q for q, _, st in tries if st is not None)
+                p, r, steps = max(tries, key=lambda x: (x[0] * (x[1] - 1), -x[0]), default=(p, 1, None))
+            if r >= 2 and p * (r - 1) >= 3:
+                out.append(Loop(r, _nested(tokens[i:i + p], steps, offs[i:i + p])))
+                changed = True
+                i += p * r
+                continue
+        out.append(tokens[i])
+        i += 1
     return out if changed else None
+
+
+def _run_lengths(same: np.ndarray) -> np.ndarray:
+    """For each i: how many consecutive True values `same` has from i on."""
+    m = len(same)
+    idx = np.arange(m, dtype=np.int64)
+    stop = np.where(same, m, idx)                  # the first False at or after i ...
+    stop = np.minimum.accumulate(stop[::-1])[::-1]
+    return stop - idx
+
+
+def _candidate_periods(keys, n: int) -> list[int]:
+    """Every period up to SMALL_PERIOD, and the likely periods of the outer repetitions."""
+    where: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        where.setdefault(key, []).append(i)
+    small = list(range(1, min(SMALL_PERIOD, n // 2) + 1))
+    return list(dict.fromkeys(small + [p for p in _structural_periods(where, n) if p <= n // 2]))
+
+
+def _structural_periods(where: dict, n: int, most: int = 16) -> list[int]:
+    """Likely periods of the outer repetitions: the commonest gaps between consecutive
+    occurrences of the rarer tokens (a store per output tile, a load per chunk), with twice
+    them (ping-pong buffers repeat every second tile)."""
+    gaps: dict[int, int] = {}
+    rare = max(2, n // 16)
+    for occ in where.values():
+        if 2 <= len(occ) <= rare:
+            for a, b in zip(occ, occ[1:]):
+                gaps[b - a] = gaps.get(b - a, 0) + 1
+                gaps.setdefault(2 * (b - a), 0)
+    return sorted(gaps, key=lambda g: (-gaps[g], g))[:most]
 
 
 def _copies(i, p, n, keys, offs, h):
@@ -183,6 +248,38 @@ def _copies(i, p, n, keys, offs, h):
     return r, steps
 
 
+def _nested(body, steps, offs):
+    """The body of a new loop: its own repetitions folded first (inner loops; the greedy pass
+    takes the longest saving, the outer loop, first), when the new loop's step of every
+    instruction is the same at each of its inner iterations; else the body as it is."""
+    if len(body) >= MIN_TASK and all(isinstance(x, Instr) for x in body):
+        inner = fold(body)
+        if any(isinstance(x, Loop) for x in inner):
+            per_token, k = [], 0
+            for o in offs:
+                per_token.append(tuple(steps[k:k + len(o)]))
+                k += len(o)
+            outer: dict[int, tuple] = {}
+            ok = True
+            for static, st in zip(_dynamic_statics(inner), per_token):
+                if outer.setdefault(id(static), st) != st:
+                    ok = False
+                    break
+            if ok:
+                return _with_steps(inner, [x for ins, _ in static_instrs(inner) for x in outer[id(ins)]])
+    return _with_steps(body, steps)
+
+
+def _dynamic_statics(items):
+    """For each instruction the items run, in order: the instruction of the text it comes from."""
+    for it in items:
+        if isinstance(it, Loop):
+            for _ in range(it.count):
+                yield from _dynamic_statics(it.body)
+        else:
+            yield it
+
+
 def _with_steps(body, steps):
     """The body with each GM instruction's step of the new (outer) loop put before its steps."""
     it = iter(steps)
@@ -193,11 +290,9 @@ def _with_steps(body, steps):
         moving = _offsets(x)
         if not moving:
             return x
-        key = GM_STEP if moving[0][0] == 0 else EVENT_STEP
-        step = (next(it),) + x.attrs.get(key, ())
+        kind = moving[0][0]
+        key = (GM_STEP, EVENT_STEP, OFFSETS_STEP)[kind]
+        mine = tuple(next(it) for _ in moving)
+        step = ((mine if kind == 2 else mine[0]),) + x.attrs.get(key, ())
         return Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
     return tuple(add(x) for x in body)
-
-
-def _signature(items, ids) -> tuple:
-    return tuple(_token_id(x, ids) for x in items)

@@ -41,6 +41,12 @@ class TileRef:
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
 
+    def __hash__(self):             # hashed often (keys of decoders, passes): computed once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash((self.space, self.addr, self.dtype, self.shape, self.valid))
+        return h
+
     def text(self) -> str:
         v = "" if self.valid == self.shape else f"{{{','.join(map(str, self.valid))}}}"
         return f"{self.space}[{self.addr:#x}]:{self.dtype}{fmt_shape(self.shape)}{v}"
@@ -68,7 +74,8 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={steps_text(a[k]) if k == GM_STEP else _val(a[k])}" for k in TEXT_ATTRS if k in a]
+            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP) else _val(a[k])}"
+                     for k in TEXT_ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"
@@ -82,7 +89,10 @@ GM_STEP = "gm_step"
 # moves per iteration of each loop around it, modulo the EVENTS_PER_PIPE_PAIR ids of its pipe pair
 # (the sync pass hands the ids of a pipe pair out in turn, so they rotate from tile to tile).
 EVENT_STEP = "event_step"
-TEXT_ATTRS = ATTRS + (GM_STEP,)
+# A TEXTRACT inside loops names its offsets into the L1 tile at iteration 0; `offsets_step` says
+# by how much they move per iteration of each loop around it (a matmul's kL0 steps along K).
+OFFSETS_STEP = "offsets_step"
+TEXT_ATTRS = ATTRS + (GM_STEP, OFFSETS_STEP)
 
 
 @dataclass(frozen=True)
@@ -122,6 +132,11 @@ def unrolled(items, _at: tuple = ()):
             event = (a["event"] + sum(i * s for i, s in zip(_at, a[EVENT_STEP]))) % EVENTS_PER_PIPE_PAIR
             yield Instr(it.op, it.pipe, it.dst, it.srcs,
                         Attrs({**{k: v for k, v in a.items() if k != EVENT_STEP}, "event": event}), it.loc)
+        elif _at and OFFSETS_STEP in it.attrs:
+            a = it.attrs
+            offsets = tuple(o + sum(i * s[d] for i, s in zip(_at, a[OFFSETS_STEP])) for d, o in enumerate(a["offsets"]))
+            yield Instr(it.op, it.pipe, it.dst, it.srcs,
+                        Attrs({**{k: v for k, v in a.items() if k != OFFSETS_STEP}, "offsets": offsets}), it.loc)
         else:
             yield it
 
@@ -140,8 +155,11 @@ def _steps_text(a) -> str:
 
 
 def steps_text(steps: tuple) -> str:
-    """A gm_step / event_step value: `16384` in one loop, `(16384,256)` in nested ones."""
-    return str(steps[0]) if len(steps) == 1 else _val(steps)
+    """A gm_step / event_step / offsets_step value: one step per loop around the instruction,
+    outermost first (`16384` in one loop, `(16384,256)` in two; an offsets step is a tuple itself:
+    `(0,64)` in one loop, `((0,0),(0,64))` in two)."""
+    one = [_val(x) if isinstance(x, tuple) else str(x) for x in steps]
+    return one[0] if len(one) == 1 else "(" + ",".join(one) + ")"
 
 
 def static_instrs(items, _depth: int = 0):
@@ -338,7 +356,8 @@ def carry_streams(src, dst) -> None:
 
 
 def stream_shape(g, instrs) -> int | None:
-    """The shape id the side table of `g` gives the stream `instrs`, or None."""
+    """The shape id the side table of `g` gives the stream `instrs`, or None (the shape of the
+    instructions it runs: the loops of a task unrolled)."""
     e = g.__dict__.get(STREAM_SHAPES, {}).get(id(instrs))
     return e[1] if e is not None and e[0] is instrs else None
 
@@ -361,6 +380,20 @@ def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
             if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in it.attrs):
                 return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
                         f"got {es!r}", it.loc)
+            os_ = it.attrs.get(OFFSETS_STEP)
+            if os_ is not None:
+                offs = it.attrs.get("offsets")
+                if (offs is None or not isinstance(os_, tuple) or len(os_) != depth
+                        or any(not isinstance(x, tuple) or len(x) != len(offs) for x in os_)):
+                    return (f"{it.op}: offsets_step= needs offsets= and one step per loop around it "
+                            f"({depth}), each with one value per offset, got {os_!r}", it.loc)
+                for d, o in enumerate(offs):
+                    lo = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] < 0)
+                    hi = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] > 0) + it.dst.valid[d]
+                    if lo < 0 or hi > it.srcs[0].shape[d]:
+                        return (f"{it.op}: the offsets of a later iteration read outside its source tile "
+                                f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
+                                it.loc)
             step = it.attrs.get(GM_STEP)
             if step is None:
                 continue
