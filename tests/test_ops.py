@@ -898,7 +898,10 @@ def test_four_dimensional(tiles, rng, check_kernel):
 
 
 def test_long_rows_default_tiles(rng, check_kernel):
-    """Rows longer than the default tile (8 KiB): the default splits the row."""
+    """Rows longer than the default tile's 8 KiB: a softmax keeps a 5000-wide fp32 row whole
+    (2 rows per tile, its group fits UB double-buffered: fusion.whole_row_plan); a row too wide
+    for UB (50000 fp32, 195 KiB) is cut by the default (2 x 2048, the last piece a tail of 848
+    columns) and the row reductions accumulate across tiles, in three groups."""
     x = rng.standard_normal((16, 5000)).astype(np.float32)
 
     @pypto.jit
@@ -906,3 +909,7 @@ def test_long_rows_default_tiles(rng, check_kernel):
         out[:] = pypto.softmax(a)
 
     check_kernel(k, [x, np.zeros_like(x)], {1: _softmax(x.astype(np.float64))})
+    assert [g.tile for g in k.compile(x, np.zeros_like(x)).tile_graph.groups] == [(2, 5000)]
+    wide = rng.standard_normal((4, 50000)).astype(np.float32)
+    check_kernel(k, [wide, np.zeros_like(wide)], {1: _softmax(wide.astype(np.float64))})
+    assert [g.tile for g in k.compile(wide, np.zeros_like(wide)).tile_graph.groups] == [(2, 2048)] * 3

@@ -10,16 +10,30 @@ reads values of lower-numbered groups, which keeps the group graph acyclic.
 
 The pass annotates members with `group` and their normalised `tile`; values needed outside
 their group (by another group or a GM view) get `materialize=True`.
+
+A group's tile is the kernel's (set_vec_tile_shapes) or pypto's default (`tileshape.default_vec_tile`),
+chosen by the op that starts the group.  Before grouping, `whole_row_plan` looks for reductions
+along the last dim that the default would cut (rows wider than 8 KiB): for such a domain the
+default becomes whole rows, as many as let the group's tiles fit UB double-buffered (found by
+grouping with each row count and lowering one iteration of the group, as `allocate` will size
+it; single-buffered when no row count fits twice, the cut default when not even one row fits).
+A whole-row group computes the reduction and what follows it tile by tile, reading its input
+from HBM once.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..errors import PyptoError
 from ..ir.core import broadcast_shapes, ceil_div
 from ..ir.tensor import OPS, TensorGraph
+from ..ir.tile import TileGraph
 from .pipeline import Pass, PassContext
 from .layout import transpose_source
-from .tileshape import cube_nest, epilogue_vec_tile, matmul_cube_tile, matmul_k, normalize_vec_tile
+from .memory import assign_spaces, buffers_that_fit
+from .tileshape import (cube_nest, default_vec_tile, epilogue_vec_tile, matmul_cube_tile, matmul_k,
+                        normalize_vec_tile)
+from .tiling import first_iterations
 
 
 @dataclass
@@ -31,6 +45,7 @@ class _Group:
     partial_dim: int | None = None
     members: list[int] = field(default_factory=list)
     closed: bool = False                # no later op joins it (it scatters into GM)
+    whole_rows: bool = False            # its tile is whole rows of the row plan (whole_row_plan)
 
 
 def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
@@ -41,6 +56,79 @@ def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
 
 
 def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+    return _fuse(g, ctx, whole_row_plan(g, ctx))[0]
+
+
+def whole_row_plan(g: TensorGraph, ctx: PassContext | None) -> dict[tuple[int, ...], int]:
+    """{domain: rows}: the domains whose default vector tile becomes `rows` whole rows
+    (`tileshape.default_vec_tile`).
+
+    A domain is a candidate when an op without a kernel tile shape reduces it along its last
+    dim and the default tile would cut that dim (rows wider than MAX_ROW_BYTES).  Row counts are
+    tried from the largest power of two whose tile UB could hold at all (at most the domain's
+    rows) down to 1.  For each, the graph is grouped with it and one iteration of every group
+    that got whole rows over the domain is lowered: its live tiles after lifetime reuse, times
+    the buffers, are what `allocate` will need (`memory.buffers_that_fit`).  The domain gets
+    the first count with which all of them fit UB with the buffering asked for (two buffers,
+    one when the option double_buffer is off) and one of them reduces along the last dim; else
+    the largest that fits with one buffer (while one core computes, the other cores' transfers
+    keep HBM busy: cheaper than reading the rows again); else (not even one row fits) none, and
+    the domain keeps the cut default.  Without a context (no machine) nothing is planned."""
+    if ctx is None:
+        return {}
+    doms: dict[tuple[int, ...], int] = {}          # domain -> widest element reduced along it
+    for n in g.nodes:
+        if OPS[n.op].kind != "reduce" or "tile" in n.attrs:
+            continue
+        dom = _iter_shape(g, n)
+        if n.attrs["dim"] == len(dom) - 1 and default_vec_tile(dom, n.dtype)[-1] < dom[-1]:
+            doms[dom] = max(doms.get(dom, 0), n.dtype.itemsize)
+    if not doms:
+        return {}
+    ub = ctx.machine.capacities()["UB"]
+    want = 2 if ctx.options.get("double_buffer", True) else 1
+    plan: dict[tuple[int, ...], int] = {}
+    for dom, itemsize in sorted(doms.items()):
+        most = ub // (dom[-1] * itemsize)           # whole rows of one tile that UB could hold
+        lead = dom[-2] if len(dom) >= 2 else 1
+        single = None
+        for rows in sorted({min(1 << k, lead) for k in range(most.bit_length())}, reverse=True):
+            nbuf = _whole_row_buffers(g, ctx, {**plan, dom: rows}, dom, want)
+            if nbuf >= want:
+                plan[dom] = rows
+                break
+            if nbuf and single is None:
+                single = rows
+        else:
+            if single is not None:
+                plan[dom] = single
+    return plan
+
+
+def _whole_row_buffers(g, ctx, plan, dom, want) -> int:
+    """The buffers (at most `want`, 0: none fits) UB gives the tiles of every group over `dom`
+    that grouping with `plan` makes with whole rows, when one of them reduces along the last
+    dim (else 0: the plan would not keep a reduction whole)."""
+    fused, groups = _fuse(g, ctx, plan)
+    gids = {grp.id for grp in groups if grp.whole_rows and grp.domain == dom}
+    last = len(dom) - 1
+    if not any(OPS[n.op].kind == "reduce" and n.attrs.get("group") in gids and n.attrs["dim"] == last
+               for n in fused.nodes):
+        return 0
+    try:
+        iterations = first_iterations(fused, gids)
+    except PyptoError:              # left to the tiling pass, with the default tile
+        return 0
+    caps = ctx.machine.capacities()
+    nbuf = want
+    for nodes in iterations.values():
+        spaced = assign_spaces(TileGraph(g.name, (), (), tuple(nodes)))
+        nbuf = min([nbuf, *buffers_that_fit(list(spaced.nodes), caps, want).values()])
+    return nbuf
+
+
+def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGraph, list["_Group"]]:
+    """The fused graph and its groups; `plan`: {domain: rows} of whole-row default tiles."""
     groups: list[_Group] = []
     group_of: dict[int, int] = {}      # member value -> group id
     source_group: dict[int, int] = {}  # GM-resident value -> group that writes it (-1: kernel input)
@@ -55,7 +143,7 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     def place(n):
         floating.discard(n.id)
         _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
-                      nest=_epilogue_nest(g, n, cube_tile), floating=floating)
+                      nest=_epilogue_nest(g, n, cube_tile), floating=floating, plan=plan)
 
     floating: set[int] = set()         # values made from nothing (fill, iota) not yet placed
 
@@ -139,7 +227,7 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
                 extra["materialize"] = True
             n = n.replace(attrs=n.attrs.replace(**extra))
         nodes.append(n)
-    return g.replace(nodes)
+    return g.replace(nodes), groups
 
 
 def _epilogue_nest(g, n, cube_tile) -> tuple[int, ...] | None:
@@ -152,18 +240,23 @@ def _epilogue_nest(g, n, cube_tile) -> tuple[int, ...] | None:
     return None
 
 
-def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None, floating=None):
+def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None, floating=None,
+                  plan=None):
     """`nest`: the output tile of the cube group whose result n reads, over n's dims; without
     a tile of the kernel's, a group n starts gets a tile nested in it (its cube tiles are then
     finished by whole vector tiles, which lets the epilogue pair with the cube task).  `floating`:
-    values made from nothing (fill, iota) not placed yet; those n reads join its group, before it."""
+    values made from nothing (fill, iota) not placed yet; those n reads join its group, before it.
+    `plan`: {domain: rows} (`whole_row_plan`); without a tile of the kernel's (or an epilogue's),
+    a group n starts over a planned domain gets that many whole rows."""
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind in ("cast", "compare") else n.dtype
     own_tile = None
     if nest is not None and "tile" not in n.attrs and len(dom) >= 2 and OPS[n.op].kind != "reduce":
         own_tile = epilogue_vec_tile(dom, dtype, nest)
+    rows = None
     if own_tile is None:
-        own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc)
+        rows = (plan or {}).get(dom) if "tile" not in n.attrs else None
+        own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc, rows)
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
@@ -197,7 +290,7 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
         chosen = grp
         break
     if chosen is None:
-        chosen = _Group(len(groups), "vector", dom, own_tile)
+        chosen = _Group(len(groups), "vector", dom, own_tile, whole_rows=rows is not None)
         groups.append(chosen)
     for i in ins:
         if join and floating is not None and i in floating:   # computed here, tile by tile, just before n

@@ -11,7 +11,25 @@ TILE_TARGET_BYTES = 16 * 1024   # default vector tile: about 16 KiB, full rows w
 MAX_ROW_BYTES = 8 * 1024
 
 
-def default_vec_tile(domain: tuple[int, ...], dtype: DType) -> tuple[int, ...]:
+def default_vec_tile(domain: tuple[int, ...], dtype: DType, rows: int | None = None) -> tuple[int, ...]:
+    """pypto's vector tile over `domain` for a group that starts with a value of `dtype`.
+
+    The one home of the default vector tile.  Without `rows`: about TILE_TARGET_BYTES (16 KiB),
+    with the last dim whole when a row is at most MAX_ROW_BYTES (8 KiB), else cut into 8 KiB
+    pieces (32-byte aligned), and as many rows as fill the target; 1 along the leading dims.
+
+    With `rows`: `rows` whole rows (the last dim whole, 1 along the leading dims).  Fusion asks
+    for it (`fusion.whole_row_plan`) when a group reduces along the last dim and the 8 KiB pieces
+    would cut that dim: the reduction then spans tiles (accumulated, complete only after a row's
+    last tile), so the ops after it start another group that reads the input again, and the
+    group passes over HBM several times instead of once.  `rows` is the largest power of two
+    whose group's tiles fit UB with double buffering as the allocator sizes them (the live tiles
+    after lifetime reuse, times two buffers), else the largest that fits single-buffered; when
+    not even one whole row fits, fusion keeps the default (a 65536-wide fp32 row is 256 KiB)."""
+    if rows is not None:
+        if len(domain) == 1:
+            return (domain[-1],)
+        return (1,) * (len(domain) - 2) + (max(1, min(rows, domain[-2])), domain[-1])
     align = 32 // dtype.itemsize if dtype.itemsize <= 32 else 1
     last = min(round_up(domain[-1], align), MAX_ROW_BYTES // dtype.itemsize)
     if len(domain) == 1:
@@ -67,13 +85,14 @@ def matmul_k(g, n) -> int:
     return a.shape[-2] if n.attrs["a_trans"] else a.shape[-1]
 
 
-def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None) -> tuple[int, ...]:
-    """Tile over `domain` from a user spec (or the default), clipped to the domain."""
+def normalize_vec_tile(spec, domain, dtype: DType, loc: SourceLoc | None, rows: int | None = None) -> tuple[int, ...]:
+    """Tile over `domain` from a user spec (or the default, `rows` whole rows when given: see
+    `default_vec_tile`), clipped to the domain."""
     r = len(domain)
     if isinstance(spec, TileSpec):          # the error points at the set_vec_tile_shapes line
         spec, loc = spec.dims, spec.loc or loc
     if not spec:
-        spec = default_vec_tile(domain, dtype)
+        spec = default_vec_tile(domain, dtype, rows)
     spec = tuple(spec[-r:]) if len(spec) >= r else (1,) * (r - len(spec)) + tuple(spec)
     last, n = spec[-1], domain[-1]
     if last < n and (last * dtype.itemsize) % 32:

@@ -179,7 +179,25 @@ def _epilogue_order(g, ms, cube_tile_of):
     return None
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> GroupInfo:
+def first_iterations(g: TensorGraph, gids) -> dict[int, list[TileNode]]:
+    """The tile nodes of the first outer iteration of each vector group in `gids` of fused
+    graph g, spaces not yet assigned: the tiles `allocate` sizes a group's buffers by (one
+    iteration of its loop; the first has no tail tiles).  Fusion lowers these to learn whether a
+    tile shape fits on chip before it settles on one (`fusion.whole_row_plan`)."""
+    homes, extra_stores, _ = _assign_homes(g)
+    members: dict[int, list] = {}
+    for n in g.nodes:
+        if n.attrs.get("group") in gids:
+            members.setdefault(n.attrs["group"], []).append(n)
+    out = {}
+    for gid, ms in members.items():
+        nodes: list[TileNode] = []
+        _lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid), first_only=True)
+        out[gid] = nodes
+    return out
+
+
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False) -> GroupInfo:
     first = _domain_node(ms)
     kind0 = OPS[first.op].kind            # (fusion's rule: a reduction's input, a write's value)
     domain = g.node(first.inputs[0 if kind0 == "reduce" else 1]).shape if kind0 in ("reduce", "write") else first.shape
@@ -195,7 +213,10 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None) -> 
         outer_space.sort(key=order)
     acc: dict[int, int] = {}
     to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
-    _check_size(prod(ntiles) * (2 * len(ms) + len(to_store)) + len(em.nodes), first, domain, tile)
+    if first_only:                          # (first_iterations: one outer iteration)
+        outer_space = outer_space[:1]
+    else:
+        _check_size(prod(ntiles) * (2 * len(ms) + len(to_store)) + len(em.nodes), first, domain, tile)
 
     for o, oidx in enumerate(outer_space):
         em.outer = o
