@@ -23,6 +23,8 @@ Exec level) and what the text costs.  `options={"loops": False}` keeps the strea
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..ir.core import Attrs
@@ -31,9 +33,10 @@ from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, 
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
-MIN_TASK = 8                    # shorter tasks are left as they are
-SMALL_PERIOD = 48               # every period up to this many tokens is tried (inner loops), and
-                                # the structural periods of the outer repetitions
+MIN_TASK = 96                   # shorter tasks are left as they are (a few tiles: little to fold)
+MIN_BODY = 8                    # a loop body is searched for inner loops from this length
+SMALL_PERIOD = 48               # the periods up to this many tokens that occur are tried (inner
+                                # loops), and the structural periods of the outer repetitions
 MAX_DEPTH = 4                   # loops nest at most this deep
 # tokens compared per token of a task when copies equal by their ids fail the constant-step check
 # (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
@@ -47,10 +50,16 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is not None and not ctx.options.get("loops", True):
         return g
     ids: dict = {}
-    tasks, shapes = [], {}
+    tasks, shapes, folded = [], {}, {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
-        items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
+        items = None
+        if shape in folded:         # an isomorphic task: its loops are those of the first one
+            items = replay(folded[shape], t.instrs)
+        if items is None:
+            items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
+            if shape is not None:
+                folded[shape] = items
         if items is not t.instrs:
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
         if shape is not None:       # the shape of the stream the task runs, folded or not
@@ -64,6 +73,54 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 
 
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
+
+
+def replay(template, instrs) -> tuple | None:
+    """`instrs` (a stream isomorphic to the one `template` folds: the same instructions but for
+    their GM windows) with the loops of `template`; its steps taken from `instrs` and checked at
+    every iteration.  None when they do not hold (then the stream is folded on its own)."""
+    if template is None or not any(isinstance(x, Loop) for x in template):
+        return tuple(instrs) if template is not None and len(template) == len(instrs) else None
+    try:
+        items, end = _rebuild(template, instrs, 0, ())
+    except _Mismatch:
+        return None
+    return tuple(items) if end == len(instrs) else None
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def _rebuild(items, instrs, pos, loops):
+    out = []
+    for it in items:
+        if isinstance(it, Loop):
+            size = sum(1 for _ in _dynamic_statics(it.body))
+            body, _ = _rebuild(it.body, instrs, pos, loops + ((it.count, size),))
+            out.append(Loop(it.count, tuple(body)))
+            pos += it.count * size
+            continue
+        if pos >= len(instrs) or instrs[pos].op != it.op:
+            raise _Mismatch
+        x = instrs[pos]
+        comps = _offsets(x)
+        if comps and loops:
+            per_loop = [tuple(_step(a, b) for a, b in zip(comps, _offsets(instrs[pos + size])))
+                        for _, size in loops]
+            for idx in itertools.product(*(range(c) for c, _ in loops)):
+                q = pos + sum(i * size for i, (_, size) in zip(idx, loops))
+                got = _offsets(instrs[q])
+                for k, (kind, base) in enumerate(comps):
+                    want = base + sum(i * st[k] for i, st in zip(idx, per_loop))
+                    if (got[k][1] - want) % EVENTS_PER_PIPE_PAIR if kind == 1 else got[k][1] != want:
+                        raise _Mismatch
+            key = (GM_STEP, EVENT_STEP, OFFSETS_STEP)[comps[0][0]]
+            step = tuple(st if comps[0][0] == 2 else st[0] for st in per_loop)
+            x = Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
+        out.append(x)
+        pos += 1
+    return out, pos
 
 
 def fold(instrs, ids: dict | None = None) -> tuple:
@@ -201,8 +258,16 @@ def _candidate_periods(keys, n: int) -> list[int]:
     where: dict[int, list[int]] = {}
     for i, key in enumerate(keys):
         where.setdefault(key, []).append(i)
-    small = list(range(1, min(SMALL_PERIOD, n // 2) + 1))
-    return list(dict.fromkeys(small + [p for p in _structural_periods(where, n) if p <= n // 2]))
+    # a period p repeats every token of the body p later: p is a gap between occurrences of the
+    # tokens found once per copy (the gaps between consecutive occurrences, and twice them)
+    small: set[int] = set()
+    for occ in where.values():
+        for a, b in zip(occ, occ[1:]):
+            if b - a <= SMALL_PERIOD:
+                small.add(b - a)
+                small.add(2 * (b - a))
+    return list(dict.fromkeys(sorted(p for p in small if p <= n // 2)
+                              + [p for p in _structural_periods(where, n) if p <= n // 2]))
 
 
 def _structural_periods(where: dict, n: int, most: int = 16) -> list[int]:
@@ -252,7 +317,7 @@ def _nested(body, steps, offs):
     """The body of a new loop: its own repetitions folded first (inner loops; the greedy pass
     takes the longest saving, the outer loop, first), when the new loop's step of every
     instruction is the same at each of its inner iterations; else the body as it is."""
-    if len(body) >= MIN_TASK and all(isinstance(x, Instr) for x in body):
+    if len(body) >= MIN_BODY and all(isinstance(x, Instr) for x in body):
         inner = fold(body)
         if any(isinstance(x, Loop) for x in inner):
             per_token, k = [], 0
