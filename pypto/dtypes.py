@@ -14,6 +14,11 @@ class DType:
     np_dtype: np.dtype
     is_float: bool
 
+    def __hash__(self) -> int:
+        # the name alone (equal dtypes have equal names): the generated hash of every field
+        # hashes the numpy dtype too, and tile sizes are looked up by (shape, dtype) per tile
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return f"pypto.DT_{self.name.upper()}"
 

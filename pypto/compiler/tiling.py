@@ -44,7 +44,7 @@ class _Emitter:
         if persistent:
             attrs["persistent"] = True
         self.nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
-                                   self.group, self.outer, self.inner, Attrs(attrs), loc))
+                                   self.group, self.outer, self.inner, Attrs.of(attrs), loc))
         return nid
 
     def node(self, i) -> TileNode:

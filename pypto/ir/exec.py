@@ -14,7 +14,7 @@ from typing import NamedTuple
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
-from .core import Attrs, TextForm, fmt_shape, pair_problem
+from .core import Attrs, TextForm, fmt_shape, pair_problem, quick_init
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -29,6 +29,7 @@ EVENTS_PER_PIPE_PAIR = 8
 # instruction table's (pypto.target.isa), importable from here for the exec level's readers.
 
 
+@quick_init
 @dataclass(frozen=True)
 class TileRef:
     space: str
@@ -46,6 +47,7 @@ class TileRef:
         return f"{self.space}[{self.addr:#x}]:{self.dtype}{fmt_shape(self.shape)}{v}"
 
 
+@quick_init
 @dataclass(frozen=True)
 class Instr:
     op: str
@@ -151,6 +153,7 @@ def _operand(o) -> str:
     return repr(float(o)) if isinstance(o, float) else str(o)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ExecTask:
     id: int
@@ -213,6 +216,9 @@ def stream_shape(g, instrs) -> int | None:
     return e[1] if e is not None and e[0] is instrs else None
 
 
+_EVENT_OPS = frozenset(("SET_FLAG", "WAIT_FLAG", *CROSS_OPS))
+
+
 def verify(g: ExecGraph) -> None:
     core_of: dict[int, str] = {}
     for t in g.tasks:
@@ -228,7 +234,7 @@ def verify(g: ExecGraph) -> None:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",
                                         loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
-            if ins.op in ("SET_FLAG", "WAIT_FLAG", *CROSS_OPS) and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
+            if ins.op in _EVENT_OPS and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
                                         expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
         core_of[t.id] = t.core_type

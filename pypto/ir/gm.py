@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass
 
 from ..dtypes import DType
-from .core import prod
+from .core import prod, quick_init
 
 
 @functools.lru_cache(maxsize=1024)
@@ -33,6 +33,7 @@ class GMBuffer:
         return prod(self.shape) * self.dtype.itemsize
 
 
+@quick_init
 @dataclass(frozen=True)
 class GMRef:
     buf: GMBuffer
