@@ -10,12 +10,13 @@ import math
 from typing import NamedTuple
 
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
+from ..ir.core import Attrs
 from ..ir.gm import GMRef
 from ..target.cost import base_cycles, is_vector
 from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import plan_flags
+from .sync import SYNC_PLANS, plan_flags
 
 
 class DynamicScheduler(OptimizationPass):
@@ -65,6 +66,8 @@ class DynamicScheduler(OptimizationPass):
                 shapes[id(t.instrs)] = (t.instrs, res.shape)
         out = graph.replace(tasks) if changed else graph
         out.__dict__[STREAM_SHAPES] = shapes
+        # the flag plan of each shape's kept order, worked out while timing it: insert_sync's
+        out.__dict__[SYNC_PLANS] = {h[4]: h[5] for h in cache.values()}
         return out
 
 
@@ -463,29 +466,38 @@ def _shape_key(instrs) -> tuple:
     stream writes at the same offsets relative to each buffer's lowest one."""
     written = written_gm(instrs)
     base: dict[str, int] = {}
-    for ins in instrs:
-        for o in (ins.dst, *ins.srcs):
-            if isinstance(o, GMRef) and o.buf.name in written:
-                lo = o.span()[0]
-                if lo < base.get(o.buf.name, lo + 1):
-                    base[o.buf.name] = lo
+    if written:
+        for ins in instrs:
+            for o in (ins.dst, *ins.srcs) if ins.srcs else (ins.dst,):
+                if isinstance(o, GMRef) and o.buf.name in written:
+                    lo = o.span()[0]
+                    if lo < base.get(o.buf.name, lo + 1):
+                        base[o.buf.name] = lo
+
+    def operand(o):
+        if isinstance(o, GMRef):
+            name = o.buf.name
+            if name in written:
+                lo, hi = o.span()
+                return (name, lo - base[name], hi - base[name], o.shape)
+            return (name, o.shape)
+        return o
+
     parts = []
+    append = parts.append
     for ins in instrs:
-        row = [ins.op, ins.pipe, tuple(ins.attrs.items()) if ins.attrs else None]
-        for o in (ins.dst, *ins.srcs):
-            if isinstance(o, TileRef):
-                row.append(id(o))
-            elif isinstance(o, GMRef):
-                name = o.buf.name
-                if name in written:
-                    lo, hi = o.span()
-                    row.append((name, lo - base[name], hi - base[name], o.shape))
-                else:
-                    row.append((name, o.shape))
-            else:
-                row.append(o)
-        parts.append(tuple(row))
+        a = ins.attrs
+        d = a._dict if type(a) is Attrs else a
+        row = [ins.op, ins.pipe, tuple(d.items()) if d else None]
+        o = ins.dst
+        row.append(id(o) if isinstance(o, TileRef) else operand(o))
+        for o in ins.srcs:
+            row.append(id(o) if isinstance(o, TileRef) else operand(o))
+        append(tuple(row))
     return tuple(parts)
+
+
+_SYNC = frozenset(SYNC_OPS)
 
 
 def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=None,
@@ -497,7 +509,7 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
     (default: an L2 hit); `slowdown`: how much longer than its path allows a GM transfer takes
     (see `gm_slowdown`; default 1)."""
     instrs = tuple(instrs)
-    if len(instrs) < 2 or any(i.op in SYNC_OPS for i in instrs):
+    if len(instrs) < 2 or not _SYNC.isdisjoint({i.op for i in instrs}):
         return TaskSchedule(instrs, None, None, "original")
     if slowdown is not None and slowdown > BANDWIDTH_BOUND:
         # the level waits for the shared HBM / L2 whatever each core's order: keep it
@@ -524,10 +536,11 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
                 c = evaluate(order, st, machine)
                 if c is not None and c < best and c <= before * (1 - MIN_GAIN) and st.valid(order):
                     how, perm, best = name, tuple(order), c
-        hit = (perm, before, best, how, len(cache) if key is not None else None)
+        # the flags of the kept order: the sync pass inserts those (SYNC_PLANS)
+        hit = (perm, before, best, how, len(cache) if key is not None else None, st.plan(perm or original))
         if key is not None:
             cache[key] = hit
-    perm, before, after, how, shape = hit
+    perm, before, after, how, shape, _ = hit
     if perm is None:
         return TaskSchedule(instrs, before, after, how, shape)
     return TaskSchedule(tuple(instrs[k] for k in perm), before, after, how, shape)

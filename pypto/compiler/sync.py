@@ -19,14 +19,21 @@ from .pipeline import PassContext
 
 
 
+# A graph's side table {stream shape id (STREAM_SHAPES): the `plan_flags` of streams of that
+# shape}, set by the scheduling pass, which plans the flags of the order it keeps to time it
+SYNC_PLANS = "_sync_plans"
+
+
 def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
-    plans: dict = {}
+    # stream shape -> (plan, its flag instructions)
+    plans: dict = {shape: (plan, None) for shape, plan in g.__dict__.get(SYNC_PLANS, {}).items()}
     tasks, out_shapes = [], {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
-        instrs, plan = _synced(t.instrs, plans.get(shape))
+        known = plans.get(shape)
+        instrs, plan, made = _synced(t.instrs, *(known or (None, None)))
         if shape is not None:
-            plans[shape] = plan
+            plans[shape] = (plan, made)
             out_shapes[id(instrs)] = (instrs, shape)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
     out = g.replace(tasks)
@@ -39,14 +46,39 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
     return _synced(instrs)[0]
 
 
-def _synced(instrs, plan=None):
-    """(the stream with its flags, the plan used); `plan`: one made for a stream of the same shape."""
+def _synced(instrs, plan=None, made=None):
+    """(the stream with its flags, the plan used, the plan's flag instructions); `plan`: one made
+    for a stream of the same shape, `made` its flag instructions (streams of one shape share
+    them: the instructions are immutable)."""
     instrs = tuple(instrs)
     if plan is None:
         written = written_gm(instrs)
         plan = plan_flags([i.pipe for i in instrs], [accesses(i, written) for i in instrs])
+        made = None
+    if made is None:
+        made = _flag_instrs(plan)
+    before, after = made
+    out = []
+    append = out.append
+    extend = out.extend
+    if not before and not after:
+        return instrs, plan, made
+    for idx, ins in enumerate(instrs):
+        pre = before.get(idx)
+        if pre is not None:
+            extend(pre)
+        append(ins)
+        post = after.get(idx)
+        if post is not None:
+            extend(post)
+    return tuple(out), plan, made
+
+
+def _flag_instrs(plan) -> tuple[dict, dict]:
+    """The SET_FLAG / WAIT_FLAG instructions of a plan: {index: [Instr]} before and after (a
+    SET_FLAG and its WAIT_FLAG share their attributes)."""
     before, after, _ = plan
-    attrs: dict[int, Attrs] = {}        # a SET_FLAG and its WAIT_FLAG share their attributes
+    attrs: dict[int, Attrs] = {}
 
     def sync(op, pipe, key):
         a = attrs.get(id(key))
@@ -54,14 +86,15 @@ def _synced(instrs, plan=None):
             a = attrs[id(key)] = Attrs({"src": key[0], "dst": key[1], "event": key[2]})
         return Instr(op, pipe, attrs=a, loc=None)
 
-    out = []
-    for idx, ins in enumerate(instrs):
-        for op, pipe, key in before.get(idx, ()):
-            out.append(sync(op, pipe, key))
-        out.append(ins)
-        for op, pipe, key in after.get(idx, ()):
-            out.append(sync(op, pipe, key))
-    return tuple(out), plan
+    # in the order the original made them (a plan's keys are kept alive by the plan)
+    made_before: dict[int, list] = {}
+    made_after: dict[int, list] = {}
+    for idx in sorted(set(before) | set(after)):
+        if idx in before:
+            made_before[idx] = [sync(op, pipe, key) for op, pipe, key in before[idx]]
+        if idx in after:
+            made_after[idx] = [sync(op, pipe, key) for op, pipe, key in after[idx]]
+    return made_before, made_after
 
 
 def plan_flags(pipes, accesses):
@@ -86,8 +119,9 @@ def plan_flags(pipes, accesses):
     """
     n = len(pipes)
     events = EVENTS_PER_PIPE_PAIR
-    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)   # [last writer, readers]
-    synced: dict[tuple[str, str], int] = {}
+    # per range [writer's pipe or None, writer's index, {pipe: newest reader since}] (updated in place)
+    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)
+    synced_to: dict[str, dict[str, int]] = {}   # q -> p -> the newest P instruction a flag P->Q covers
     next_event: dict[tuple[str, str], int] = {}
     live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
     # what each pipe knows: the newest instruction of every other pipe known to have finished
@@ -112,9 +146,13 @@ def plan_flags(pipes, accesses):
         while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
             pend.pop(0)
         ev = next_event.get(pair, 0)
-        if len(pend) < events and all(x[0] != ev for x in pend):    # the usual case: the next id
-            next_event[pair] = (ev + 1) % events
-            return ev
+        if len(pend) < events:                  # the usual case: the next id, when not pending
+            for x in pend:
+                if x[0] == ev:
+                    break
+            else:
+                next_event[pair] = (ev + 1) % events
+                return ev
         done = known.get(dst, -1)
         used = {e for e, c in pend if c > done}
         if len(used) >= events:
@@ -143,16 +181,25 @@ def plan_flags(pipes, accesses):
         q = pipes[idx]
         need: dict[str, int] = {}
         acc = accesses[idx]
+        sq = synced_to.get(q)
+        if sq is None:
+            sq = synced_to[q] = {}
         for key, lo, hi, w in acc:
-            table = ranges[key]
+            table = ranges.get(key)
+            if table is None:
+                continue
+            vals = table.values
             for rk in table.overlapping(lo, hi):
-                writer, readers = table.values[rk]
-                if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
-                    need[writer[0]] = max(need.get(writer[0], -1), writer[1])
+                v = vals[rk]
+                p = v[0]
+                if p is not None and p != q:
+                    j = v[1]
+                    if j > sq.get(p, -1) and j > need.get(p, -1):
+                        need[p] = j
                 if w:
-                    for p, j in readers.items():
-                        if p != q and j > synced.get((p, q), -1):
-                            need[p] = max(need.get(p, -1), j)
+                    for p, j in v[2].items():
+                        if p != q and j > sq.get(p, -1) and j > need.get(p, -1):
+                            need[p] = j
         cq = clock.get(q, empty)
         if need:
             pre = before.setdefault(idx, [])
@@ -173,7 +220,10 @@ def plan_flags(pipes, accesses):
                     pre.append(("WAIT_FLAG", p, bk))
                     live[back].append([bev, idx])
                     if q in last_of:
-                        synced[back] = max(synced.get(back, -1), last_of[q])
+                        sp = synced_to.get(p)
+                        if sp is None:
+                            sp = synced_to[p] = {}
+                        sp[q] = max(sp.get(q, -1), last_of[q])
                     cp = clock[p] = merged(clock.get(p, empty), cq, q, last_of.get(q, -1))
                     known = cp
                     ev = take_event(pair, known, snap[j])
@@ -193,19 +243,25 @@ def plan_flags(pipes, accesses):
                 pre.append(("WAIT_FLAG", q, fk))
                 live[pair].append([ev, idx])
                 cq = merged(cq, known, p, at)
-                synced[pair] = j
+                sq[p] = j
                 flags.append((p, q, j, idx))
             clock[q] = cq
         snap[idx] = cq
         last_of[q] = idx
         for key, lo, hi, w in acc:
             table, rk = ranges[key], (lo, hi)
-            if rk not in table:
-                table.set(rk, [None, {}])
+            vals = table.values
+            v = vals.get(rk)
+            if v is None:
+                v = [None, -1, {}]
+                table.set(rk, v)
             if w:
                 # a write supersedes everything it overlaps: later accesses only need to see it
                 for ok in table.overlapping(lo, hi):
-                    table.values[ok] = [(q, idx), {}]
+                    o = vals[ok]
+                    o[0] = q
+                    o[1] = idx
+                    o[2] = {}
             else:
-                table.values[rk][1][q] = idx
+                v[2][q] = idx
     return before, after, flags

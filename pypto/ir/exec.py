@@ -42,6 +42,12 @@ class TileRef:
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
 
+    @functools.cached_property
+    def _accesses(self) -> tuple["Access", "Access"]:
+        """(its read, its write) as `accesses` gives them (worked out once per tile operand)."""
+        hi = self.addr + self.nbytes
+        return Access(self.space, self.addr, hi, False), Access(self.space, self.addr, hi, True)
+
     def text(self) -> str:
         v = "" if self.valid == self.shape else f"{{{','.join(map(str, self.valid))}}}"
         return f"{self.space}[{self.addr:#x}]:{self.dtype}{fmt_shape(self.shape)}{v}"
@@ -95,13 +101,27 @@ def accesses(ins: Instr, written_gm=None) -> list[Access]:
     writes), reads of other GM buffers are left out: read-only GM cannot order anything.
     """
     out = []
-    for o, w in ((ins.dst, True), *((s, False) for s in ins.srcs)):
+    o = ins.dst
+    if isinstance(o, TileRef):
+        out.append(o._accesses[1])
+    elif isinstance(o, GMRef):
+        out.append(_gm_accesses(o)[1])
+    for o in ins.srcs:
         if isinstance(o, TileRef):
-            out.append(Access(o.space, o.addr, o.addr + o.nbytes, w))
-        elif isinstance(o, GMRef) and (w or written_gm is None or o.buf.name in written_gm):
-            lo, hi = o.span()
-            out.append(Access("GM:" + o.buf.name, lo, hi, w))
+            out.append(o._accesses[0])
+        elif isinstance(o, GMRef) and (written_gm is None or o.buf.name in written_gm):
+            out.append(_gm_accesses(o)[0])
     return out
+
+
+def _gm_accesses(o: GMRef) -> tuple[Access, Access]:
+    """(read, write) of a GM window as `accesses` gives them, kept on the window (it is immutable)."""
+    got = o.__dict__.get("_accesses")
+    if got is None:
+        lo, hi = o.span()
+        key = "GM:" + o.buf.name
+        got = o.__dict__["_accesses"] = (Access(key, lo, hi, False), Access(key, lo, hi, True))
+    return got
 
 
 class Intervals:
@@ -113,11 +133,20 @@ class Intervals:
         self.keys: list[tuple[int, int]] = []
         self.values: dict[tuple[int, int], object] = {}
         self.longest = 0
+        # the answers of `overlapping` since the ranges last changed: a task's tiles reuse a few
+        # slots, so once every slot has been seen a lookup is one dict probe
+        self._memo: dict[tuple[int, int], tuple] = {}
 
-    def overlapping(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        i0 = bisect.bisect_left(self.keys, (lo - self.longest + 1,))
-        i1 = bisect.bisect_left(self.keys, (hi,))
-        return [k for k in self.keys[i0:i1] if k[1] > lo]
+    def overlapping(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+        """The ranges overlapping [lo, hi), in order of start."""
+        q = (lo, hi)
+        got = self._memo.get(q)
+        if got is None:
+            keys = self.keys
+            i0 = bisect.bisect_left(keys, (lo - self.longest + 1,))
+            i1 = bisect.bisect_left(keys, (hi,))
+            got = self._memo[q] = tuple([k for k in keys[i0:i1] if k[1] > lo])
+        return got
 
     def get(self, key, default=None):
         return self.values.get(key, default)
@@ -129,11 +158,15 @@ class Intervals:
         if key not in self.values:
             bisect.insort(self.keys, key)
             self.longest = max(self.longest, key[1] - key[0])
+            if self._memo:
+                self._memo = {}
         self.values[key] = value
 
     def remove(self, key: tuple[int, int]) -> None:
         del self.keys[bisect.bisect_left(self.keys, key)]
         del self.values[key]
+        if self._memo:
+            self._memo = {}
 
 
 def written_gm(instrs) -> set[str]:
