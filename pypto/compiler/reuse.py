@@ -101,8 +101,10 @@ def without_loads(nodes, dup: dict[int, int]):
     for n in nodes:
         if n.id in dup:
             continue
-        if any(i in dup for i in n.inputs):
-            n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
+        for i in n.inputs:
+            if i in dup:
+                n = n.replace(inputs=tuple([dup.get(i, i) for i in n.inputs]))
+                break
         yield n
 
 

@@ -144,16 +144,29 @@ class Footprint:
 
     def add(self, ref: GMRef):
         name = ref.buf.name
-        lo, hi = ref.span()
+        lo, hi = ref._span
         s = self.span.get(name)
-        self.span[name] = [lo, hi] if s is None else [min(s[0], lo), max(s[1], hi)]
-        b = ref.box()
+        if s is None:
+            self.span[name] = [lo, hi]
+        else:                           # (the lists are the footprint's own: grown in place)
+            if lo < s[0]:
+                s[0] = lo
+            if hi > s[1]:
+                s[1] = hi
+        b = ref._box
+        box = self.box
         if b is None:
-            self.box[name] = None
-        elif name not in self.box:
-            self.box[name] = [list(r) for r in b]
-        elif self.box[name] is not None:
-            self.box[name] = [[min(x[0], y[0]), max(x[1], y[1])] for x, y in zip(self.box[name], b)]
+            box[name] = None
+        elif name not in box:
+            box[name] = [list(r) for r in b]
+        else:
+            mine = box[name]
+            if mine is not None:
+                for x, (y0, y1) in zip(mine, b):
+                    if y0 < x[0]:
+                        x[0] = y0
+                    if y1 > x[1]:
+                        x[1] = y1
 
     def overlaps(self, other: "Footprint") -> bool:
         for name, (lo, hi) in self.span.items():
