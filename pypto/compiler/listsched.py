@@ -53,17 +53,25 @@ class DynamicScheduler(OptimizationPass):
             return graph
         machine = ctx.machine if ctx is not None else get_machine("a2a3")
         cache: dict = {}
+        kept: dict = {}         # shape key of a stream left in its order (bandwidth-bound) -> shape id
         tasks, changed, shapes = [], False, {}
         latencies = load_latencies(graph, machine)
         slowdowns = gm_slowdown(graph, machine, latencies)
         for t, lat, slow in zip(graph.tasks, latencies, slowdowns):
-            res = schedule_task(t.instrs, machine, cache, lat, round(slow, 2))
+            slow = round(slow, 2)
+            res = schedule_task(t.instrs, machine, cache, lat, slow)
             if res.instrs is not t.instrs:
                 changed = True
                 t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, res.instrs, t.pair)
             tasks.append(t)
-            if res.shape is not None:
-                shapes[id(t.instrs)] = (t.instrs, res.shape)
+            shape = res.shape
+            if shape is None and slow > BANDWIDTH_BOUND and len(t.instrs) >= 2 \
+                    and _SYNC.isdisjoint({i.op for i in t.instrs}):
+                # not scheduled, but isomorphic streams still share their flags, their buffer
+                # pressure and their decoding in the simulator: ids of their own (negative)
+                shape = kept.setdefault(_shape_key(t.instrs), -1 - len(kept))
+            if shape is not None:
+                shapes[id(t.instrs)] = (t.instrs, shape)
         out = graph.replace(tasks) if changed else graph
         out.__dict__[STREAM_SHAPES] = shapes
         # the flag plan of each shape's kept order, worked out while timing it: insert_sync's
