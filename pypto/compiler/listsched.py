@@ -242,6 +242,8 @@ class _Stream:
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
         self.cycles = [_gm_cycles(i, base_cycles(i, machine), slowdown) for i in instrs]
         self.vector = [is_vector(i.op) for i in instrs]
+        # each instruction's entry in `_relax`'s queues (the same in every candidate order)
+        self.entry = [(0, c, la, v) for c, la, v in zip(self.cycles, self.latency, self.vector)]
         self.preds = dependences(instrs, self.acc)
         self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
         self._plans: dict[tuple, tuple] = {}
@@ -430,15 +432,29 @@ def _relax(queues: dict, machine: Machine) -> int | None:
 
 def evaluate(order, st: _Stream, machine: Machine) -> int | None:
     """`estimate_cycles` of the stream in `order` with the flags the sync pass would insert."""
-    pipes = [st.pipe[k] for k in order]
+    pipe, entry = st.pipe, st.entry
     before, after, _ = st.plan(order)
     queues: dict[str, list] = {}
     for r, k in enumerate(order):
-        for op, pipe, fk in before.get(r, ()):
-            queues.setdefault(pipe, []).append((1 if op == "SET_FLAG" else 2, fk, 0, False))
-        queues.setdefault(pipes[r], []).append((0, st.cycles[k], st.latency[k], st.vector[k]))
-        for op, pipe, fk in after.get(r, ()):
-            queues.setdefault(pipe, []).append((1, fk, 0, False))
+        pre = before.get(r)
+        if pre is not None:
+            for op, p, fk in pre:
+                q = queues.get(p)
+                if q is None:
+                    q = queues[p] = []
+                q.append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+        p = pipe[k]
+        q = queues.get(p)
+        if q is None:
+            q = queues[p] = []
+        q.append(entry[k])
+        post = after.get(r)
+        if post is not None:
+            for op, p, fk in post:
+                q = queues.get(p)
+                if q is None:
+                    q = queues[p] = []
+                q.append((1, fk, 0, False))
     return _relax(queues, machine)
 
 

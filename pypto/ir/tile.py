@@ -60,8 +60,9 @@ class TileNode:
 
     def replace(self, **changes) -> "TileNode":
         new = object.__new__(TileNode)          # a copy with some fields changed (hot in passes)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        d = self.__dict__.copy()
+        d.update(changes)
+        object.__setattr__(new, "__dict__", d)
         return new
 
     @property
@@ -139,15 +140,18 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
     space_of: dict[int, str] = {}           # the nodes seen so far -> the space of their tile
     scatter = {op for op, r in INSTRUCTIONS.items() if r.kind == "scatter"}
     gm_dsts = DATA_PATHS["GM"]
+    get = space_of.get
     for n in g.nodes:
         op, space, inputs = n.op, n.space, n.inputs
+        srcs = []
         for i in inputs:
-            if i not in space_of:
+            src = get(i)
+            if src is None:
                 _fail(n, f"input %{i} is not defined before use")
+            srcs.append(src)
         valid, shape = n.valid, n.shape
-        if len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape)):
+        if valid != shape and (len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
             _fail(n, "valid shape exceeds the tile", expected=f"<= {fmt_shape(shape)}", got=fmt_shape(valid))
-        srcs = [space_of[i] for i in inputs]
         if space == "?" or "?" in srcs:   # before memory-space assignment
             space_of[n.id] = space
             continue
