@@ -121,6 +121,18 @@ def plan_flags(pipes, accesses):
     events = EVENTS_PER_PIPE_PAIR
     # per range [writer's pipe or None, writer's index, {pipe: newest reader since}] (updated in place)
     ranges: dict[str, Intervals] = collections.defaultdict(Intervals)
+    # per access (by id: the accesses outlive the call; tile operands share theirs): (its table,
+    # the table's size when resolved, the value lists of the ranges overlapping it, its own
+    # range's value list); a range added to the table makes it resolve again
+    resolved: dict[int, tuple] = {}
+
+    def resolve(a):
+        table = ranges[a[0]]
+        lo, hi = a[1], a[2]
+        vals = table.values
+        got = (table, len(vals), tuple([vals[k] for k in table.overlapping(lo, hi)]), vals.get((lo, hi)))
+        resolved[id(a)] = got
+        return got
     synced_to: dict[str, dict[str, int]] = {}   # q -> p -> the newest P instruction a flag P->Q covers
     next_event: dict[tuple[str, str], int] = {}
     live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
@@ -184,13 +196,12 @@ def plan_flags(pipes, accesses):
         sq = synced_to.get(q)
         if sq is None:
             sq = synced_to[q] = {}
-        for key, lo, hi, w in acc:
-            table = ranges.get(key)
-            if table is None:
-                continue
-            vals = table.values
-            for rk in table.overlapping(lo, hi):
-                v = vals[rk]
+        for a in acc:
+            r = resolved.get(id(a))
+            if r is None or len(r[0].values) != r[1]:
+                r = resolve(a)
+            w = a[3]
+            for v in r[2]:
                 p = v[0]
                 if p is not None and p != q:
                     j = v[1]
@@ -248,17 +259,18 @@ def plan_flags(pipes, accesses):
             clock[q] = cq
         snap[idx] = cq
         last_of[q] = idx
-        for key, lo, hi, w in acc:
-            table, rk = ranges[key], (lo, hi)
-            vals = table.values
-            v = vals.get(rk)
-            if v is None:
-                v = [None, -1, {}]
-                table.set(rk, v)
-            if w:
+        for a in acc:
+            r = resolved.get(id(a))
+            if r is None or len(r[0].values) != r[1]:
+                r = resolve(a)
+            v = r[3]
+            if v is None:               # its range is new: in the table, and resolved again
+                r[0].set((a[1], a[2]), [None, -1, {}])
+                r = resolve(a)
+                v = r[3]
+            if a[3]:
                 # a write supersedes everything it overlaps: later accesses only need to see it
-                for ok in table.overlapping(lo, hi):
-                    o = vals[ok]
+                for o in r[2]:
                     o[0] = q
                     o[1] = idx
                     o[2] = {}
