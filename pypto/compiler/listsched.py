@@ -512,9 +512,8 @@ def _shape_key(instrs) -> tuple:
     for ins in instrs:
         a = ins.attrs
         d = a._dict if type(a) is Attrs else a
-        row = [ins.op, ins.pipe, tuple(d.items()) if d else None]
         o = ins.dst
-        row.append(id(o) if isinstance(o, TileRef) else operand(o))
+        row = [ins.op, ins.pipe, tuple(d.items()) if d else None, id(o) if isinstance(o, TileRef) else operand(o)]
         for o in ins.srcs:
             row.append(id(o) if isinstance(o, TileRef) else operand(o))
         append(tuple(row))

@@ -41,7 +41,7 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
                 space = "L0C"
             else:
                 space = "UB"
-            n = n.replace(space=space)
+            n = n.with_field("space", space)
         nodes.append(n)
     return g.replace(nodes)
 
@@ -49,7 +49,7 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
 def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     caps = ctx.machine.capacities()
     want_nbuf = 2 if ctx.options.get("double_buffer", True) else 1
-    placement: dict[tuple[int, str], tuple[int, int, int]] = {}   # (group, key) -> (offset, size, nbuf)
+    placement: dict[int, dict[str, tuple[int, int, int]]] = {}   # group -> key -> (offset, size, nbuf)
     by_group: dict[int, list[TileNode]] = {}
     for n in g.nodes:
         nodes = by_group.get(n.group)
@@ -76,9 +76,10 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                     got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile")
             copies = _ring_copies(sl, chunks, nbuf, caps[space] - total)
             off = 0
+            here = placement.setdefault(info.id, {})
             for s, n_copies in zip(sl, copies):
                 for k in s["keys"]:
-                    placement[(info.id, k)] = (off, s["size"], n_copies)
+                    here[k] = (off, s["size"], n_copies)
                 off += s["size"] * n_copies
     out = []
     append = out.append
@@ -87,11 +88,11 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
         space = n.space
         if space and space != "?":
             d = n.attrs._dict
-            off, size, nbuf = placement[(n.group, d["key"])]
+            off, size, nbuf = placement[n.group][d["key"]]
             d = d.copy()
             d["buf"] = off + (d["par"] % nbuf) * size
             d["nbuf"] = nbuf
-            n = n.replace(attrs=of(d))
+            n = n.with_field("attrs", of(d))
         append(n)
     return g.replace(out)
 
@@ -159,7 +160,7 @@ def _slots(template: list[TileNode], nodes: list[TileNode], by_id: dict | None =
             k = d["key"]
             shape, dtype = n.shape, n.dtype
             seen = shape_of.get(k)
-            if seen is None or seen[0] != shape or seen[1] != dtype:
+            if seen is None or seen[0] != shape or (seen[1] is not dtype and seen[1] != dtype):
                 shape_of[k] = (shape, dtype)
                 b = tile_bytes(shape, dtype)
                 if b > size.get(k, 0):

@@ -65,6 +65,14 @@ class TileNode:
         object.__setattr__(new, "__dict__", d)
         return new
 
+    def with_field(self, name: str, value) -> "TileNode":
+        """`replace(**{name: value})` of one field, without the keyword dict (hot in passes)."""
+        new = object.__new__(TileNode)
+        d = self.__dict__.copy()
+        d[name] = value
+        object.__setattr__(new, "__dict__", d)
+        return new
+
     @property
     def key(self) -> str:
         return self.attrs["key"]
