@@ -53,13 +53,15 @@ class DynamicScheduler(OptimizationPass):
             return graph
         machine = ctx.machine if ctx is not None else get_machine("a2a3")
         cache: dict = {}
+        cycles: dict = {}       # base cycles of the on-chip instructions, by op and operand objects
+        shared: dict = {}       # shape key -> the flag plans and dependences of streams of that key
         kept: dict = {}         # shape key of a stream left in its order (bandwidth-bound) -> shape id
         tasks, changed, shapes = [], False, {}
         latencies = load_latencies(graph, machine)
         slowdowns = gm_slowdown(graph, machine, latencies)
         for t, lat, slow in zip(graph.tasks, latencies, slowdowns):
             slow = round(slow, 2)
-            res = schedule_task(t.instrs, machine, cache, lat, slow)
+            res = schedule_task(t.instrs, machine, cache, lat, slow, cycles, shared)
             if res.instrs is not t.instrs:
                 changed = True
                 t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, res.instrs, t.pair)
@@ -221,6 +223,25 @@ def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[floa
     return [factor.get(t.level, 1.0) for t in graph.tasks]
 
 
+def _base_cycles(instrs, machine: Machine, known: dict | None = None) -> list[int]:
+    """`base_cycles` of each instruction; those without a GM operand are worked out once per
+    (op, operand objects) in `known` (a dict that outlives them: its keys are object ids)."""
+    if known is None:
+        return [base_cycles(i, machine) for i in instrs]
+    out = []
+    for ins in instrs:
+        dst, srcs = ins.dst, ins.srcs
+        if isinstance(dst, GMRef) or any(isinstance(o, GMRef) for o in srcs):
+            out.append(base_cycles(ins, machine))
+            continue
+        key = (ins.op, id(dst), *map(id, srcs))
+        c = known.get(key)
+        if c is None:
+            c = known[key] = base_cycles(ins, machine)
+        out.append(c)
+    return out
+
+
 def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
     """A GM transfer's cycles, `slowdown` times its path-limited `base` (other instructions: base)."""
     if not slowdown or slowdown <= 1.0:
@@ -233,20 +254,24 @@ def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
 class _Stream:
     """One task's instructions (no sync yet) with what scheduling needs, computed once."""
 
-    def __init__(self, instrs, machine: Machine, latency=None, slowdown=None):
+    def __init__(self, instrs, machine: Machine, latency=None, slowdown=None, cycles: dict | None = None,
+                 same: tuple | None = None):
+        """`cycles`: see `_base_cycles`; `same`: (plans, preds) of a stream of the same shape key
+        (`_shape_key`), which has the same dependences and, in the same order, the same flags:
+        they are shared, whatever the two streams' load latencies."""
         self.instrs = instrs
         written = written_gm(instrs)
         self.acc = [accesses(i, written) for i in instrs]
         self.pipe = [i.pipe for i in instrs]
         self.latency = list(latency) if latency is not None else \
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
-        self.cycles = [_gm_cycles(i, base_cycles(i, machine), slowdown) for i in instrs]
+        self.cycles = [_gm_cycles(i, c, slowdown) for i, c in zip(instrs, _base_cycles(instrs, machine, cycles))]
         self.vector = [is_vector(i.op) for i in instrs]
         # each instruction's entry in `_relax`'s queues (the same in every candidate order)
         self.entry = [(0, c, la, v) for c, la, v in zip(self.cycles, self.latency, self.vector)]
-        self.preds = dependences(instrs, self.acc)
+        self.preds = dependences(instrs, self.acc) if same is None else same[1]
         self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
-        self._plans: dict[tuple, tuple] = {}
+        self._plans: dict[tuple, tuple] = {} if same is None else same[0]
 
     def plan(self, order) -> tuple:
         """`plan_flags` of the stream in `order` (remembered: candidates share them)."""
@@ -524,13 +549,15 @@ _SYNC = frozenset(SYNC_OPS)
 
 
 def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=None,
-                  slowdown: float | None = None) -> TaskSchedule:
+                  slowdown: float | None = None, cycles: dict | None = None,
+                  shared: dict | None = None) -> TaskSchedule:
     """Schedule one task's stream (see DynamicScheduler): the fastest of the original order, its
     list schedule, and both with batched flags, by `evaluate`; the original on a tie.  Streams
     that already hold sync instructions are left alone.  `cache` (a dict) shares the decision
     between streams of the same shape; `latency`: per instruction, a GM load's data latency
     (default: an L2 hit); `slowdown`: how much longer than its path allows a GM transfer takes
-    (see `gm_slowdown`; default 1)."""
+    (see `gm_slowdown`; default 1); `cycles`, `shared`: what streams of one pass share (see
+    `_Stream`)."""
     instrs = tuple(instrs)
     if len(instrs) < 2 or not _SYNC.isdisjoint({i.op for i in instrs}):
         return TaskSchedule(instrs, None, None, "original")
@@ -539,10 +566,14 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
         return TaskSchedule(instrs, None, None, "original")
     if latency is None:
         latency = tuple(machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs)
-    key = (_shape_key(instrs), tuple(latency), slowdown) if cache is not None else None
+    skey = _shape_key(instrs) if cache is not None else None
+    key = (skey, tuple(latency), slowdown) if cache is not None else None
     hit = cache.get(key) if key is not None else None
     if hit is None:
-        st = _Stream(instrs, machine, latency, slowdown)
+        same = shared.get(skey) if shared is not None and skey is not None else None
+        st = _Stream(instrs, machine, latency, slowdown, cycles, same)
+        if same is None and shared is not None and skey is not None:
+            shared[skey] = (st._plans, st.preds)
         original = list(range(len(instrs)))
         cands = [("original", original)]
         ls = list_schedule(instrs, machine, st.preds, st.cycles, st.latency)
