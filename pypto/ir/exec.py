@@ -7,14 +7,13 @@ Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are
 from __future__ import annotations
 
 import bisect
-import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
-from .core import Attrs, TextForm, fmt_shape, pair_problem, quick_init
+from .core import Attrs, TextForm, cached, fmt_shape, pair_problem, quick_init
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -38,11 +37,11 @@ class TileRef:
     shape: tuple[int, ...]
     valid: tuple[int, ...]
 
-    @functools.cached_property
+    @cached
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
 
-    @functools.cached_property
+    @cached
     def _accesses(self) -> tuple["Access", "Access"]:
         """(its read, its write) as `accesses` gives them (worked out once per tile operand)."""
         hi = self.addr + self.nbytes

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass
 
 from ..dtypes import DType
-from .core import prod, quick_init
+from .core import cached, prod, quick_init
 
 
 @functools.lru_cache(maxsize=1024)
@@ -31,6 +31,15 @@ class GMBuffer:
     @property
     def nbytes(self) -> int:
         return prod(self.shape) * self.dtype.itemsize
+
+
+@functools.lru_cache(maxsize=1024)
+def _dim_of_stride(nat: tuple[int, ...]) -> dict[int, int]:
+    """Natural strides -> {stride: the first buffer dim with it} (`nat.index`, looked up)."""
+    out: dict[int, int] = {}
+    for j, s in enumerate(nat):
+        out.setdefault(s, j)
+    return out
 
 
 @quick_init
@@ -76,7 +85,7 @@ class GMRef:
             return None
         return GMRef(self.buf, self.offset, tuple(shape), natural_strides(tuple(shape)))
 
-    @functools.cached_property
+    @cached
     def _box(self):
         return self._compute_box()
 
@@ -86,25 +95,25 @@ class GMRef:
 
     def _compute_box(self):
         nat = natural_strides(self.buf.shape)
-        idx, rem = [], self.offset
+        dim_of = _dim_of_stride(nat)
+        rem = self.offset
+        idx = []
         for s in nat:
-            idx.append(rem // s)
-            rem %= s
+            i, rem = divmod(rem, s)
+            idx.append(i)
         ranges = [(i, i + 1) for i in idx]
         used = set()
         for size, stride in zip(self.shape, self.strides):
             if size == 1:
                 continue
-            if stride not in nat:
-                return None
-            j = nat.index(stride)
-            if j in used:
+            j = dim_of.get(stride)
+            if j is None or j in used:
                 return None
             used.add(j)
             ranges[j] = (idx[j], idx[j] + size)
         return tuple(ranges)
 
-    @functools.cached_property
+    @cached
     def _span(self) -> tuple[int, int]:
         hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
         return self.offset, hi + 1
