@@ -53,7 +53,7 @@ class TileRef:
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)     # slots: a program holds one per instruction
 class Instr:
     op: str
     pipe: str
