@@ -7,6 +7,7 @@ allocated `shape`.  After buffer allocation every tile node has a `buf` byte off
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
@@ -43,7 +44,7 @@ class GroupInfo:
 
 
 @quick_init
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)     # slots: a graph holds one per tile op
 class TileNode:
     id: int
     op: str
@@ -59,23 +60,37 @@ class TileNode:
     loc: SourceLoc | None = None
 
     def replace(self, **changes) -> "TileNode":
-        new = object.__new__(TileNode)          # a copy with some fields changed (hot in passes)
-        d = self.__dict__.copy()
-        d.update(changes)
-        object.__setattr__(new, "__dict__", d)
+        """A copy with some fields changed."""
+        new = self
+        for name, value in changes.items():
+            new = new.with_field(name, value)
         return new
 
     def with_field(self, name: str, value) -> "TileNode":
         """`replace(**{name: value})` of one field, without the keyword dict (hot in passes)."""
-        new = object.__new__(TileNode)
-        d = self.__dict__.copy()
-        d[name] = value
-        object.__setattr__(new, "__dict__", d)
-        return new
+        copy = _WITH.get(name)
+        if copy is None:
+            raise TypeError(f"TileNode has no field {name!r}")
+        return copy(self, value)
 
     @property
     def key(self) -> str:
         return self.attrs["key"]
+
+
+def _copiers() -> dict:
+    """field name -> fn(node, value): the node with that field changed (all fields passed on)."""
+    names = [f.name for f in dataclasses.fields(TileNode)]
+    out = {}
+    for name in names:
+        env = {"TileNode": TileNode}
+        args = ", ".join("value" if n == name else f"node.{n}" for n in names)
+        exec(f"def with_{name}(node, value):\n    return TileNode({args})\n", env)   # noqa: S102
+        out[name] = env[f"with_{name}"]
+    return out
+
+
+_WITH = _copiers()
 
 
 @dataclass(frozen=True)
