@@ -18,11 +18,24 @@ import gc
 
 @contextlib.contextmanager
 def gc_paused():
-    """Pause the cyclic GC for the block; restore its previous state (enabled or not) after."""
+    """Pause the cyclic GC for the block; restore its previous state (enabled or not) after.
+
+    The objects the block made that are still alive (a compiled program: about a million at
+    4096^3) would make the first collections after it walk all of them, first as young objects,
+    again as middle-aged ones, then in a full collection: 0.4-0.5 s each for a 4096^3 matmul.
+    They are long-lived results, so they go straight to the oldest generation
+    (`gc.freeze(); gc.unfreeze()` moves every tracked object there without walking any), where
+    only full collections look at them.  Objects made before the block move there too (their
+    reference cycles, if any, are found by the next full collection instead of a young one).
+    Skipped when the process froze objects itself (`gc.freeze()`: unfreezing would undo it).
+    """
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

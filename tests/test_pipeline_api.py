@@ -121,6 +121,18 @@ def test_the_pipeline_pauses_the_cyclic_gc_and_restores_it_on_any_exit(xo):
         assert not gc.isenabled()
     finally:
         gc.enable()
+    # the objects a compile leaves go to the oldest generation (no young collection walks them)
+    # without unfreezing what a process froze itself
+    gc.collect()
+    ck = CompilerPipeline([("probe", Probe()), ("tiling", AutoTilingPass(tile_size=32))]).compile(softmax, *xo)
+    assert any(o is ck.program for o in gc.get_objects(generation=2)) and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        CompilerPipeline([("probe", Probe()), ("tiling", AutoTilingPass(tile_size=16))]).compile(softmax, *xo)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
 
 
 def test_a_user_pass_that_breaks_the_graph_is_caught_by_the_verifier(xo):
