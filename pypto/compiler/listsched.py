@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.core import Attrs
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
 from ..target.cost import base_cycles, is_vector
 from ..target.machine import Machine, get_machine
@@ -76,7 +76,8 @@ class DynamicScheduler(OptimizationPass):
                 shapes[id(t.instrs)] = (t.instrs, shape)
         out = graph.replace(tasks) if changed else graph
         out.__dict__[STREAM_SHAPES] = shapes
-        # the flag plan of each shape's kept order, worked out while timing it: insert_sync's
+        # the flag plan of each shape's kept order, worked out while timing it: insert_sync
+        # inserts those flags instead of planning them again
         out.__dict__[SYNC_PLANS] = {h[4]: h[5] for h in cache.values()}
         return out
 

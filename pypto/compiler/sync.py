@@ -86,15 +86,9 @@ def _flag_instrs(plan) -> tuple[dict, dict]:
             a = attrs[id(key)] = Attrs({"src": key[0], "dst": key[1], "event": key[2]})
         return Instr(op, pipe, attrs=a, loc=None)
 
-    # in the order the original made them (a plan's keys are kept alive by the plan)
-    made_before: dict[int, list] = {}
-    made_after: dict[int, list] = {}
-    for idx in sorted(set(before) | set(after)):
-        if idx in before:
-            made_before[idx] = [sync(op, pipe, key) for op, pipe, key in before[idx]]
-        if idx in after:
-            made_after[idx] = [sync(op, pipe, key) for op, pipe, key in after[idx]]
-    return made_before, made_after
+    # (ids of the plan's key tuples: the plan keeps them alive)
+    return ({idx: [sync(*e) for e in ops] for idx, ops in before.items()},
+            {idx: [sync(*e) for e in ops] for idx, ops in after.items()})
 
 
 def plan_flags(pipes, accesses):
@@ -133,6 +127,7 @@ def plan_flags(pipes, accesses):
         got = (table, len(vals), tuple([vals[k] for k in table.overlapping(lo, hi)]), vals.get((lo, hi)))
         resolved[id(a)] = got
         return got
+
     synced_to: dict[str, dict[str, int]] = {}   # q -> p -> the newest P instruction a flag P->Q covers
     next_event: dict[tuple[str, str], int] = {}
     live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
