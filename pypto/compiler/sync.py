@@ -209,10 +209,26 @@ def plan_flags(pipes, accesses):
         cq = clock.get(q, empty)
         if need:
             pre = before.setdefault(idx, [])
-            for p, j in sorted(need.items()):
+            for p, j in sorted(need.items()) if len(need) > 1 else need.items():
                 pair = (p, q)
                 known = snap[j]
-                ev = take_event(pair, known, known)
+                # take_event(pair, known, known), its usual case inline: the next id, not pending
+                pend = live.get(pair)
+                if pend is None:
+                    pend = live[pair] = []
+                done = known.get(q, -1)
+                while pend and pend[0][1] <= done:
+                    pend.pop(0)
+                ev = next_event.get(pair, 0)
+                if len(pend) < events:
+                    for x in pend:
+                        if x[0] == ev:
+                            ev = take_event(pair, known, known)
+                            break
+                    else:
+                        next_event[pair] = (ev + 1) % events
+                else:
+                    ev = take_event(pair, known, known)
                 if ev is None:
                     # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
                     # covering every Q instruction so far), P waits for it and sets the new flag
@@ -248,7 +264,18 @@ def plan_flags(pipes, accesses):
                     at = j
                 pre.append(("WAIT_FLAG", q, fk))
                 live[pair].append([ev, idx])
-                cq = merged(cq, known, p, at)
+                # cq = merged(cq, known, p, at), inline
+                out = None
+                if at > cq.get(p, -1):
+                    out = dict(cq)
+                    out[p] = at
+                for pk, k in known.items():
+                    if k > cq.get(pk, -1) and (out is None or k > out.get(pk, -1)):
+                        if out is None:
+                            out = dict(cq)
+                        out[pk] = k
+                if out is not None:
+                    cq = out
                 sq[p] = j
                 flags.append((p, q, j, idx))
             clock[q] = cq
