@@ -71,7 +71,8 @@ class Attrs(Mapping[str, Any]):
     """An immutable, hashable, ordered-by-key attribute map (nodes never change after build).
 
     The sorted item tuple (for hashing, equality and printing) is built on first use: most
-    attribute maps are only ever read by key.
+    attribute maps are only ever read by key.  The compiler's per-node loops read the
+    underlying dict (`_dict`) directly, never changing it.
     """
 
     __slots__ = ("_dict", "_sorted")
