@@ -34,6 +34,7 @@ tutorials: install
 bench: install
 	$(PYTHON) benchmarks/run.py
 	$(PYTHON) benchmarks/first_kernels.py
+	$(PYTHON) benchmarks/compile_time.py
 
 # Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first]`; SEEDS=0 runs
 # until the budget (seconds); without SEED a fresh random first seed.  Minimal failing kernels
