@@ -418,9 +418,12 @@ def _relax(queues: dict, machine: Machine) -> int | None:
         for p, q in queues.items():
             k = ptr[p]
             n = len(q)
+            if k == n:
+                continue
+            fp, rp = free[p], ready[p]      # the pipe's free and ready times, kept local
             while k < n:
                 kind, a, b, c = q[k]
-                t0 = free[p]
+                t0 = fp
                 if kind == 2:
                     pending = flags.get(a)
                     if not pending:
@@ -430,10 +433,14 @@ def _relax(queues: dict, machine: Machine) -> int | None:
                         t0 = s
                     end = t0 + 1
                 elif kind == 1:
-                    if ready[p] > t0:
-                        t0 = ready[p]
+                    if rp > t0:
+                        t0 = rp
                     end = t0 + 1
-                    flags.setdefault(a, []).append(end)
+                    pending = flags.get(a)
+                    if pending is None:
+                        flags[a] = [end]
+                    else:
+                        pending.append(end)
                 else:
                     d = a
                     if c:
@@ -441,15 +448,16 @@ def _relax(queues: dict, machine: Machine) -> int | None:
                             d -= vec_head
                         last_vector_end = t0 + d
                     end = t0 + d
-                free[p] = end
+                fp = end
                 if b:
                     end += b
-                    if end > ready[p]:
-                        ready[p] = end
+                    if end > rp:
+                        rp = end
                 if end > makespan:
                     makespan = end
                 k += 1
                 progress = True
+            free[p], ready[p] = fp, rp
             ptr[p] = k
     if any(ptr[p] < len(q) for p, q in queues.items()):
         return None
