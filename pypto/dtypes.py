@@ -14,6 +14,20 @@ class DType:
     np_dtype: np.dtype
     is_float: bool
 
+    def __eq__(self, other) -> bool:
+        # every field, as the generated one, but the same object first (dtypes are singletons)
+        if self is other:
+            return True
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.name, self.itemsize, self.np_dtype, self.is_float) == \
+            (other.name, other.itemsize, other.np_dtype, other.is_float)
+
+    def __hash__(self) -> int:
+        # the name alone (equal dtypes have equal names): the generated hash of every field
+        # hashes the numpy dtype too, and tile sizes are looked up by (shape, dtype) per tile
+        return hash(self.name)
+
     def __repr__(self) -> str:
         return f"pypto.DT_{self.name.upper()}"
 

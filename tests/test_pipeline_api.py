@@ -93,6 +93,48 @@ def test_a_failing_user_pass_is_named_and_leaves_no_cache_entry(xo):
     assert softmax.compile(*xo).simulate(*xo).ok          # the kernel still works
 
 
+def test_the_pipeline_pauses_the_cyclic_gc_and_restores_it_on_any_exit(xo):
+    import gc
+    seen = []
+
+    class Probe(OptimizationPass):
+        level = "tensor"
+
+        def __init__(self, fail=False):
+            self.fail = fail
+
+        def apply(self, graph):
+            seen.append(gc.isenabled())
+            if self.fail:
+                raise ValueError("oops")
+            return graph
+
+    assert gc.isenabled()
+    CompilerPipeline([("probe", Probe())]).compile(softmax, *xo)
+    assert seen == [False] and gc.isenabled()
+    with pytest.raises(pypto.PyptoError):
+        CompilerPipeline([("probe", Probe(fail=True))]).compile(softmax, *xo)
+    assert seen == [False, False] and gc.isenabled()
+    gc.disable()                    # a caller that paused the GC itself keeps it paused
+    try:
+        CompilerPipeline([("probe", Probe()), ("tiling", AutoTilingPass(tile_size=64))]).compile(softmax, *xo)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    # the objects a compile leaves go to the oldest generation (no young collection walks them)
+    # without unfreezing what a process froze itself
+    gc.collect()
+    ck = CompilerPipeline([("probe", Probe()), ("tiling", AutoTilingPass(tile_size=32))]).compile(softmax, *xo)
+    assert any(o is ck.program for o in gc.get_objects(generation=2)) and gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        CompilerPipeline([("probe", Probe()), ("tiling", AutoTilingPass(tile_size=16))]).compile(softmax, *xo)
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
+
+
 def test_a_user_pass_that_breaks_the_graph_is_caught_by_the_verifier(xo):
     class Dangling(OptimizationPass):
         level = "tensor"

@@ -30,30 +30,41 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     nodes = g.tiles.by_id()
     dup: dict[int, int] = {}
     for t in g.tasks:
-        held: dict[tuple[str, int], tuple[int, tuple, int]] = {}   # (space, addr) -> (end, key, load id)
+        # per space: slot address -> (end, load key, load id) of the window it holds
+        held: dict[str, dict[int, tuple[int, tuple, int]]] = {}
         for i in t.nodes:
             n = nodes[i]
-            if n.op == "TSTORE":
-                w = n.attrs["gm"]
-                for slot, (_, key, ld) in list(held.items()):
-                    if key[0] == w.buf.name and nodes[ld].attrs["gm"].overlaps(w):
-                        del held[slot]
+            op = n.op
+            d = n.attrs._dict
+            if op == "TSTORE":
+                w = d["gm"]
+                name = w.buf.name
+                for slots in held.values():
+                    gone = [a for a, (_, key, ld) in slots.items()
+                            if key[0] == name and nodes[ld].attrs["gm"].overlaps(w)]
+                    for a in gone:
+                        del slots[a]
                 continue
-            if not n.space or "buf" not in n.attrs:
+            space = n.space
+            if not space or "buf" not in d:
                 continue
-            lo = n.attrs["buf"]
+            lo = d["buf"]
             hi = lo + tile_bytes(n.shape, n.dtype)
-            if n.op == "TLOAD":
+            slots = held.get(space)
+            if slots is None:
+                slots = held[space] = {}
+            if op == "TLOAD":
                 key = load_key(n)
-                have = held.get((n.space, lo))
+                have = slots.get(lo)
                 if have is not None and have[0] == hi and have[1] == key:
-                    dup[n.id] = have[2]
+                    dup[i] = have[2]
                     continue
-            for (space, a), (b, _, _) in list(held.items()):
-                if space == n.space and a < hi and lo < b:
-                    del held[(space, a)]
-            if n.op == "TLOAD":
-                held[(n.space, lo)] = (hi, key, n.id)
+            if slots:
+                gone = [a for a, (b, _, _) in slots.items() if a < hi and lo < b]
+                for a in gone:
+                    del slots[a]
+            if op == "TLOAD":
+                slots[lo] = (hi, key, i)
     return dup
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
 from ..target.cost import base_cycles, is_vector
 from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import plan_flags
+from .sync import SYNC_PLANS, plan_flags
 
 
 class DynamicScheduler(OptimizationPass):
@@ -52,19 +53,32 @@ class DynamicScheduler(OptimizationPass):
             return graph
         machine = ctx.machine if ctx is not None else get_machine("a2a3")
         cache: dict = {}
+        cycles: dict = {}       # base cycles of the on-chip instructions, by op and operand objects
+        shared: dict = {}       # shape key -> the flag plans and dependences of streams of that key
+        kept: dict = {}         # shape key of a stream left in its order (bandwidth-bound) -> shape id
         tasks, changed, shapes = [], False, {}
         latencies = load_latencies(graph, machine)
         slowdowns = gm_slowdown(graph, machine, latencies)
         for t, lat, slow in zip(graph.tasks, latencies, slowdowns):
-            res = schedule_task(t.instrs, machine, cache, lat, round(slow, 2))
+            slow = round(slow, 2)
+            res = schedule_task(t.instrs, machine, cache, lat, slow, cycles, shared)
             if res.instrs is not t.instrs:
                 changed = True
                 t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, res.instrs, t.pair)
             tasks.append(t)
-            if res.shape is not None:
-                shapes[id(t.instrs)] = (t.instrs, res.shape)
+            shape = res.shape
+            if shape is None and slow > BANDWIDTH_BOUND and len(t.instrs) >= 2 \
+                    and _SYNC.isdisjoint({i.op for i in t.instrs}):
+                # not scheduled, but isomorphic streams still share their flags, their buffer
+                # pressure and their decoding in the simulator: ids of their own (negative)
+                shape = kept.setdefault(_shape_key(t.instrs), -1 - len(kept))
+            if shape is not None:
+                shapes[id(t.instrs)] = (t.instrs, shape)
         out = graph.replace(tasks) if changed else graph
         out.__dict__[STREAM_SHAPES] = shapes
+        # the flag plan of each shape's kept order, worked out while timing it: insert_sync
+        # inserts those flags instead of planning them again
+        out.__dict__[SYNC_PLANS] = {h[4]: h[5] for h in cache.values()}
         return out
 
 
@@ -210,6 +224,25 @@ def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[floa
     return [factor.get(t.level, 1.0) for t in graph.tasks]
 
 
+def _base_cycles(instrs, machine: Machine, known: dict | None = None) -> list[int]:
+    """`base_cycles` of each instruction; those without a GM operand are worked out once per
+    (op, operand objects) in `known` (a dict that outlives them: its keys are object ids)."""
+    if known is None:
+        return [base_cycles(i, machine) for i in instrs]
+    out = []
+    for ins in instrs:
+        dst, srcs = ins.dst, ins.srcs
+        if isinstance(dst, GMRef) or any(isinstance(o, GMRef) for o in srcs):
+            out.append(base_cycles(ins, machine))
+            continue
+        key = (ins.op, id(dst), *map(id, srcs))
+        c = known.get(key)
+        if c is None:
+            c = known[key] = base_cycles(ins, machine)
+        out.append(c)
+    return out
+
+
 def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
     """A GM transfer's cycles, `slowdown` times its path-limited `base` (other instructions: base)."""
     if not slowdown or slowdown <= 1.0:
@@ -222,18 +255,24 @@ def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
 class _Stream:
     """One task's instructions (no sync yet) with what scheduling needs, computed once."""
 
-    def __init__(self, instrs, machine: Machine, latency=None, slowdown=None):
+    def __init__(self, instrs, machine: Machine, latency=None, slowdown=None, cycles: dict | None = None,
+                 same: tuple | None = None):
+        """`cycles`: see `_base_cycles`; `same`: (plans, preds) of a stream of the same shape key
+        (`_shape_key`), which has the same dependences and, in the same order, the same flags:
+        they are shared, whatever the two streams' load latencies."""
         self.instrs = instrs
         written = written_gm(instrs)
         self.acc = [accesses(i, written) for i in instrs]
         self.pipe = [i.pipe for i in instrs]
         self.latency = list(latency) if latency is not None else \
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
-        self.cycles = [_gm_cycles(i, base_cycles(i, machine), slowdown) for i in instrs]
+        self.cycles = [_gm_cycles(i, c, slowdown) for i, c in zip(instrs, _base_cycles(instrs, machine, cycles))]
         self.vector = [is_vector(i.op) for i in instrs]
-        self.preds = dependences(instrs, self.acc)
+        # each instruction's entry in `_relax`'s queues (the same in every candidate order)
+        self.entry = [(0, c, la, v) for c, la, v in zip(self.cycles, self.latency, self.vector)]
+        self.preds = dependences(instrs, self.acc) if same is None else same[1]
         self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
-        self._plans: dict[tuple, tuple] = {}
+        self._plans: dict[tuple, tuple] = {} if same is None else same[0]
 
     def plan(self, order) -> tuple:
         """`plan_flags` of the stream in `order` (remembered: candidates share them)."""
@@ -379,9 +418,12 @@ def _relax(queues: dict, machine: Machine) -> int | None:
         for p, q in queues.items():
             k = ptr[p]
             n = len(q)
+            if k == n:
+                continue
+            fp, rp = free[p], ready[p]      # the pipe's free and ready times, kept local
             while k < n:
                 kind, a, b, c = q[k]
-                t0 = free[p]
+                t0 = fp
                 if kind == 2:
                     pending = flags.get(a)
                     if not pending:
@@ -391,10 +433,14 @@ def _relax(queues: dict, machine: Machine) -> int | None:
                         t0 = s
                     end = t0 + 1
                 elif kind == 1:
-                    if ready[p] > t0:
-                        t0 = ready[p]
+                    if rp > t0:
+                        t0 = rp
                     end = t0 + 1
-                    flags.setdefault(a, []).append(end)
+                    pending = flags.get(a)
+                    if pending is None:
+                        flags[a] = [end]
+                    else:
+                        pending.append(end)
                 else:
                     d = a
                     if c:
@@ -402,15 +448,16 @@ def _relax(queues: dict, machine: Machine) -> int | None:
                             d -= vec_head
                         last_vector_end = t0 + d
                     end = t0 + d
-                free[p] = end
+                fp = end
                 if b:
                     end += b
-                    if end > ready[p]:
-                        ready[p] = end
+                    if end > rp:
+                        rp = end
                 if end > makespan:
                     makespan = end
                 k += 1
                 progress = True
+            free[p], ready[p] = fp, rp
             ptr[p] = k
     if any(ptr[p] < len(q) for p, q in queues.items()):
         return None
@@ -419,15 +466,29 @@ def _relax(queues: dict, machine: Machine) -> int | None:
 
 def evaluate(order, st: _Stream, machine: Machine) -> int | None:
     """`estimate_cycles` of the stream in `order` with the flags the sync pass would insert."""
-    pipes = [st.pipe[k] for k in order]
+    pipe, entry = st.pipe, st.entry
     before, after, _ = st.plan(order)
     queues: dict[str, list] = {}
     for r, k in enumerate(order):
-        for op, pipe, fk in before.get(r, ()):
-            queues.setdefault(pipe, []).append((1 if op == "SET_FLAG" else 2, fk, 0, False))
-        queues.setdefault(pipes[r], []).append((0, st.cycles[k], st.latency[k], st.vector[k]))
-        for op, pipe, fk in after.get(r, ()):
-            queues.setdefault(pipe, []).append((1, fk, 0, False))
+        pre = before.get(r)
+        if pre is not None:
+            for op, p, fk in pre:
+                q = queues.get(p)
+                if q is None:
+                    q = queues[p] = []
+                q.append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+        p = pipe[k]
+        q = queues.get(p)
+        if q is None:
+            q = queues[p] = []
+        q.append(entry[k])
+        post = after.get(r)
+        if post is not None:
+            for op, p, fk in post:
+                q = queues.get(p)
+                if q is None:
+                    q = queues[p] = []
+                q.append((1, fk, 0, False))
     return _relax(queues, machine)
 
 
@@ -463,51 +524,65 @@ def _shape_key(instrs) -> tuple:
     stream writes at the same offsets relative to each buffer's lowest one."""
     written = written_gm(instrs)
     base: dict[str, int] = {}
-    for ins in instrs:
-        for o in (ins.dst, *ins.srcs):
-            if isinstance(o, GMRef) and o.buf.name in written:
-                lo = o.span()[0]
-                if lo < base.get(o.buf.name, lo + 1):
-                    base[o.buf.name] = lo
+    if written:
+        for ins in instrs:
+            for o in (ins.dst, *ins.srcs) if ins.srcs else (ins.dst,):
+                if isinstance(o, GMRef) and o.buf.name in written:
+                    lo = o.span()[0]
+                    if lo < base.get(o.buf.name, lo + 1):
+                        base[o.buf.name] = lo
+
+    def operand(o):
+        if isinstance(o, GMRef):
+            name = o.buf.name
+            if name in written:
+                lo, hi = o.span()
+                return (name, lo - base[name], hi - base[name], o.shape)
+            return (name, o.shape)
+        return o
+
     parts = []
+    append = parts.append
     for ins in instrs:
-        row = [ins.op, ins.pipe, tuple(ins.attrs.items()) if ins.attrs else None]
-        for o in (ins.dst, *ins.srcs):
-            if isinstance(o, TileRef):
-                row.append(id(o))
-            elif isinstance(o, GMRef):
-                name = o.buf.name
-                if name in written:
-                    lo, hi = o.span()
-                    row.append((name, lo - base[name], hi - base[name], o.shape))
-                else:
-                    row.append((name, o.shape))
-            else:
-                row.append(o)
-        parts.append(tuple(row))
+        a = ins.attrs
+        d = a._dict if type(a) is Attrs else a
+        o = ins.dst
+        row = [ins.op, ins.pipe, tuple(d.items()) if d else None, id(o) if isinstance(o, TileRef) else operand(o)]
+        for o in ins.srcs:
+            row.append(id(o) if isinstance(o, TileRef) else operand(o))
+        append(tuple(row))
     return tuple(parts)
 
 
+_SYNC = frozenset(SYNC_OPS)
+
+
 def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=None,
-                  slowdown: float | None = None) -> TaskSchedule:
+                  slowdown: float | None = None, cycles: dict | None = None,
+                  shared: dict | None = None) -> TaskSchedule:
     """Schedule one task's stream (see DynamicScheduler): the fastest of the original order, its
     list schedule, and both with batched flags, by `evaluate`; the original on a tie.  Streams
     that already hold sync instructions are left alone.  `cache` (a dict) shares the decision
     between streams of the same shape; `latency`: per instruction, a GM load's data latency
     (default: an L2 hit); `slowdown`: how much longer than its path allows a GM transfer takes
-    (see `gm_slowdown`; default 1)."""
+    (see `gm_slowdown`; default 1); `cycles`, `shared`: what streams of one pass share (see
+    `_Stream`)."""
     instrs = tuple(instrs)
-    if len(instrs) < 2 or any(i.op in SYNC_OPS for i in instrs):
+    if len(instrs) < 2 or not _SYNC.isdisjoint({i.op for i in instrs}):
         return TaskSchedule(instrs, None, None, "original")
     if slowdown is not None and slowdown > BANDWIDTH_BOUND:
         # the level waits for the shared HBM / L2 whatever each core's order: keep it
         return TaskSchedule(instrs, None, None, "original")
     if latency is None:
         latency = tuple(machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs)
-    key = (_shape_key(instrs), tuple(latency), slowdown) if cache is not None else None
+    skey = _shape_key(instrs) if cache is not None else None
+    key = (skey, tuple(latency), slowdown) if cache is not None else None
     hit = cache.get(key) if key is not None else None
     if hit is None:
-        st = _Stream(instrs, machine, latency, slowdown)
+        same = shared.get(skey) if shared is not None and skey is not None else None
+        st = _Stream(instrs, machine, latency, slowdown, cycles, same)
+        if same is None and shared is not None and skey is not None:
+            shared[skey] = (st._plans, st.preds)
         original = list(range(len(instrs)))
         cands = [("original", original)]
         ls = list_schedule(instrs, machine, st.preds, st.cycles, st.latency)
@@ -524,10 +599,11 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
                 c = evaluate(order, st, machine)
                 if c is not None and c < best and c <= before * (1 - MIN_GAIN) and st.valid(order):
                     how, perm, best = name, tuple(order), c
-        hit = (perm, before, best, how, len(cache) if key is not None else None)
+        # the flags of the kept order: the sync pass inserts those (SYNC_PLANS)
+        hit = (perm, before, best, how, len(cache) if key is not None else None, st.plan(perm or original))
         if key is not None:
             cache[key] = hit
-    perm, before, after, how, shape = hit
+    perm, before, after, how, shape, _ = hit
     if perm is None:
         return TaskSchedule(instrs, before, after, how, shape)
     return TaskSchedule(tuple(instrs[k] for k in perm), before, after, how, shape)

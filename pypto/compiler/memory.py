@@ -12,31 +12,36 @@ loads can overlap iteration i's compute), selected by the tile's `par` counter.
 from __future__ import annotations
 
 from ..errors import TileShapeError
-from ..ir.core import fmt_shape
+from ..ir.core import Attrs, fmt_shape
 from ..ir.tile import TileGraph, TileNode, tile_bytes
 from .pipeline import Pass, PassContext
 from .reuse import ELIMINATE_REDUNDANT_LOADS
 
 
 def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
-    users: dict[int, list[TileNode]] = {}
+    to_l1: set[int] = set()             # loads an extract or a bias move reads
+    matmul_of: dict[int, TileNode] = {}  # extract -> the first matmul reading it
     for n in g.nodes:
-        for i in n.inputs:
-            users.setdefault(i, []).append(n)
+        op = n.op
+        if op == "TEXTRACT" or op == "TMOV":
+            to_l1.update(n.inputs)
+        elif op.startswith("TMATMUL"):
+            for i in n.inputs:
+                if i not in matmul_of:
+                    matmul_of[i] = n
     nodes = []
     for n in g.nodes:
         if n.space == "?":
-            us = users.get(n.id, [])
-            if n.op == "TLOAD":
-                space = "L1" if any(u.op in ("TEXTRACT", "TMOV") for u in us) else "UB"
-            elif n.op == "TEXTRACT":
-                mm = next(u for u in us if u.op.startswith("TMATMUL"))
-                space = "L0A" if mm.inputs[-2] == n.id else "L0B"
-            elif n.op.startswith("TMATMUL"):
+            op = n.op
+            if op == "TLOAD":
+                space = "L1" if n.id in to_l1 else "UB"
+            elif op == "TEXTRACT":
+                space = "L0A" if matmul_of[n.id].inputs[-2] == n.id else "L0B"
+            elif op.startswith("TMATMUL"):
                 space = "L0C"
             else:
                 space = "UB"
-            n = n.replace(space=space)
+            n = n.with_field("space", space)
         nodes.append(n)
     return g.replace(nodes)
 
@@ -44,14 +49,19 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
 def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     caps = ctx.machine.capacities()
     want_nbuf = 2 if ctx.options.get("double_buffer", True) else 1
-    placement: dict[tuple[int, str], tuple[int, int, int]] = {}   # (group, key) -> (offset, size, nbuf)
+    placement: dict[int, dict[str, tuple[int, int, int]]] = {}   # group -> key -> (offset, size, nbuf)
     by_group: dict[int, list[TileNode]] = {}
     for n in g.nodes:
-        by_group.setdefault(n.group, []).append(n)
+        nodes = by_group.get(n.group)
+        if nodes is None:
+            nodes = by_group[n.group] = []
+        nodes.append(n)
+    by_id = g.by_id()
     for info in g.groups:
         nodes = by_group.get(info.id, [])
         template = _longest_iteration(nodes)
-        slots = _slots(template, nodes)
+        slots = _slots(template, nodes, by_id, info.id)
+        chunks = _ring_chunks(nodes)
         for space in sorted({s["space"] for s in slots}):
             sl = [s for s in slots if s["space"] == space]
             for nbuf in range(want_nbuf, 0, -1):
@@ -64,29 +74,44 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                     f"the tiles of group {info.id} do not fit {space} (tile {fmt_shape(info.tile)})",
                     loc=info.loc, expected=f"at most {caps[space] // 1024} KiB of {space}",
                     got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile")
-            copies = _ring_copies(sl, nodes, nbuf, caps[space] - total)
+            copies = _ring_copies(sl, chunks, nbuf, caps[space] - total)
             off = 0
+            here = placement.setdefault(info.id, {})
             for s, n_copies in zip(sl, copies):
                 for k in s["keys"]:
-                    placement[(info.id, k)] = (off, s["size"], n_copies)
+                    here[k] = (off, s["size"], n_copies)
                 off += s["size"] * n_copies
     out = []
+    append = out.append
+    of = Attrs.of
     for n in g.nodes:
-        if n.space and n.space != "?":
-            off, size, nbuf = placement[(n.group, n.key)]
-            n = n.replace(attrs=n.attrs.replace(buf=off + (n.attrs["par"] % nbuf) * size, nbuf=nbuf))
-        out.append(n)
+        space = n.space
+        if space and space != "?":
+            d = n.attrs._dict
+            off, size, nbuf = placement[n.group][d["key"]]
+            d = d.copy()
+            d["buf"] = off + (d["par"] % nbuf) * size
+            d["nbuf"] = nbuf
+            n = n.with_field("attrs", of(d))
+        append(n)
     return g.replace(out)
 
 
-def _ring_copies(slots: list[dict], nodes: list[TileNode], nbuf: int, spare: int) -> list[int]:
-    """Copies per slot: `nbuf`, except that slots holding a `ring` key (an operand panel whose
-    tiles pick their copy by K chunk, see tiling._lower_matmul) share the spare bytes of the space,
-    up to one copy per chunk: every extra copy keeps one more chunk for the next output tile."""
+def _ring_chunks(nodes: list[TileNode]) -> dict[str, set]:
+    """The K chunks (`par`) of each `ring` key of a group (see `_ring_copies`)."""
     chunks: dict[str, set] = {}
     for n in nodes:
-        if n.attrs.get("ring"):
-            chunks.setdefault(n.key, set()).add(n.attrs["par"])
+        d = n.attrs._dict
+        if d.get("ring"):
+            chunks.setdefault(d["key"], set()).add(d["par"])
+    return chunks
+
+
+def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: int) -> list[int]:
+    """Copies per slot: `nbuf`, except that slots holding a `ring` key (an operand panel whose
+    tiles pick their copy by K chunk, see tiling._lower_matmul; `chunks`: `_ring_chunks`) share
+    the spare bytes of the space, up to one copy per chunk: every extra copy keeps one more chunk
+    for the next output tile."""
     copies = []
     for s in slots:
         want = max((len(chunks[k]) for k in s["keys"] if k in chunks), default=0)
@@ -108,33 +133,58 @@ def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2)
 
 
 def _longest_iteration(nodes: list[TileNode]) -> list[TileNode]:
-    iters: dict[tuple[int, int], list[TileNode]] = {}
+    """The tile nodes of the group's iteration with the most (the first such in node order)."""
+    count: dict[tuple[int, int], int] = {}
     for n in nodes:
-        iters.setdefault((n.outer, n.inner), []).append(n)
-    return max(iters.values(), key=len) if iters else []
+        it = (n.outer, n.inner)
+        count[it] = count.get(it, 0) + 1
+    if not count:
+        return []
+    best = max(count, key=count.__getitem__)      # the first of the longest, as dicts keep order
+    outer, inner = best
+    return [n for n in nodes if n.outer == outer and n.inner == inner]
 
 
-def _slots(template: list[TileNode], nodes: list[TileNode]) -> list[dict]:
-    """Group the keys of an iteration into slots by lifetime (linear scan)."""
+def _slots(template: list[TileNode], nodes: list[TileNode], by_id: dict | None = None,
+           group: int | None = None) -> list[dict]:
+    """Group the keys of an iteration into slots by lifetime (linear scan).  `nodes`: every
+    tile node of the group (`group`, whose graph's `by_id` finds them by id)."""
     size: dict[str, int] = {}
     space: dict[str, str] = {}
     persistent: set[str] = set()
+    shape_of: dict[str, tuple] = {}         # the (shape, dtype) a key's size was last worked out for
     for n in nodes:
-        if n.space and n.space != "?":
-            size[n.key] = max(size.get(n.key, 0), tile_bytes(n.shape, n.dtype))
-            space[n.key] = n.space
-            if n.attrs.get("persistent"):
-                persistent.add(n.key)
+        sp = n.space
+        if sp and sp != "?":
+            d = n.attrs._dict
+            k = d["key"]
+            shape, dtype = n.shape, n.dtype
+            seen = shape_of.get(k)
+            if seen is None or seen[0] != shape or (seen[1] is not dtype and seen[1] != dtype):
+                shape_of[k] = (shape, dtype)
+                b = tile_bytes(shape, dtype)
+                if b > size.get(k, 0):
+                    size[k] = b
+                elif k not in size:
+                    size[k] = b
+            space[k] = sp
+            if d.get("persistent"):
+                persistent.add(k)
     pos = {n.id: i for i, n in enumerate(template)}
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    key_of = {n.id: n.key for n in nodes}
+    if by_id is None:
+        key_of = {n.id: n.key for n in nodes}.get
+    else:
+        def key_of(i):
+            n = by_id.get(i)
+            return n.attrs["key"] if n is not None and n.group == group else None
     for i, n in enumerate(template):
         if n.key in size:
             first.setdefault(n.key, i)
             last[n.key] = max(last.get(n.key, i), i)
         for src in n.inputs:
-            k = key_of.get(src)
+            k = key_of(src)
             if k in size:
                 last[k] = max(last.get(k, i), i)
                 first.setdefault(k, pos.get(src, 0))

@@ -26,14 +26,22 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     m = ctx.machine
     by_outer: dict[tuple[int, int], list[int]] = {}
     for n in g.nodes:
-        by_outer.setdefault((n.group, n.outer), []).append(n.id)
+        k = (n.group, n.outer)
+        ids = by_outer.get(k)
+        if ids is None:
+            by_outer[k] = [n.id]
+        else:
+            ids.append(n.id)
     pairs = epilogue_pairs(g) if ctx.options.get("pairing", True) and m.n_aiv >= 2 * m.n_aic else {}
     tasks = []
     task_of: dict[tuple[int, int], int] = {}       # (group, outer) -> its task, for the pairs
 
     def add(info, outer, pair=None):
         task_of.update(((info.id, o), len(tasks)) for o in outer)
-        nodes = tuple(i for o in outer for i in by_outer.get((info.id, o), ()))
+        nodes = []
+        for o in outer:
+            nodes.extend(by_outer.get((info.id, o), ()))
+        nodes = tuple(nodes)
         tasks.append(Task(len(tasks), info.id, info.core_type, tuple(outer), nodes, pair=pair))
 
     for info in g.groups:
@@ -78,14 +86,23 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
         return {}
     found: dict[int, dict[int, set]] = {}
     overwrites: set[int] = set()            # vector groups writing a buffer cube tiles store to
+    indexed: dict[str, bool] = {}       # op -> an indexed DMA (MGATHER, MSCATTER)
     for n in g.nodes:
-        if n.op == "TLOAD" and kind[n.group] == "vector":
-            grid = grids.get(n.attrs["gm"].buf.name)
-            if grid is not None:
-                found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
-        elif n.op == "TSTORE" and kind[n.group] == "vector" and n.attrs["gm"].buf.name in grids:
-            overwrites.add(n.group)
-        elif gm_access(n.op) is not None and n.attrs["gm"].buf.name in grids:
+        op = n.op
+        if op == "TLOAD":
+            if kind[n.group] == "vector":
+                grid = grids.get(n.attrs["gm"].buf.name)
+                if grid is not None:
+                    found.setdefault(n.group, {}).setdefault(n.outer, set()).add(grid.find(n.attrs["gm"]))
+            continue
+        if op == "TSTORE":
+            if kind[n.group] == "vector" and n.attrs["gm"].buf.name in grids:
+                overwrites.add(n.group)
+            continue
+        x = indexed.get(op)
+        if x is None:
+            x = indexed[op] = gm_access(op) is not None
+        if x and n.attrs["gm"].buf.name in grids:
             overwrites.add(n.group)         # an indexed DMA of cube data: after the whole cube task
     out, paired = {}, set()
     for info in g.groups:
@@ -186,13 +203,19 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes."""
     tile_nodes = g.tiles.by_id()
     reads, writes = [], []
+    access: dict[str, int] = {}         # op -> 1: reads GM, 2: writes GM, 0: neither
     for t in g.tasks:
         r, w = Footprint(), Footprint()
         for i in t.nodes:
             n = tile_nodes[i]
-            if n.op == "TLOAD" or gm_access(n.op) == "read":
+            op = n.op
+            k = access.get(op)
+            if k is None:
+                k = access[op] = 1 if op == "TLOAD" or gm_access(op) == "read" else \
+                    2 if op == "TSTORE" or gm_access(op) == "write" else 0
+            if k == 1:
                 r.add(n.attrs["gm"])
-            elif n.op == "TSTORE" or gm_access(n.op) == "write":
+            elif k == 2:
                 w.add(n.attrs["gm"])
         reads.append(r)
         writes.append(w)

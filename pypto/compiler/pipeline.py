@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..errors import PyptoError, VerificationError
+from ..gcpause import gc_paused
 
 LEVELS = ("tensor", "tile", "block", "exec", "pto")
 BUILTIN_PASSES: set = set()   # filled by pypto.compiler: passes trusted to keep their level valid
@@ -159,6 +160,13 @@ class Pipeline:
         """
         if verify is True:
             verify = "each"
+        # the passes allocate millions of small acyclic objects (tile nodes, instructions): with
+        # the cyclic GC on, the collections they trigger walk the growing program again and
+        # again (about 45% of a 4096^3 matmul's compile); restored on any exit (gcpause.py)
+        with gc_paused():
+            return self._run(graph, ctx, verify, snapshots)
+
+    def _run(self, graph, ctx: PassContext, verify, snapshots: bool):
         last_of_level = {p.level.split("->")[-1]: i for i, p in enumerate(self.passes)}
         levels = {graph.level: graph}
         log = PassLog()

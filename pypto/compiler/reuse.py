@@ -101,8 +101,10 @@ def without_loads(nodes, dup: dict[int, int]):
     for n in nodes:
         if n.id in dup:
             continue
-        if any(i in dup for i in n.inputs):
-            n = n.replace(inputs=tuple(dup.get(i, i) for i in n.inputs))
+        for i in n.inputs:
+            if i in dup:
+                n = n.with_field("inputs", tuple([dup.get(i, i) for i in n.inputs]))
+                break
         yield n
 
 
@@ -110,7 +112,7 @@ def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
     out = []
     for n in without_loads(g.nodes, dup):
         if n.space != "" and (n.group, n.key) in pinned:
-            n = n.replace(attrs=n.attrs.replace(persistent=True, par=n.outer))
+            n = n.with_field("attrs", n.attrs.replace(persistent=True, par=n.outer))
         out.append(n)
     return g.replace(out)
 

@@ -24,26 +24,49 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             if ref is None:
                 ref = interned[key] = TileRef(*key)
             refs[n.id] = ref
+    # per op: (how its GM window is an operand, its pipe); per tuple of attribute names: the
+    # names an instruction keeps, in their order (none: one shared empty Attrs)
+    how: dict[str, tuple[str, str | None]] = {}
+    kept_of: dict[tuple, tuple] = {}
+    keep = set(ATTRS) | {"scalar"}
+    empty = Attrs()
     tasks = []
     for t in g.tasks:
         instrs = []
+        append = instrs.append
         for i in t.nodes:
             n = nodes[i]
-            a = {k: v for k, v in n.attrs.items() if k in ATTRS or k == "scalar"}
-            srcs = tuple(refs[j] for j in n.inputs)
-            if "scalar" in a:
-                srcs += (a.pop("scalar"),)
-            if n.op == "TLOAD":
-                ins = Instr("TLOAD", "MTE2", refs[n.id], (n.attrs["gm"],), Attrs(a), n.loc)
-            elif n.op == "TSTORE":
-                ins = Instr("TSTORE", pipe_of("TSTORE", srcs[0].space), n.attrs["gm"], srcs, Attrs(a), n.loc)
-            elif gm_access(n.op) == "read":     # MGATHER: dst <- GM window, index tile
-                ins = Instr(n.op, pipe_of(n.op), refs[n.id], (n.attrs["gm"],) + srcs, Attrs(a), n.loc)
-            elif gm_access(n.op) == "write":    # MSCATTER: GM window <- values, index tile
-                ins = Instr(n.op, pipe_of(n.op), n.attrs["gm"], srcs, Attrs(a), n.loc)
+            op = n.op
+            h = how.get(op)
+            if h is None:
+                acc = gm_access(op)
+                kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or "tile"
+                h = how[op] = (kind, None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op))
+            kind, pipe = h
+            d = n.attrs._dict
+            names = tuple(d)
+            kept = kept_of.get(names)
+            if kept is None:
+                kept = kept_of[names] = tuple(k for k in names if k in keep)
+            srcs = tuple([refs[j] for j in n.inputs])
+            if kept:
+                a = {k: d[k] for k in kept}
+                if "scalar" in a:
+                    srcs += (a.pop("scalar"),)
+                a = Attrs(a)
             else:
-                ins = Instr(n.op, pipe_of(n.op), refs[n.id], srcs, Attrs(a), n.loc)
-            instrs.append(ins)
+                a = empty
+            if kind == "load":
+                ins = Instr("TLOAD", "MTE2", refs[i], (d["gm"],), a, n.loc)
+            elif kind == "store":
+                ins = Instr("TSTORE", pipe_of("TSTORE", srcs[0].space), d["gm"], srcs, a, n.loc)
+            elif kind == "read":     # MGATHER: dst <- GM window, index tile
+                ins = Instr(op, pipe, refs[i], (d["gm"],) + srcs, a, n.loc)
+            elif kind == "write":    # MSCATTER: GM window <- values, index tile
+                ins = Instr(op, pipe, d["gm"], srcs, a, n.loc)
+            else:
+                ins = Instr(op, pipe, refs[i], srcs, a, n.loc)
+            append(ins)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs), t.pair))
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
 

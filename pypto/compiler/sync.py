@@ -19,14 +19,21 @@ from .pipeline import PassContext
 
 
 
+# A graph's side table {stream shape id (STREAM_SHAPES): the `plan_flags` of streams of that
+# shape}, set by the scheduling pass, which plans the flags of the order it keeps to time it
+SYNC_PLANS = "_sync_plans"
+
+
 def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
-    plans: dict = {}
+    # stream shape -> (plan, its flag instructions)
+    plans: dict = {shape: (plan, None) for shape, plan in g.__dict__.get(SYNC_PLANS, {}).items()}
     tasks, out_shapes = [], {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
-        instrs, plan = _synced(t.instrs, plans.get(shape))
+        known = plans.get(shape)
+        instrs, plan, made = _synced(t.instrs, *(known or (None, None)))
         if shape is not None:
-            plans[shape] = plan
+            plans[shape] = (plan, made)
             out_shapes[id(instrs)] = (instrs, shape)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
     out = g.replace(tasks)
@@ -39,14 +46,39 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
     return _synced(instrs)[0]
 
 
-def _synced(instrs, plan=None):
-    """(the stream with its flags, the plan used); `plan`: one made for a stream of the same shape."""
+def _synced(instrs, plan=None, made=None):
+    """(the stream with its flags, the plan used, the plan's flag instructions); `plan`: one made
+    for a stream of the same shape, `made` its flag instructions (streams of one shape share
+    them: the instructions are immutable)."""
     instrs = tuple(instrs)
     if plan is None:
         written = written_gm(instrs)
         plan = plan_flags([i.pipe for i in instrs], [accesses(i, written) for i in instrs])
+        made = None
+    if made is None:
+        made = _flag_instrs(plan)
+    before, after = made
+    out = []
+    append = out.append
+    extend = out.extend
+    if not before and not after:
+        return instrs, plan, made
+    for idx, ins in enumerate(instrs):
+        pre = before.get(idx)
+        if pre is not None:
+            extend(pre)
+        append(ins)
+        post = after.get(idx)
+        if post is not None:
+            extend(post)
+    return tuple(out), plan, made
+
+
+def _flag_instrs(plan) -> tuple[dict, dict]:
+    """The SET_FLAG / WAIT_FLAG instructions of a plan: {index: [Instr]} before and after (a
+    SET_FLAG and its WAIT_FLAG share their attributes)."""
     before, after, _ = plan
-    attrs: dict[int, Attrs] = {}        # a SET_FLAG and its WAIT_FLAG share their attributes
+    attrs: dict[int, Attrs] = {}
 
     def sync(op, pipe, key):
         a = attrs.get(id(key))
@@ -54,14 +86,9 @@ def _synced(instrs, plan=None):
             a = attrs[id(key)] = Attrs({"src": key[0], "dst": key[1], "event": key[2]})
         return Instr(op, pipe, attrs=a, loc=None)
 
-    out = []
-    for idx, ins in enumerate(instrs):
-        for op, pipe, key in before.get(idx, ()):
-            out.append(sync(op, pipe, key))
-        out.append(ins)
-        for op, pipe, key in after.get(idx, ()):
-            out.append(sync(op, pipe, key))
-    return tuple(out), plan
+    # (ids of the plan's key tuples: the plan keeps them alive)
+    return ({idx: [sync(*e) for e in ops] for idx, ops in before.items()},
+            {idx: [sync(*e) for e in ops] for idx, ops in after.items()})
 
 
 def plan_flags(pipes, accesses):
@@ -86,8 +113,22 @@ def plan_flags(pipes, accesses):
     """
     n = len(pipes)
     events = EVENTS_PER_PIPE_PAIR
-    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)   # [last writer, readers]
-    synced: dict[tuple[str, str], int] = {}
+    # per range [writer's pipe or None, writer's index, {pipe: newest reader since}] (updated in place)
+    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)
+    # per access (by id: the accesses outlive the call; tile operands share theirs): (its table,
+    # the table's size when resolved, the value lists of the ranges overlapping it, its own
+    # range's value list); a range added to the table makes it resolve again
+    resolved: dict[int, tuple] = {}
+
+    def resolve(a):
+        table = ranges[a[0]]
+        lo, hi = a[1], a[2]
+        vals = table.values
+        got = (table, len(vals), tuple([vals[k] for k in table.overlapping(lo, hi)]), vals.get((lo, hi)))
+        resolved[id(a)] = got
+        return got
+
+    synced_to: dict[str, dict[str, int]] = {}   # q -> p -> the newest P instruction a flag P->Q covers
     next_event: dict[tuple[str, str], int] = {}
     live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
     # what each pipe knows: the newest instruction of every other pipe known to have finished
@@ -112,9 +153,13 @@ def plan_flags(pipes, accesses):
         while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
             pend.pop(0)
         ev = next_event.get(pair, 0)
-        if len(pend) < events and all(x[0] != ev for x in pend):    # the usual case: the next id
-            next_event[pair] = (ev + 1) % events
-            return ev
+        if len(pend) < events:                  # the usual case: the next id, when not pending
+            for x in pend:
+                if x[0] == ev:
+                    break
+            else:
+                next_event[pair] = (ev + 1) % events
+                return ev
         done = known.get(dst, -1)
         used = {e for e, c in pend if c > done}
         if len(used) >= events:
@@ -143,23 +188,47 @@ def plan_flags(pipes, accesses):
         q = pipes[idx]
         need: dict[str, int] = {}
         acc = accesses[idx]
-        for key, lo, hi, w in acc:
-            table = ranges[key]
-            for rk in table.overlapping(lo, hi):
-                writer, readers = table.values[rk]
-                if writer is not None and writer[0] != q and writer[1] > synced.get((writer[0], q), -1):
-                    need[writer[0]] = max(need.get(writer[0], -1), writer[1])
+        sq = synced_to.get(q)
+        if sq is None:
+            sq = synced_to[q] = {}
+        for a in acc:
+            r = resolved.get(id(a))
+            if r is None or len(r[0].values) != r[1]:
+                r = resolve(a)
+            w = a[3]
+            for v in r[2]:
+                p = v[0]
+                if p is not None and p != q:
+                    j = v[1]
+                    if j > sq.get(p, -1) and j > need.get(p, -1):
+                        need[p] = j
                 if w:
-                    for p, j in readers.items():
-                        if p != q and j > synced.get((p, q), -1):
-                            need[p] = max(need.get(p, -1), j)
+                    for p, j in v[2].items():
+                        if p != q and j > sq.get(p, -1) and j > need.get(p, -1):
+                            need[p] = j
         cq = clock.get(q, empty)
         if need:
             pre = before.setdefault(idx, [])
-            for p, j in sorted(need.items()):
+            for p, j in sorted(need.items()) if len(need) > 1 else need.items():
                 pair = (p, q)
                 known = snap[j]
-                ev = take_event(pair, known, known)
+                # take_event(pair, known, known), its usual case inline: the next id, not pending
+                pend = live.get(pair)
+                if pend is None:
+                    pend = live[pair] = []
+                done = known.get(q, -1)
+                while pend and pend[0][1] <= done:
+                    pend.pop(0)
+                ev = next_event.get(pair, 0)
+                if len(pend) < events:
+                    for x in pend:
+                        if x[0] == ev:
+                            ev = take_event(pair, known, known)
+                            break
+                    else:
+                        next_event[pair] = (ev + 1) % events
+                else:
+                    ev = take_event(pair, known, known)
                 if ev is None:
                     # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
                     # covering every Q instruction so far), P waits for it and sets the new flag
@@ -173,7 +242,10 @@ def plan_flags(pipes, accesses):
                     pre.append(("WAIT_FLAG", p, bk))
                     live[back].append([bev, idx])
                     if q in last_of:
-                        synced[back] = max(synced.get(back, -1), last_of[q])
+                        sp = synced_to.get(p)
+                        if sp is None:
+                            sp = synced_to[p] = {}
+                        sp[q] = max(sp.get(q, -1), last_of[q])
                     cp = clock[p] = merged(clock.get(p, empty), cq, q, last_of.get(q, -1))
                     known = cp
                     ev = take_event(pair, known, snap[j])
@@ -192,20 +264,38 @@ def plan_flags(pipes, accesses):
                     at = j
                 pre.append(("WAIT_FLAG", q, fk))
                 live[pair].append([ev, idx])
-                cq = merged(cq, known, p, at)
-                synced[pair] = j
+                # cq = merged(cq, known, p, at), inline
+                out = None
+                if at > cq.get(p, -1):
+                    out = dict(cq)
+                    out[p] = at
+                for pk, k in known.items():
+                    if k > cq.get(pk, -1) and (out is None or k > out.get(pk, -1)):
+                        if out is None:
+                            out = dict(cq)
+                        out[pk] = k
+                if out is not None:
+                    cq = out
+                sq[p] = j
                 flags.append((p, q, j, idx))
             clock[q] = cq
         snap[idx] = cq
         last_of[q] = idx
-        for key, lo, hi, w in acc:
-            table, rk = ranges[key], (lo, hi)
-            if rk not in table:
-                table.set(rk, [None, {}])
-            if w:
+        for a in acc:
+            r = resolved.get(id(a))
+            if r is None or len(r[0].values) != r[1]:
+                r = resolve(a)
+            v = r[3]
+            if v is None:               # its range is new: in the table, and resolved again
+                r[0].set((a[1], a[2]), [None, -1, {}])
+                r = resolve(a)
+                v = r[3]
+            if a[3]:
                 # a write supersedes everything it overlaps: later accesses only need to see it
-                for ok in table.overlapping(lo, hi):
-                    table.values[ok] = [(q, idx), {}]
+                for o in r[2]:
+                    o[0] = q
+                    o[1] = idx
+                    o[2] = {}
             else:
-                table.values[rk][1][q] = idx
+                v[2][q] = idx
     return before, after, flags

@@ -38,13 +38,15 @@ class _Emitter:
         self.outer = self.inner = self.lin = 0
 
     def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
-        nid = len(self.nodes)
+        nodes = self.nodes
+        nid = len(nodes)
         attrs["key"] = key
-        attrs.setdefault("par", self.outer if persistent else self.lin)
+        if "par" not in attrs:
+            attrs["par"] = self.outer if persistent else self.lin
         if persistent:
             attrs["persistent"] = True
-        self.nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
-                                   self.group, self.outer, self.inner, Attrs(attrs), loc))
+        nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
+                              self.group, self.outer, self.inner, Attrs.of(attrs), loc))
         return nid
 
     def node(self, i) -> TileNode:
@@ -499,9 +501,12 @@ def _select(m, ops, em: _Emitter, out) -> int:
 # cube groups
 
 def _sub2d(ref: GMRef, lead: tuple[int, ...], r0, c0, rows, cols) -> GMRef:
-    off = ref.offset + sum(i * s for i, s in zip(lead, ref.strides[:-2]))
-    off += r0 * ref.strides[-2] + c0 * ref.strides[-1]
-    return GMRef(ref.buf, off, (rows, cols), ref.strides[-2:])
+    strides = ref.strides
+    off = ref.offset
+    if lead:
+        off += sum(i * s for i, s in zip(lead, strides[:-2]))
+    off += r0 * strides[-2] + c0 * strides[-1]
+    return GMRef(ref.buf, off, (rows, cols), strides[-2:])
 
 
 def _bias_row(ref: GMRef, n0: int, nv: int) -> GMRef:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import VerificationError
-from .core import TextForm, pair_problem
+from .core import TextForm, pair_problem, quick_init
 from .tile import TileGraph
 
 
+@quick_init
 @dataclass(frozen=True)
 class Task:
     id: int

@@ -7,14 +7,13 @@ Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are
 from __future__ import annotations
 
 import bisect
-import functools
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
-from .core import Attrs, TextForm, fmt_shape, pair_problem, prod
+from .core import Attrs, TextForm, cached, fmt_shape, pair_problem, prod, quick_init
 from .gm import GMBuffer, GMRef
 from .tile import tile_bytes
 
@@ -29,6 +28,7 @@ EVENTS_PER_PIPE_PAIR = 8
 # instruction table's (pypto.target.isa), importable from here for the exec level's readers.
 
 
+@quick_init
 @dataclass(frozen=True)
 class TileRef:
     space: str
@@ -37,7 +37,7 @@ class TileRef:
     shape: tuple[int, ...]
     valid: tuple[int, ...]
 
-    @functools.cached_property
+    @cached
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
 
@@ -47,12 +47,19 @@ class TileRef:
             h = self.__dict__["_hash"] = hash((self.space, self.addr, self.dtype, self.shape, self.valid))
         return h
 
+    @cached
+    def _accesses(self) -> tuple["Access", "Access"]:
+        """(its read, its write) as `accesses` gives them (worked out once per tile operand)."""
+        hi = self.addr + self.nbytes
+        return Access(self.space, self.addr, hi, False), Access(self.space, self.addr, hi, True)
+
     def text(self) -> str:
         v = "" if self.valid == self.shape else f"{{{','.join(map(str, self.valid))}}}"
         return f"{self.space}[{self.addr:#x}]:{self.dtype}{fmt_shape(self.shape)}{v}"
 
 
-@dataclass(frozen=True)
+@quick_init
+@dataclass(frozen=True, slots=True)     # slots: a program holds one per instruction
 class Instr:
     op: str
     pipe: str
@@ -103,7 +110,7 @@ class Loop:
     count: int
     body: tuple
 
-    @functools.cached_property
+    @cached
     def n_instrs(self) -> int:
         """How many instructions its iterations run (inner loops unrolled)."""
         return self.count * n_instrs(self.body)
@@ -203,13 +210,27 @@ def accesses(ins: Instr, written_gm=None) -> list[Access]:
     writes), reads of other GM buffers are left out: read-only GM cannot order anything.
     """
     out = []
-    for o, w in ((ins.dst, True), *((s, False) for s in ins.srcs)):
+    o = ins.dst
+    if isinstance(o, TileRef):
+        out.append(o._accesses[1])
+    elif isinstance(o, GMRef):
+        out.append(_gm_accesses(o)[1])
+    for o in ins.srcs:
         if isinstance(o, TileRef):
-            out.append(Access(o.space, o.addr, o.addr + o.nbytes, w))
-        elif isinstance(o, GMRef) and (w or written_gm is None or o.buf.name in written_gm):
-            lo, hi = o.span()
-            out.append(Access("GM:" + o.buf.name, lo, hi, w))
+            out.append(o._accesses[0])
+        elif isinstance(o, GMRef) and (written_gm is None or o.buf.name in written_gm):
+            out.append(_gm_accesses(o)[0])
     return out
+
+
+def _gm_accesses(o: GMRef) -> tuple[Access, Access]:
+    """(read, write) of a GM window as `accesses` gives them, kept on the window (it is immutable)."""
+    got = o.__dict__.get("_accesses")
+    if got is None:
+        lo, hi = o.span()
+        key = "GM:" + o.buf.name
+        got = o.__dict__["_accesses"] = (Access(key, lo, hi, False), Access(key, lo, hi, True))
+    return got
 
 
 class Intervals:
@@ -221,11 +242,20 @@ class Intervals:
         self.keys: list[tuple[int, int]] = []
         self.values: dict[tuple[int, int], object] = {}
         self.longest = 0
+        # the answers of `overlapping` since the ranges last changed: a task's tiles reuse a few
+        # slots, so once every slot has been seen a lookup is one dict probe
+        self._memo: dict[tuple[int, int], tuple] = {}
 
-    def overlapping(self, lo: int, hi: int) -> list[tuple[int, int]]:
-        i0 = bisect.bisect_left(self.keys, (lo - self.longest + 1,))
-        i1 = bisect.bisect_left(self.keys, (hi,))
-        return [k for k in self.keys[i0:i1] if k[1] > lo]
+    def overlapping(self, lo: int, hi: int) -> tuple[tuple[int, int], ...]:
+        """The ranges overlapping [lo, hi), in order of start."""
+        q = (lo, hi)
+        got = self._memo.get(q)
+        if got is None:
+            keys = self.keys
+            i0 = bisect.bisect_left(keys, (lo - self.longest + 1,))
+            i1 = bisect.bisect_left(keys, (hi,))
+            got = self._memo[q] = tuple([k for k in keys[i0:i1] if k[1] > lo])
+        return got
 
     def get(self, key, default=None):
         return self.values.get(key, default)
@@ -237,11 +267,15 @@ class Intervals:
         if key not in self.values:
             bisect.insort(self.keys, key)
             self.longest = max(self.longest, key[1] - key[0])
+            if self._memo:
+                self._memo = {}
         self.values[key] = value
 
     def remove(self, key: tuple[int, int]) -> None:
         del self.keys[bisect.bisect_left(self.keys, key)]
         del self.values[key]
+        if self._memo:
+            self._memo = {}
 
 
 def written_gm(instrs) -> set[str]:
@@ -268,6 +302,7 @@ def _operand(o) -> str:
     return repr(float(o)) if isinstance(o, float) else str(o)
 
 
+@quick_init
 @dataclass(frozen=True)
 class ExecTask:
     id: int
@@ -281,14 +316,14 @@ class ExecTask:
     # assign_cores pass; None: the dispatcher picks a free one when the task is ready
     core: int | None = None
 
-    @functools.cached_property
+    @cached
     def stream(self) -> tuple[Instr, ...]:
         """The instructions the task runs, in order: `instrs` with its loops unrolled (`instrs`
         itself when it has none).  Indices into it are the instruction indices of the trace, the
         race reports and the checked mode."""
         return tuple(unrolled(self.instrs)) if has_loops(self.instrs) else self.instrs
 
-    @functools.cached_property
+    @cached
     def n_instrs(self) -> int:
         """How many instructions the task runs (its loops' iterations counted)."""
         return n_instrs(self.instrs)
@@ -412,6 +447,9 @@ def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
     return walk(items, 0, ())
 
 
+_EVENT_OPS = frozenset(("SET_FLAG", "WAIT_FLAG", *CROSS_OPS))
+
+
 def verify(g: ExecGraph) -> None:
     core_of: dict[int, str] = {}
     for t in g.tasks:
@@ -430,7 +468,7 @@ def verify(g: ExecGraph) -> None:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",
                                         loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
-            if ins.op in ("SET_FLAG", "WAIT_FLAG", *CROSS_OPS) and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
+            if ins.op in _EVENT_OPS and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
                                         expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
         core_of[t.id] = t.core_type

@@ -9,7 +9,7 @@ import functools
 from dataclasses import dataclass
 
 from ..dtypes import DType
-from .core import prod
+from .core import cached, prod, quick_init
 
 
 @functools.lru_cache(maxsize=1024)
@@ -33,6 +33,16 @@ class GMBuffer:
         return prod(self.shape) * self.dtype.itemsize
 
 
+@functools.lru_cache(maxsize=1024)
+def _dim_of_stride(nat: tuple[int, ...]) -> dict[int, int]:
+    """Natural strides -> {stride: the first buffer dim with it} (`nat.index`, looked up)."""
+    out: dict[int, int] = {}
+    for j, s in enumerate(nat):
+        out.setdefault(s, j)
+    return out
+
+
+@quick_init
 @dataclass(frozen=True)
 class GMRef:
     buf: GMBuffer
@@ -75,7 +85,7 @@ class GMRef:
             return None
         return GMRef(self.buf, self.offset, tuple(shape), natural_strides(tuple(shape)))
 
-    @functools.cached_property
+    @cached
     def _box(self):
         return self._compute_box()
 
@@ -85,25 +95,25 @@ class GMRef:
 
     def _compute_box(self):
         nat = natural_strides(self.buf.shape)
-        idx, rem = [], self.offset
+        dim_of = _dim_of_stride(nat)
+        rem = self.offset
+        idx = []
         for s in nat:
-            idx.append(rem // s)
-            rem %= s
+            i, rem = divmod(rem, s)
+            idx.append(i)
         ranges = [(i, i + 1) for i in idx]
         used = set()
         for size, stride in zip(self.shape, self.strides):
             if size == 1:
                 continue
-            if stride not in nat:
-                return None
-            j = nat.index(stride)
-            if j in used:
+            j = dim_of.get(stride)
+            if j is None or j in used:
                 return None
             used.add(j)
             ranges[j] = (idx[j], idx[j] + size)
         return tuple(ranges)
 
-    @functools.cached_property
+    @cached
     def _span(self) -> tuple[int, int]:
         hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
         return self.offset, hi + 1
@@ -143,16 +153,29 @@ class Footprint:
 
     def add(self, ref: GMRef):
         name = ref.buf.name
-        lo, hi = ref.span()
+        lo, hi = ref._span
         s = self.span.get(name)
-        self.span[name] = [lo, hi] if s is None else [min(s[0], lo), max(s[1], hi)]
-        b = ref.box()
+        if s is None:
+            self.span[name] = [lo, hi]
+        else:                           # (the lists are the footprint's own: grown in place)
+            if lo < s[0]:
+                s[0] = lo
+            if hi > s[1]:
+                s[1] = hi
+        b = ref._box
+        box = self.box
         if b is None:
-            self.box[name] = None
-        elif name not in self.box:
-            self.box[name] = [list(r) for r in b]
-        elif self.box[name] is not None:
-            self.box[name] = [[min(x[0], y[0]), max(x[1], y[1])] for x, y in zip(self.box[name], b)]
+            box[name] = None
+        elif name not in box:
+            box[name] = [list(r) for r in b]
+        else:
+            mine = box[name]
+            if mine is not None:
+                for x, (y0, y1) in zip(mine, b):
+                    if y0 < x[0]:
+                        x[0] = y0
+                    if y1 > x[1]:
+                        x[1] = y1
 
     def overlaps(self, other: "Footprint") -> bool:
         for name, (lo, hi) in self.span.items():

@@ -7,12 +7,13 @@ allocated `shape`.  After buffer allocation every tile node has a `buf` byte off
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, TextForm, fmt_shape
+from .core import Attrs, TextForm, fmt_shape, quick_init
 from .gm import GMBuffer
 from ..target.isa import INSTRUCTIONS
 
@@ -42,7 +43,8 @@ class GroupInfo:
         return "AIC" if self.kind == "cube" else "AIV"
 
 
-@dataclass(frozen=True)
+@quick_init
+@dataclass(frozen=True, slots=True)     # slots: a graph holds one per tile op
 class TileNode:
     id: int
     op: str
@@ -58,14 +60,37 @@ class TileNode:
     loc: SourceLoc | None = None
 
     def replace(self, **changes) -> "TileNode":
-        new = object.__new__(TileNode)          # a copy with some fields changed (hot in passes)
-        new.__dict__.update(self.__dict__)
-        new.__dict__.update(changes)
+        """A copy with some fields changed."""
+        new = self
+        for name, value in changes.items():
+            new = new.with_field(name, value)
         return new
+
+    def with_field(self, name: str, value) -> "TileNode":
+        """`replace(**{name: value})` of one field, without the keyword dict (hot in passes)."""
+        copy = _WITH.get(name)
+        if copy is None:
+            raise TypeError(f"TileNode has no field {name!r}")
+        return copy(self, value)
 
     @property
     def key(self) -> str:
         return self.attrs["key"]
+
+
+def _copiers() -> dict:
+    """field name -> fn(node, value): the node with that field changed (all fields passed on)."""
+    names = [f.name for f in dataclasses.fields(TileNode)]
+    out = {}
+    for name in names:
+        env = {"TileNode": TileNode}
+        args = ", ".join("value" if n == name else f"node.{n}" for n in names)
+        exec(f"def with_{name}(node, value):\n    return TileNode({args})\n", env)   # noqa: S102
+        out[name] = env[f"with_{name}"]
+    return out
+
+
+_WITH = _copiers()
 
 
 @dataclass(frozen=True)
@@ -135,43 +160,54 @@ def print_graph(g: TileGraph, full: bool = False) -> str:
 
 
 def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
-    seen: dict[int, TileNode] = {}
+    space_of: dict[int, str] = {}           # the nodes seen so far -> the space of their tile
+    scatter = {op for op, r in INSTRUCTIONS.items() if r.kind == "scatter"}
+    gm_dsts = DATA_PATHS["GM"]
+    get = space_of.get
     for n in g.nodes:
-        def fail(msg, expected=None, got=None):
-            raise VerificationError(f"tile graph node %{n.id} ({n.op}, group {n.group}): {msg}",
-                                    loc=n.loc, expected=expected, got=got)
-        for i in n.inputs:
-            if i not in seen:
-                fail(f"input %{i} is not defined before use")
-        if any(v > s for v, s in zip(n.valid, n.shape)) or len(n.valid) != len(n.shape):
-            fail("valid shape exceeds the tile", expected=f"<= {fmt_shape(n.shape)}", got=fmt_shape(n.valid))
-        srcs = [seen[i].space for i in n.inputs]
-        if n.space == "?" or "?" in srcs:   # before memory-space assignment
-            seen[n.id] = n
+        op, space, inputs = n.op, n.space, n.inputs
+        srcs = []
+        for i in inputs:
+            src = get(i)
+            if src is None:
+                _fail(n, f"input %{i} is not defined before use")
+            srcs.append(src)
+        valid, shape = n.valid, n.shape
+        if valid != shape and (len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
+            _fail(n, "valid shape exceeds the tile", expected=f"<= {fmt_shape(shape)}", got=fmt_shape(valid))
+        if space == "?" or "?" in srcs:   # before memory-space assignment
+            space_of[n.id] = space
             continue
-        if n.op == "TLOAD":
-            if n.space not in DATA_PATHS["GM"]:
-                fail("illegal data path", expected="GM -> " + "/".join(DATA_PATHS["GM"]), got=f"GM -> {n.space}")
-        elif n.op == "TSTORE" or (n.op in INSTRUCTIONS and INSTRUCTIONS[n.op].kind == "scatter"):
+        if op == "TLOAD":
+            if space not in gm_dsts:
+                _fail(n, "illegal data path", expected="GM -> " + "/".join(gm_dsts), got=f"GM -> {space}")
+        elif op == "TSTORE" or op in scatter:
             if srcs[0] not in ("UB", "L0C"):
-                fail("illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
-        elif n.op == "TEXTRACT":
-            if srcs[0] != "L1" or n.space not in ("L0A", "L0B"):
-                fail("illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {n.space}")
-        elif n.op == "TMOV":
-            if srcs[0] != "L1" or n.space != "BT":
-                fail("illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {n.space}")
-        elif n.op.startswith("TMATMUL"):
-            if srcs[-2:] != ["L0A", "L0B"] or n.space != "L0C" or (n.op == "TMATMUL_BIAS" and srcs[0] != "BT"):
-                fail("matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {n.space}")
+                _fail(n, "illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
+        elif op == "TEXTRACT":
+            if srcs[0] != "L1" or space not in ("L0A", "L0B"):
+                _fail(n, "illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {space}")
+        elif op == "TMOV":
+            if srcs[0] != "L1" or space != "BT":
+                _fail(n, "illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {space}")
+        elif op.startswith("TMATMUL"):
+            if srcs[-2:] != ["L0A", "L0B"] or space != "L0C" or (op == "TMATMUL_BIAS" and srcs[0] != "BT"):
+                _fail(n, "matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {space}")
         else:
-            if n.space != "UB" or any(s != "UB" for s in srcs):
-                fail("vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {n.space}")
-        if capacities is not None and n.space in capacities and "buf" in n.attrs:
-            end = n.attrs["buf"] + tile_bytes(n.shape, n.dtype)
-            if end > capacities[n.space]:
-                fail(f"tile overflows {n.space}", expected=f"<= {capacities[n.space]} bytes", got=end)
-        seen[n.id] = n
+            if space != "UB" or any(s != "UB" for s in srcs):
+                _fail(n, "vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {space}")
+        if capacities is not None and space in capacities:
+            buf = n.attrs.get("buf")
+            if buf is not None:
+                end = buf + tile_bytes(shape, n.dtype)
+                if end > capacities[space]:
+                    _fail(n, f"tile overflows {space}", expected=f"<= {capacities[space]} bytes", got=end)
+        space_of[n.id] = space
+
+
+def _fail(n: TileNode, msg, expected=None, got=None):
+    raise VerificationError(f"tile graph node %{n.id} ({n.op}, group {n.group}): {msg}",
+                            loc=n.loc, expected=expected, got=got)
 
 
 def row_pitch(shape, dtype: DType) -> int:

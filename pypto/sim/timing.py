@@ -22,8 +22,6 @@ Both run the instructions as `Decoder` decodes them.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import heapq
 import math
 import sys
@@ -33,6 +31,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import PyptoError, SimulationError
+from ..gcpause import gc_paused
 from ..ir.exec import AIC_PIPES, AIV_PIPES, SIM_CACHE, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
@@ -77,7 +76,7 @@ class Trace(Sequence):
     @property
     def events(self) -> list:
         if self._events is None:
-            with _gc_paused():          # a million small objects that form no cycles
+            with gc_paused():          # a million small objects that form no cycles
                 self._events = list(self._make())
             self._make = None
         return self._events
@@ -317,7 +316,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
         if kept is not None:
             return kept if not trace else {**kept, "events": Trace(lambda: _fresh_trace(program, machine),
                                                                     kept["instructions"])}
-    with _gc_paused():
+    with gc_paused():
         out = _run_timing(program, machine, trace, record_times, checked, progress, engine)
     if plain:
         _keep_run(program, machine, out)
@@ -326,7 +325,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
 
 def _fresh_trace(program: Program, machine: Machine) -> list:
     """The trace of a kept run (`_kept_run`), made by running the program again with one."""
-    with _gc_paused():
+    with gc_paused():
         return list(_run_timing(program, machine, True, False, False, False, "auto")["events"])
 
 
@@ -350,20 +349,6 @@ def _kept_run(program: Program, machine: Machine) -> dict | None:
         return None
     return {**run, "busy": dict(run["busy"]), "bytes_by_path": dict(run["bytes_by_path"]),
             "tasks": dict(run["tasks"]), "l2": dict(run["l2"]), "unwaited": list(run["unwaited"])}
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Pause the cyclic garbage collector: decoding and the Python event loop allocate millions of
-    small objects that never form cycles (rows, heap entries, trace events), and every collection
-    they trigger traverses the whole program, which costs up to half of the time on large ones."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _run_timing(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,

@@ -203,6 +203,10 @@ def _rows() -> list[Instruction]:
 
 INSTRUCTIONS: dict[str, Instruction] = {r.name: r for r in _rows()}
 _BY_MATH: dict[tuple[str, str], Instruction] = {(r.fn, r.form): r for r in INSTRUCTIONS.values() if r.fn or r.form}
+_FORMS: dict[str, dict[str, str]] = {}      # math -> form -> opcode (the tiling asks per tile)
+for (_fn, _form), _r in _BY_MATH.items():
+    _FORMS.setdefault(_fn, {})[_form] = _r.name
+del _fn, _form, _r
 SYNC_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "sync")
 MOVE_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "dma")
 
@@ -210,7 +214,7 @@ MOVE_OPS = tuple(r.name for r in INSTRUCTIONS.values() if r.cost == "dma")
 def opcodes(fn: str) -> dict[str, str]:
     """Every form of math `fn` the table has -> its opcode (`opcodes("CMP")` is
     {"": "TCMP", "S": "TCMPS"})."""
-    return {f: r.name for (g, f), r in _BY_MATH.items() if g == fn}
+    return dict(_FORMS.get(fn, ()))
 
 
 def find(fn: str, form: str = "") -> str:

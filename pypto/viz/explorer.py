@@ -23,8 +23,6 @@ snapshot (`text/html`: header, stats, the Tensor graph, the timeline) and one `t
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import html
 import math
 import time
@@ -32,6 +30,7 @@ import time
 import numpy as np
 
 from ..errors import PyptoError, located
+from ..gcpause import gc_paused
 
 
 class ExplorerOptionError(PyptoError, ValueError):
@@ -141,20 +140,6 @@ def tiled_dims(kernel, args, consts) -> dict[str, tuple[int, int]]:
             hi = max(b[1] for b in bounds)
             out[name] = (min(lo, _pow2_ceil(hi)), hi)
     return out
-
-
-@contextlib.contextmanager
-def _gc_paused():
-    """Suspend Python's cyclic GC while compiling and simulating: they allocate hundreds of
-    thousands of short-lived IR objects, and with a few configurations cached every collection
-    pass walks a large heap (about 10% of a slider release).  Re-enabled right after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _dims(tile):
@@ -457,7 +442,9 @@ class Explorer:
         hit = self._results.get(key)
         if hit is None:
             args = self._args_for(dtype)
-            with _gc_paused():
+            # the cyclic GC paused: with a few configurations cached, every collection walks a
+            # large heap (about 10% of a slider release)
+            with gc_paused():
                 t0 = time.perf_counter()
                 ck = self.kernel.compile(*args, machine=machine, snapshots=True, **consts)
                 t1 = time.perf_counter()
@@ -480,7 +467,7 @@ class Explorer:
         ck, res, args = hit
         if res is None or res.check is not None:
             return False
-        with _gc_paused():
+        with gc_paused():
             t0 = time.perf_counter()
             done = ck.simulate(*args, mode="functional", check=True)
             self._check_time = time.perf_counter() - t0

@@ -1,0 +1,131 @@
+"""Compile time and memory of large programs: the fp16 matmul (`kernels.matmul_auto`, pypto's
+default cube tile for a2a3) at 1024^3, 2048^3, 4096^3 and M=4096, K=8192, N=4096.
+
+Every tile is unrolled into the program, so compile time and memory grow with the PTO instruction
+count.  Printed per size: output tiles (of the cube group) and PTO instructions, the compile time
+(median of 3 compiles for the two small sizes, one for the big ones; CPU time beside it, since the
+machine may be shared), microseconds per instruction, the peak memory tracemalloc sees during the
+compile (a separate compile: tracing slows it down) and the Python objects the compiled kernel
+keeps; then the per-pass times of the 4096^3 compile (the pass log) and the targets of the
+compile-time issue, each "met" or "not met".  Those targets (4096^3 within twice the 1024^3 compile,
+under 1 s; 4096x8192x4096 under 1.5 s and 150 MiB) need loops in the IR: as long as every tile is
+an instruction, the work grows with the tiles.
+
+Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
+`pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
+`assign_cores` pass runs on programs of 100 k instructions or more).
+
+    python benchmarks/compile_time.py            # all four sizes: about a minute
+    python benchmarks/compile_time.py --quick    # 1024^3 and 2048^3 only
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+import tracemalloc
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]     # the pypto of this checkout, and kernels.py
+
+import pypto  # noqa: E402
+from kernels import matmul_auto  # noqa: E402
+
+F16 = pypto.DT_FP16
+T = pypto.Tensor
+MIB = 1 << 20
+
+SIZES = [("1024^3", 1024, 1024, 1024), ("2048^3", 2048, 2048, 2048), ("4096^3", 4096, 4096, 4096),
+         ("4096x8192x4096", 4096, 8192, 4096)]      # M, K, N
+SMALL = ("1024^3", "2048^3")
+
+
+def specs(m: int, k: int, n: int):
+    return T([m, k], F16), T([k, n], F16), T([m, n], F16)
+
+
+def compile_once(args):
+    """(wall s, CPU s, the compiled kernel) of one compile, the jit cache cleared first."""
+    matmul_auto.cache_clear()
+    gc.collect()
+    t0, c0 = time.perf_counter(), time.process_time()
+    ck = matmul_auto.compile(*args)
+    return time.perf_counter() - t0, time.process_time() - c0, ck
+
+
+def peak_memory(args) -> tuple[float, float]:
+    """(tracemalloc's peak during a compile, what the compiled kernel keeps), in MiB."""
+    matmul_auto.cache_clear()
+    gc.collect()
+    tracemalloc.start()
+    ck = matmul_auto.compile(*args)
+    kept, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    del ck
+    matmul_auto.cache_clear()
+    return peak / MIB, kept / MIB
+
+
+def warm_up() -> None:
+    """Imports, the first compile's one-time work, and numba's timing engine loaded (or compiled)."""
+    from pypto.sim.timing import run_timing
+    ck = matmul_auto.compile(*specs(256, 256, 256))
+    run_timing(ck.program, ck.machine, trace=False, progress=False, engine="compiled")
+    matmul_auto.cache_clear()
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="only 1024^3 and 2048^3")
+    ap.add_argument("--no-memory", action="store_true", help="skip the tracemalloc compiles")
+    a = ap.parse_args(argv)
+    warm_up()
+    rows = {}
+    logs = {}
+    print("compile time of matmul_auto (fp16, a2a3), every tile unrolled into the program")
+    print(f"  {'size (MxKxN)':<16} {'out tiles':>9} {'PTO instrs':>10} {'compile s':>9} {'cpu s':>7} "
+          f"{'us/instr':>8} {'peak MiB':>8} {'kept MiB':>8}")
+    for name, m, k, n in SIZES:
+        if a.quick and name not in SMALL:
+            continue
+        args = specs(m, k, n)
+        runs = [compile_once(args) for _ in range(3 if name in SMALL else 1)]
+        wall = statistics.median(r[0] for r in runs)
+        cpu = statistics.median(r[1] for r in runs)
+        ck = runs[-1][2]
+        instrs = len(ck.program)
+        tiles = sum(gr.n_outer for gr in ck.tile_graph.groups if gr.kind == "cube")
+        logs[name] = ck.pass_log
+        del runs, ck
+        peak, kept = (float("nan"), float("nan")) if a.no_memory else peak_memory(args)
+        rows[name] = (wall, peak, instrs)
+        print(f"  {name:<16} {tiles:>9} {instrs:>10} {wall:>9.3f} {cpu:>7.3f} {wall / instrs * 1e6:>8.2f} "
+              f"{peak:>8.1f} {kept:>8.1f}", flush=True)
+    big = "4096^3" if "4096^3" in logs else "2048^3"
+    print(f"\nper pass, {big} (the pass log; the verifiers, tracing and the GC's catching up after the "
+          f"pipeline are the rest)")
+    for r in logs[big]:
+        if r.ms >= 1:
+            print(f"  {r.name:<26} {r.ms:>9.1f} ms")
+    print(f"  {'sum of the passes':<26} {sum(r.ms for r in logs[big]):>9.1f} ms")
+    print("\ntargets (compile-time issue; they need loops in the IR, not every tile unrolled)")
+
+    def target(what, ok, detail):
+        print(f"  {what:<52} {detail:<34} {'met' if ok else 'not met'}")
+    if "4096^3" in rows and "1024^3" in rows:
+        r = rows["4096^3"][0] / rows["1024^3"][0]
+        target("4096^3 compile at most 2x the 1024^3 compile", r <= 2, f"{r:.1f}x")
+        target("4096^3 compile at most 1 s", rows["4096^3"][0] <= 1, f"{rows['4096^3'][0]:.2f} s")
+    if "4096x8192x4096" in rows:
+        w, peak, _ = rows["4096x8192x4096"]
+        target("4096x8192x4096 compile at most 1.5 s", w <= 1.5, f"{w:.2f} s")
+        target("4096x8192x4096 peak memory under 150 MiB", peak < 150, f"{peak:.0f} MiB (tracemalloc peak)")
+    if a.quick:
+        print("  (--quick: the targets need the 4096 sizes)")
+
+
+if __name__ == "__main__":
+    main()
