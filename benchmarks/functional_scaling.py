@@ -76,7 +76,7 @@ def measure(kernel, shapes, rounds: int) -> dict:
         t0 = time.perf_counter()
         pypto.sim.simulate(program, x, out, machine=machine, mode="functional")
         runs.append(time.perf_counter() - t0)
-    return {"instrs": sum(len(t.stream) for t in program.tasks), "tasks": len(program.tasks),
+    return {"instrs": sum(len(t.instrs) for t in program.tasks), "tasks": len(program.tasks),
             "ops": len(plan_for(program, machine).ops), "build": build, "run": statistics.median(runs)}
 
 

@@ -53,7 +53,7 @@ def test_table_rows(cmp, pair):
     assert rows["bound"] == (cmp.res_a.stats["bound"], cmp.res_b.stats["bound"])
     assert rows["constants"] == ("TM=32, TN=256", "TM=16, TN=1024")
     assert rows["check vs numpy"] == ("OK", "OK")
-    n_sync = sum(i.op in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for t in a.program.tasks for i in t.stream)
+    n_sync = sum(i.op in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for t in a.program.tasks for i in t.instrs)
     assert rows["  sync"][0] == str(n_sync)
     assert rows["time"] == (f"{cmp.res_a.time_us:.3f} us", f"{cmp.res_b.time_us:.3f} us")
 

@@ -126,7 +126,7 @@ def test_dce_removes_unused_value(rng):
     assert "mul" not in {n.op for n in ck.tensor_graph.nodes}
     rec = {r.name: r for r in ck.pass_log}
     assert rec["dce"].nodes_after < rec["dce"].nodes_before
-    assert not any(i.op == "TEXP" for t in ck.program.tasks for i in t.stream)
+    assert not any(i.op == "TEXP" for t in ck.program.tasks for i in t.instrs)
 
 
 def _groups(ck):
@@ -269,7 +269,7 @@ def test_every_tile_fits_its_space(machine, rng):
             if n.space in caps:
                 assert 0 <= n.attrs["buf"] and n.attrs["buf"] + tile_bytes(n.shape, n.dtype) <= caps[n.space], n
         for t in ck.program.tasks:
-            for ins in t.stream:
+            for ins in t.instrs:
                 for o in (ins.dst, *ins.srcs):
                     if hasattr(o, "space") and o.space in caps:
                         assert o.addr + o.nbytes <= caps[o.space]
@@ -309,13 +309,13 @@ def test_tasks_core_types_and_dependencies(rng):
     assert all(t.level > 0 for t in aiv) and all(t.level == 0 for t in aic)
     # matmul instructions only on AIC tasks, vector instructions only on AIV tasks
     for t in ck.program.tasks:
-        ops = {i.op for i in t.stream}
+        ops = {i.op for i in t.instrs}
         if t.core_type == "AIC":
             assert "TMATMUL" in ops and "TABS" not in ops
-            assert {i.pipe for i in t.stream} <= {"MTE2", "MTE1", "M", "FIX", "S"}
+            assert {i.pipe for i in t.instrs} <= {"MTE2", "MTE1", "M", "FIX", "S"}
         else:
             assert "TABS" in ops and not any(o.startswith("TMATMUL") for o in ops)
-            assert {i.pipe for i in t.stream} <= {"MTE2", "V", "MTE3", "S"}
+            assert {i.pipe for i in t.instrs} <= {"MTE2", "V", "MTE3", "S"}
     # results
     res = ck.simulate(a, b, np.zeros((100, 70), np.float16))
     want = np.abs(a.astype(np.float64) @ b.astype(np.float64))
@@ -369,7 +369,7 @@ def test_set_wait_flags_pair_up(which, rng):
     total = 0
     for t in ck.program.tasks:
         sets, waits = collections.Counter(), collections.Counter()
-        for i in t.stream:
+        for i in t.instrs:
             if i.op in ("SET_FLAG", "WAIT_FLAG"):
                 key = (i.attrs["src"], i.attrs["dst"], i.attrs["event"])
                 assert 0 <= key[2] < 8
@@ -384,7 +384,7 @@ def test_set_wait_flags_pair_up(which, rng):
         total += sum(sets.values())
         # a wait never comes before the first matching set has been issued in program order
         seen = collections.Counter()
-        for i in t.stream:
+        for i in t.instrs:
             if i.op == "SET_FLAG":
                 seen[(i.attrs["src"], i.attrs["dst"], i.attrs["event"])] += 1
         assert seen == sets
@@ -440,7 +440,7 @@ def test_sync_orders_every_hazard(which, rng):
         ck = mm_abs.compile(a, a.T.copy(), np.zeros((100, 100), np.float16), machine="teach")
     checked = 0
     for t in ck.program.tasks:
-        instrs = t.stream
+        instrs = t.instrs
         anc = _happens_before(instrs)
         accs = [byte_accesses(i) for i in instrs]
         for j in range(len(instrs)):

@@ -45,7 +45,7 @@ def test_conv_relu_nhwc(rng):
     # pipe applies the ReLU on the way out; no vector core takes part
     assert [g.kind for g in ck.tile_graph.groups] == ["cube"]
     assert ck.tile_graph.groups[0].n_inner == 9
-    ops = [i for t in ck.program.tasks for i in t.stream]
+    ops = [i for t in ck.program.tasks for i in t.instrs]
     assert {t.core_type for t in ck.program.tasks} == {"AIC"}
     assert all(i.attrs.get("act") == "relu" for i in ops if i.op == "TSTORE")
     res = ck.simulate(x, w, y, checked=True)
@@ -160,7 +160,7 @@ def test_the_nchw_result_is_written_back_tile_by_tile_next_to_the_cube(rng):
     assert cube.tile[0] == 16 and cube.tile[2] == 128 and copy.tile == (1, 64, 1, 16)
     vec = [t for t in ck.program.tasks if t.core_type == "AIV"]
     assert vec and all(t.pair is not None for t in vec)                 # paired with the cube tasks
-    assert any(i.op == "CROSS_WAIT_FLAG" for t in vec for i in t.stream)    # and streamed per tile
+    assert any(i.op == "CROSS_WAIT_FLAG" for t in vec for i in t.instrs)    # and streamed per tile
     res = ck.simulate(x, w, y, checked=True)
     want = np.maximum(conv_nhwc(x.transpose(0, 2, 3, 1).astype(np.float32),
                                 w.transpose(2, 3, 1, 0).astype(np.float32)), 0).transpose(0, 3, 1, 2)

@@ -211,7 +211,7 @@ def test_cost_matches_base_cycles_of_compiled_instructions(rng):
     seen = set()
     for p in progs:
         for t in p.tasks:
-            for ins in t.stream:
+            for ins in t.instrs:
                 assert cost(ins.op, "a2a3", **_kwargs_of(ins)) == base_cycles(ins, A2A3), ins.text()
                 seen.add(ins.op)
     assert {"TLOAD", "TSTORE", "TEXTRACT", "TMATMUL", "TMATMUL_ACC", "TEXP", "TCVT", "TROWMAX",
@@ -223,7 +223,7 @@ def test_extract_costs_its_own_bytes_not_the_l1_tile(rng):
     a = rng.standard_normal((32, 64)).astype(np.float16)
     b = rng.standard_normal((64, 32)).astype(np.float16)
     p = _mm.compile(a, b, np.zeros((32, 32), np.float16)).program
-    ex = [i for t in p.tasks for i in t.stream if i.op == "TEXTRACT"]
+    ex = [i for t in p.tasks for i in t.instrs if i.op == "TEXTRACT"]
     assert len(ex) == 4 and all(i.srcs[0].shape != i.dst.shape for i in ex)
     for i in ex:
         path = ("L1", i.dst.space)
@@ -293,7 +293,7 @@ def test_table_ops_appear_in_compiled_programs(rng):
     for p in (_softmax.compile(x, np.zeros_like(x)).program, _mixed.compile(x, w, np.zeros(x.shape, np.float16)).program,
               _mm.compile(x[:, :64].astype(np.float16), x.T[:64, :40].astype(np.float16),
                           np.zeros((40, 40), np.float16)).program):
-        emitted |= {i.op for t in p.tasks for i in t.stream}
+        emitted |= {i.op for t in p.tasks for i in t.instrs}
     assert emitted <= {r.op for r in instruction_table("a2a3")}
 
 

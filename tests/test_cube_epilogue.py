@@ -51,7 +51,7 @@ def mm_stored_and_relu(a, b, c, r):
 
 
 def _ops(ck):
-    return [i.op for t in ck.program.tasks for i in t.stream]
+    return [i.op for t in ck.program.tasks for i in t.instrs]
 
 
 def _data(rng, m, k, n, dtype=np.float32):
@@ -74,7 +74,7 @@ def test_bias_and_relu_run_on_the_cube(rng, m, k, n, dtype):
     ops = _ops(ck)
     n_tiles = -(-m // 64) * -(-n // 64)
     assert ops.count("TMATMUL_BIAS") == ops.count("TMOV") == n_tiles
-    stores = [i for t in ck.program.tasks for i in t.stream if i.op == "TSTORE"]
+    stores = [i for t in ck.program.tasks for i in t.instrs if i.op == "TSTORE"]
     assert len(stores) == n_tiles and all(i.attrs["act"] == "relu" and i.pipe == "FIX" for i in stores)
     want = np.maximum(a.astype(np.float32) @ b.astype(np.float32) + bias.astype(np.float32), 0)
     got = ck.simulate(a, b, bias, c).outputs["c"]
@@ -86,7 +86,7 @@ def test_bias_alone_and_relu_alone(rng):
     a, b, bias = _data(rng, 128, 64, 128)
     c = np.zeros((128, 128), np.float32)
     ck = mm_bias.compile(a, b, bias, c, machine="teach")
-    assert "TMATMUL_BIAS" in _ops(ck) and not any("act" in i.attrs for t in ck.program.tasks for i in t.stream)
+    assert "TMATMUL_BIAS" in _ops(ck) and not any("act" in i.attrs for t in ck.program.tasks for i in t.instrs)
     np.testing.assert_allclose(ck.simulate(a, b, bias, c).outputs["c"], a @ b + bias, rtol=1e-4, atol=1e-4)
     ck = mm_relu.compile(a, b, c, machine="teach")
     assert "TMATMUL_BIAS" not in _ops(ck) and "TMOV" not in _ops(ck)
@@ -112,7 +112,7 @@ def test_what_stays_a_vector_epilogue(rng):
     # a matmul result that is also stored keeps its plain store; the ReLU reads it from GM
     r = np.zeros_like(c)
     ck = mm_stored_and_relu.compile(a, b, c, r, machine="teach")
-    assert not any("act" in i.attrs for t in ck.program.tasks for i in t.stream)
+    assert not any("act" in i.attrs for t in ck.program.tasks for i in t.instrs)
     out = ck.simulate(a, b, c, r).outputs
     np.testing.assert_allclose(out["r"], np.maximum(a @ b, 0), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out["c"], a @ b, rtol=1e-4, atol=1e-4)

@@ -54,7 +54,7 @@ KINDS = ["softmax", "softmax_rows", "layernorm", "matmul", "matmul_bias_gelu"]
 def _unsynced(g: ExecGraph) -> ExecGraph:
     """The graph with its sync instructions removed: the order the scheduler saw."""
     return g.replace(ExecTask(t.id, t.group, t.core_type, t.deps, t.level,
-                              tuple(i for i in t.stream if i.op not in SYNC_OPS), t.pair) for t in g.tasks)
+                              tuple(i for i in t.instrs if i.op not in SYNC_OPS), t.pair) for t in g.tasks)
 
 
 def _happens_before_violations(instrs) -> list[tuple[int, int]]:
@@ -101,7 +101,7 @@ def test_scheduled_programs_give_bit_identical_outputs(kind, rng):
         assert v.tobytes() == r1.outputs[name].tobytes(), f"{kind}: output {name} differs"
     # the scheduler did change something somewhere (else this test would prove nothing)
     if kind in ("matmul", "matmul_bias_gelu"):
-        assert any(t0.stream != t1.stream for t0, t1 in zip(_unsynced(base.exec_graph).tasks,
+        assert any(t0.instrs != t1.instrs for t0, t1 in zip(_unsynced(base.exec_graph).tasks,
                                                              _unsynced(ck.exec_graph).tasks))
 
 
@@ -114,29 +114,29 @@ def test_the_scheduled_order_keeps_every_dependence(kind, rng):
     moved = 0
     done_shapes = set()
     for t0, t1 in zip(before.tasks, after.tasks):
-        shape = (t0.group, len(t0.stream))
+        shape = (t0.group, len(t0.instrs))
         if shape in done_shapes:
             continue
         done_shapes.add(shape)
-        pos = {id(ins): k for k, ins in enumerate(t1.stream)}
-        assert sorted(pos.values()) == list(range(len(t0.stream))) and len(pos) == len(t0.stream)
-        moved += any(ins is not t1.stream[k] for k, ins in enumerate(t0.stream))
-        acc = [byte_accesses(i) for i in t0.stream]
-        for j in range(len(t0.stream)):
+        pos = {id(ins): k for k, ins in enumerate(t1.instrs)}
+        assert sorted(pos.values()) == list(range(len(t0.instrs))) and len(pos) == len(t0.instrs)
+        moved += any(ins is not t1.instrs[k] for k, ins in enumerate(t0.instrs))
+        acc = [byte_accesses(i) for i in t0.instrs]
+        for j in range(len(t0.instrs)):
             for i in range(j):
                 if any(s1 == s2 and lo1 < hi2 and lo2 < hi1 and (w1 or w2)
                        for s1, lo1, hi1, w1 in acc[i] for s2, lo2, hi2, w2 in acc[j]):
-                    assert pos[id(t0.stream[i])] < pos[id(t0.stream[j])], \
-                        f"task {t0.id}: {t0.stream[i].text()} now after {t0.stream[j].text()}"
+                    assert pos[id(t0.instrs[i])] < pos[id(t0.instrs[j])], \
+                        f"task {t0.id}: {t0.instrs[i].text()} now after {t0.instrs[j].text()}"
     if kind in ("matmul", "matmul_bias_gelu"):
         assert moved
     # and in the final program every conflicting pair on two pipes is ordered by flags; the flags
     # insert_sync shares between isomorphic tasks are the ones each task gets on its own
     final = kernel.compile(*args, **consts).exec_graph
     for t, t1 in zip(final.tasks, _unsynced(final).tasks):
-        assert _happens_before_violations(t.stream) == [], f"task {t.id}"
-        assert [i.text() for i in t.stream if not i.op.startswith("CROSS_")] == \
-            [i.text() for i in _sync_task(t1.stream)]           # (cross-core flags come later)
+        assert _happens_before_violations(t.instrs) == [], f"task {t.id}"
+        assert [i.text() for i in t.instrs if not i.op.startswith("CROSS_")] == \
+            [i.text() for i in _sync_task(t1.instrs)]           # (cross-core flags come later)
 
 
 def test_dependences_of_a_small_stream():
@@ -265,7 +265,7 @@ def test_event_ids_stay_in_range_on_a_long_matmul(rng):
     b = rng.standard_normal((8192, 128)).astype(np.float16)
     c = np.zeros((128, 128), np.float16)
     ck = matmul.compile(a, b, c)
-    syncs = [i for t in ck.program.tasks for i in t.stream if i.op in ("SET_FLAG", "WAIT_FLAG")]
+    syncs = [i for t in ck.program.tasks for i in t.instrs if i.op in ("SET_FLAG", "WAIT_FLAG")]
     assert len(syncs) > 500
     assert {i.attrs["event"] for i in syncs} == set(range(8))
     res = pypto.sim.simulate(ck.program, a, b, c, machine=ck.machine, check=True)   # raises on reuse
@@ -440,7 +440,7 @@ def test_pressure_of_a_compiled_single_tile_kernel(rng):
     rows = buffer_pressure(ck.exec_graph, ck.machine)
     assert len(ck.exec_graph.tasks) == len(rows) >= 1
     for t in ck.exec_graph.tasks:
-        want = _brute_pressure(t.stream)
+        want = _brute_pressure(t.instrs)
         got = {r.space: r.peak for r in rows if r.task == t.id}
         assert got == want, t.id
     assert {r.space for r in rows} == {"UB"} and all(r.capacity == 192 * 1024 for r in rows)
@@ -475,7 +475,7 @@ def test_pressure_table_of_a_matmul(rng):
     assert all(r.peak <= r.capacity for r in rows) and rows.peak("L1") >= 2 * 128 * 256 * 2
     # shared between isomorphic tasks, the rows are each task's own
     for t in ck.exec_graph.tasks:
-        assert {sp: (v[0], v[1], v[2]) for sp, v in task_pressure(t.stream).items()} == \
+        assert {sp: (v[0], v[1], v[2]) for sp, v in task_pressure(t.instrs).items()} == \
             {r.space: (r.peak, r.at, r.tiles) for r in rows if r.task == t.id}
     assert "buffer_pressure" in default_pipeline().names
 
@@ -488,14 +488,14 @@ def test_shared_flags_need_the_very_same_stream():
     kernel, specs, consts = BENCH["matmul fp16 1024^3"]
     ck = kernel.compile(*specs, **consts)
     plain = _unsynced(ck.exec_graph)
-    want = [[i.text() for i in _sync_task(t.stream)] for t in plain.tasks]
+    want = [[i.text() for i in _sync_task(t.instrs)] for t in plain.tasks]
     scheduled = DynamicScheduler().apply(plain, PassContext(ck.machine))
     assert len({e[1] for e in scheduled.__dict__[STREAM_SHAPES].values()}) < len(scheduled.tasks)   # shared
     other = _unsynced(ck.exec_graph)
     for g in (other, scheduled):
         if g is other:      # a table whose ids point at streams of another graph, shapes all alike
-            g.__dict__[STREAM_SHAPES] = {id(t.stream): (u.stream, 0) for t, u in zip(g.tasks, plain.tasks)}
+            g.__dict__[STREAM_SHAPES] = {id(t.instrs): (u.instrs, 0) for t, u in zip(g.tasks, plain.tasks)}
         got = insert_sync(g)
-        assert [[i.text() for i in t.stream] for t in got.tasks] == \
-            [[i.text() for i in _sync_task(t.stream)] for t in g.tasks]
-    assert [[i.text() for i in t.stream] for t in insert_sync(other).tasks] == want
+        assert [[i.text() for i in t.instrs] for t in got.tasks] == \
+            [[i.text() for i in _sync_task(t.instrs)] for t in g.tasks]
+    assert [[i.text() for i in t.instrs] for t in insert_sync(other).tasks] == want

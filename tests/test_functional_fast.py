@@ -61,7 +61,7 @@ def oracle(program: Program, machine, arrays) -> dict[str, np.ndarray]:
     reduce = {"SUM": lambda x, **kw: np.sum(wide(x), **kw).astype(x.dtype), "MAX": np.max, "MIN": np.min}
     with np.errstate(all="ignore"):
         for t in program.tasks:
-            for ins in t.stream:
+            for ins in t.instrs:
                 op = ins.op
                 if op in SYNC_OPS:
                     continue
@@ -287,8 +287,8 @@ def test_plan_batches_tasks_and_drops_copies(rng):
     x = rng.standard_normal((1024, 256)).astype(np.float32)
     ck = softmax.compile(x, np.zeros_like(x), TM=64, TN=128)
     plan = plan_for(ck.program, get_machine("a2a3"))
-    real = sum(i.op not in SYNC_OPS for t in ck.program.tasks for i in t.stream)
-    loads = sum(i.op == "TLOAD" for t in ck.program.tasks for i in t.stream)
+    real = sum(i.op not in SYNC_OPS for t in ck.program.tasks for i in t.instrs)
+    loads = sum(i.op == "TLOAD" for t in ck.program.tasks for i in t.instrs)
     assert plan.private and len(ck.program.tasks) >= 16
     assert len(plan.ops) * 8 <= real - loads            # tasks run together, loads read GM in place
     check_same(ck.program, "a2a3", {"x": x})
@@ -309,7 +309,7 @@ def test_runs_are_independent(rng):
 
 def _edited(program: Program, task: int, k: int, **changes) -> Program:
     t = program.tasks[task]
-    instrs = list(t.stream)
+    instrs = list(t.instrs)
     instrs[k] = Instr(**{**{f: getattr(instrs[k], f) for f in ("op", "pipe", "dst", "srcs", "attrs", "loc")},
                          **changes})
     tasks = list(program.tasks)
@@ -323,10 +323,10 @@ def test_task_reading_on_chip_data_of_an_earlier_task(rng):
     x = rng.standard_normal((64, 512)).astype(np.float32)
     ck = softmax.compile(x, np.zeros_like(x), TM=32, TN=256, machine="teach")
     t = next(t for t in ck.program.tasks if t.id > 0)
-    k = next(k for k, i in enumerate(t.stream) if i.op == "TROWMAX")
-    src = t.stream[k].srcs[0]
+    k = next(k for k, i in enumerate(t.instrs) if i.op == "TROWMAX")
+    src = t.instrs[k].srcs[0]
     moved = TileRef(src.space, 0x20000, src.dtype, src.shape, src.valid)
-    bad = _edited(ck.program, t.id, k, srcs=(moved,) + t.stream[k].srcs[1:])
+    bad = _edited(ck.program, t.id, k, srcs=(moved,) + t.instrs[k].srcs[1:])
     plan = plan_for(bad, get_machine("teach"))
     assert plan is not None and not plan.private
     want = oracle(bad, "teach", {"x": x})
@@ -347,7 +347,7 @@ def test_conflicting_tasks_keep_program_order(rng):
     x = rng.standard_normal((100, 128)).astype(np.float32)
     ck = k.compile(x, np.zeros_like(x))
     p = ck.program
-    free = Program(p.name, p.buffers, tuple(ExecTask(t.id, t.group, t.core_type, (), t.level, t.stream)
+    free = Program(p.name, p.buffers, tuple(ExecTask(t.id, t.group, t.core_type, (), t.level, t.instrs)
                                              for t in p.tasks))
     out = check_same(free, "a2a3", {"x": x})["out"]
     one, two = np.float32(1.0), np.float32(2.0)
@@ -359,8 +359,8 @@ def test_out_of_bounds_window_is_reported_without_check(rng):
     x = rng.standard_normal((64, 256)).astype(np.float32)
     ck = softmax.compile(x, np.zeros_like(x), TM=32, TN=128)
     t = ck.program.tasks[-1]
-    k = next(k for k, i in enumerate(t.stream) if i.op == "TLOAD")
-    w = t.stream[k].srcs[0]
+    k = next(k for k, i in enumerate(t.instrs) if i.op == "TLOAD")
+    w = t.instrs[k].srcs[0]
     bad = _edited(ck.program, t.id, k, srcs=(GMRef(w.buf, w.offset + 64 * 256, w.shape, w.strides),))
     assert plan_for(bad, get_machine("a2a3")) is None
     with pytest.raises(pypto.SimulationError, match=f"GM access outside buffer {w.buf.name}"):
@@ -370,9 +370,9 @@ def test_out_of_bounds_window_is_reported_without_check(rng):
 def test_checked_mode_reports_uninitialised_reads(rng):
     x = rng.standard_normal((64, 256)).astype(np.float32)
     ck = softmax.compile(x, np.zeros_like(x), TM=32, TN=128)
-    t = next(t for t in ck.program.tasks if any(i.op == "TEXP" for i in t.stream))
-    k = next(k for k, i in enumerate(t.stream) if i.op == "TEXP")
-    src = t.stream[k].srcs[0]
+    t = next(t for t in ck.program.tasks if any(i.op == "TEXP" for i in t.instrs))
+    k = next(k for k, i in enumerate(t.instrs) if i.op == "TEXP")
+    src = t.instrs[k].srcs[0]
     bad = _edited(ck.program, t.id, k, srcs=(TileRef(src.space, 0x28000, src.dtype, src.shape, src.valid),))
     with pytest.raises(pypto.SimulationError, match=rf"task {t.id} instruction {k} \(TEXP\) reads uninitialised UB"):
         run_functional(bad, get_machine("a2a3"), {"x": x}, checked=True)

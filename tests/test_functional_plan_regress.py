@@ -174,7 +174,7 @@ def test_fused_stream_is_short():
     x = np.random.default_rng(6).random((1, 8 * 400)).astype(np.float32)
     ck = k.compile(x, np.zeros_like(x), machine="teach")
     plan = plan_for(ck.program, ck.machine)
-    assert len(plan.ops) * 10 < sum(len(t.stream) for t in ck.program.tasks)
+    assert len(plan.ops) * 10 < sum(len(t.instrs) for t in ck.program.tasks)
     for got in both_ways(ck, x, np.zeros_like(x)):
         np.testing.assert_allclose(got["out"], np.exp(x) * 2 + 1, rtol=1e-6)
 

@@ -127,7 +127,7 @@ def test_scatter_add_in_checked_mode_has_no_race(rng):
     out = np.zeros_like(x)
     ck = k.compile(x, src, idx, out)
     assert sum(t.core_type == "AIV" for t in ck.program.tasks) > 2
-    ops = {i.op for t in ck.program.tasks for i in t.stream}
+    ops = {i.op for t in ck.program.tasks for i in t.instrs}
     assert "MSCATTER" in ops
     res = ck.simulate(x, src, idx, out, checked=True)
     want = x.copy()

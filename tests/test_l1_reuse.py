@@ -31,7 +31,7 @@ def mm_bias_relu(a, b, bias, c):
 
 def _loads(ck, task=None):
     tasks = ck.program.tasks if task is None else [ck.program.tasks[task]]
-    return [i for t in tasks for i in t.stream if i.op == "TLOAD"]
+    return [i for t in tasks for i in t.instrs if i.op == "TLOAD"]
 
 
 def _specs(m, k, n):
@@ -96,7 +96,7 @@ def test_bias_and_relu_start_the_backward_tiles():
     c = np.zeros((256, 512), np.float16)
     ck = mm_bias_relu.compile(T([256, 512], F16), T([512, 512], F16), T([512], F16), T([256, 512], F16),
                               machine=TWO_CORES)
-    ops = [i.op for i in ck.program.tasks[0].stream if i.op.startswith("TMATMUL")]
+    ops = [i.op for i in ck.program.tasks[0].instrs if i.op.startswith("TMATMUL")]
     assert ops.count("TMATMUL_BIAS") == 4                  # the first product of every tile
     res = ck.simulate(a, b, bias, c, checked=True)
     assert res.check["c"]["ok"], res.check

@@ -1,7 +1,7 @@
 """Loops in the Exec and PTO levels (ir.exec.Loop) and the `loops` pass that folds each task's
 repeated instruction sequences into them.
 
-What must hold: a folded task runs exactly the instructions it ran before (`ExecTask.stream`
+What must hold: a folded task runs exactly the instructions it ran before (`ExecTask.instrs`
 unrolls the loops: GM windows moved by gm_step, event ids rotated by event_step, TEXTRACT
 offsets moved by offsets_step), so cycles and outputs do not change; the text shows the loops
 and parses back to the same program; broken loops in hand-written text are located errors.
@@ -97,10 +97,10 @@ def _compile(**kw):
 
 def test_compiled_tasks_have_loops_and_run_the_same_instructions():
     ck, flat = _compile(), _compile(options={"loops": False})
-    assert any(isinstance(i, Loop) for t in ck.program.tasks for i in t.instrs)
-    assert not any(isinstance(i, Loop) for t in flat.program.tasks for i in t.instrs)
+    assert any(isinstance(i, Loop) for t in ck.program.tasks for i in t.code)
+    assert not any(isinstance(i, Loop) for t in flat.program.tasks for i in t.code)
     for t, u in zip(ck.program.tasks, flat.program.tasks):
-        assert _texts(t.stream) == _texts(u.instrs)
+        assert _texts(t.instrs) == _texts(u.instrs)
     assert len(ck.program) == len(flat.program)
     text = ck.program.text()
     assert len(text.splitlines()) * 2 < len(flat.program.text().splitlines())
@@ -141,7 +141,7 @@ LOOP = """  .loop 16
 
 def test_a_hand_written_loop_runs():
     p = pypto.Program.parse(_hand(LOOP.format(step=1024)), machine="a2a3")
-    assert len(p) == 16 * 7 and p.tasks[0].stream[-1].dst.offset == 15 * 1024
+    assert len(p) == 16 * 7 and p.tasks[0].instrs[-1].dst.offset == 15 * 1024
     x = np.arange(64 * 256, dtype=np.float32).reshape(64, 256)
     res = pypto.sim.simulate(p, x, np.zeros_like(x), machine="a2a3")
     np.testing.assert_array_equal(res.outputs["out"], x + 1)

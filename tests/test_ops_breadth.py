@@ -76,7 +76,7 @@ def test_unary_timing_is_deterministic_and_counts_the_decomposition(rng):
     """Timing mode runs the decomposed ops: silu is neg, exp, add, recip, mul per tile."""
     x = rng.standard_normal((M, N)).astype(np.float32)
     ck = unary_kernel(pypto.silu).compile(x, np.zeros_like(x), TM=16, TN=128)
-    ops = [i.op for t in ck.program.tasks for i in t.stream]
+    ops = [i.op for t in ck.program.tasks for i in t.instrs]
     assert {"TNEG", "TEXP", "TADDS", "TRECIP", "TMUL"} <= set(ops)
     a, b = ck.simulate(x, np.zeros_like(x), mode="timing"), ck.simulate(x, np.zeros_like(x), mode="timing")
     assert a.cycles == b.cycles > 0

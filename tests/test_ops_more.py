@@ -249,7 +249,7 @@ def test_round_mode_in_the_pto_text(rng):
     from pypto.ir.pto_text import parse_instr
     x = rng.uniform(-3, 3, (16, 64)).astype(np.float32)
     ck = unary_kernel(pypto.floor).compile(x, np.zeros_like(x))
-    cvt = next(i for t in ck.program.tasks for i in t.stream if i.op == "TCVT")
+    cvt = next(i for t in ck.program.tasks for i in t.instrs if i.op == "TCVT")
     text = cvt.text()
     assert "round=FLOOR" in text
     assert parse_instr(text, {}).attrs["round"] == "FLOOR"
@@ -392,7 +392,7 @@ def test_tci_starts_at_the_tile_offset(check_kernel):
         pypto.set_vec_tile_shapes(64)
         o[:] = pypto.arange(10, 10 + 3 * 300, 3)
     ck = k.compile(np.zeros(300, np.int32))
-    starts = sorted(i.attrs["start"] for t in ck.program.tasks for i in t.stream if i.op == "TCI")
+    starts = sorted(i.attrs["start"] for t in ck.program.tasks for i in t.instrs if i.op == "TCI")
     assert starts == [10 + 3 * 64 * j for j in range(5)]
     check_kernel(k, [np.zeros(300, np.int32)], {0: np.arange(10, 10 + 3 * 300, 3)})
 

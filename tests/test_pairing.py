@@ -52,10 +52,10 @@ def test_epilogue_tasks_pair_with_their_cube_task(rng):
     # after each stored tile the AIC sets a cross-core flag of both AIVs, each waits for it
     assert all(ck.levels["block"].tasks[t.id].deps == (t.pair[0],) for t in vec)
     assert all(t.deps == () for t in vec)
-    assert all(sum(i.op == "CROSS_WAIT_FLAG" for i in t.stream) == 8 for t in vec)
-    assert all(sum(i.op == "CROSS_SET_FLAG" for i in t.stream) == 16 for t in cube)
-    stores = [k for k, i in enumerate(cube[0].stream) if i.op == "TSTORE"]
-    assert [cube[0].stream[k + 1].text().split()[:4] for k in stores[:1]] == [["CROSS_SET_FLAG", "FIX", "->", "AIV0,"]]
+    assert all(sum(i.op == "CROSS_WAIT_FLAG" for i in t.instrs) == 8 for t in vec)
+    assert all(sum(i.op == "CROSS_SET_FLAG" for i in t.instrs) == 16 for t in cube)
+    stores = [k for k, i in enumerate(cube[0].instrs) if i.op == "TSTORE"]
+    assert [cube[0].instrs[k + 1].text().split()[:4] for k in stores[:1]] == [["CROSS_SET_FLAG", "FIX", "->", "AIV0,"]]
     # the halves split the rows of the cube task's tiles: a 256 x 256 output is 16 cube tiles of
     # 64 x 64, 8 per cube task, read by 16 vector tiles of 32 x 64 each: 8 per AIV
     assert [len(ck.levels["block"].tasks[t.id].outer) for t in vec] == [8, 8, 8, 8]
@@ -133,7 +133,7 @@ def test_paired_epilogues_run_on_the_aivs_of_their_aic(rng, engine):
         assert start >= cube_start                  # dispatched once its cube task has started
         # the n-th cross-core wait ends after the n-th set for this AIV
         sets = [e for e in res.trace if e.task == t.pair[0] and e.op == "CROSS_SET_FLAG"
-                and ck.program.tasks[t.pair[0]].stream[e.index].attrs["slot"] == t.pair[1]]
+                and ck.program.tasks[t.pair[0]].instrs[e.index].attrs["slot"] == t.pair[1]]
         waits = [e for e in res.trace if e.task == t.id and e.op == "CROSS_WAIT_FLAG"]
         assert len(sets) == len(waits) > 0
         assert all(w.end > s.end - 1 and w.start >= s.start for s, w in zip(sets, waits))

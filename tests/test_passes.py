@@ -178,9 +178,9 @@ def test_eliminate_redundant_loads_keeps_outputs_and_saves_cycles(x, machine):
     assert _ok(r0) and _ok(r1)
     assert r1.cycles <= r0.cycles
     assert r1.stats["bytes_by_path"]["GM->UB"] < r0.stats["bytes_by_path"]["GM->UB"]
-    assert sum(i.op == "TLOAD" for t in ck.program.tasks for i in t.stream) < \
+    assert sum(i.op == "TLOAD" for t in ck.program.tasks for i in t.instrs) < \
         sum(i.op == "TLOAD" for t in softmax_all_loads.compile(x, out, machine=machine).program.tasks
-            for i in t.stream)
+            for i in t.instrs)
 
 
 def test_eliminate_redundant_loads_passes_the_checked_simulation(x):

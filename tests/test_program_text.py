@@ -121,7 +121,7 @@ def test_print_parse_print_is_identity(name, rng):
     assert len(q.tasks) == len(p.tasks) and len(q) == len(p)
     for tp, tq in zip(p.tasks, q.tasks):
         assert (tq.id, tq.group, tq.core_type, tq.deps, tq.level) == (tp.id, tp.group, tp.core_type, tp.deps, tp.level)
-        for a, b in zip(tp.stream, tq.stream):
+        for a, b in zip(tp.instrs, tq.instrs):
             _same_instr(a, b)
 
 
@@ -157,17 +157,17 @@ def test_parsed_program_recovers_pipes(rng):
     q = Program.parse(ck.program.text())
     pipes = {}
     for t in q.tasks:
-        for i in t.stream:
+        for i in t.instrs:
             pipes.setdefault(i.op, set()).add(i.pipe)
     assert pipes["TLOAD"] == {"MTE2"} and pipes["TEXTRACT"] == {"MTE1"}
     assert pipes["TMATMUL"] == pipes["TMATMUL_ACC"] == {"M"}
     assert pipes["TSTORE"] == {"FIX"}                            # from L0C
     ck2, _ = _compile("softmax", rng)
     q2 = Program.parse(ck2.program.text())
-    stores = {i.pipe for t in q2.tasks for i in t.stream if i.op == "TSTORE"}
+    stores = {i.pipe for t in q2.tasks for i in t.instrs if i.op == "TSTORE"}
     assert stores == {"MTE3"}                                     # from UB
     for t in q2.tasks:
-        for i in t.stream:
+        for i in t.instrs:
             if i.op == "SET_FLAG":
                 assert i.pipe == i.attrs["src"]
             if i.op == "WAIT_FLAG":
@@ -184,8 +184,8 @@ def test_verify_accepts_compiled_programs(rng):
 def test_program_without_header_comment_is_named_program():
     text = ".gm x fp32[8,64] input\n.task 0 AIV group=0 deps=[]\n  TLOAD UB[0x0]:fp32[8,64], GM:x[0:8,0:64]\n"
     p = Program.parse(text)
-    assert p.name == "program" and len(p) == 1 and p.tasks[0].stream[0].loc is None
-    assert p.tasks[0].stream[0].srcs[0] == GMRef(p.buffer("x"), 0, (8, 64), (64, 1))
+    assert p.name == "program" and len(p) == 1 and p.tasks[0].instrs[0].loc is None
+    assert p.tasks[0].instrs[0].srcs[0] == GMRef(p.buffer("x"), 0, (8, 64), (64, 1))
 
 
 def test_extra_whitespace_decimal_addresses_and_comments_parse():
@@ -203,7 +203,7 @@ def test_extra_whitespace_decimal_addresses_and_comments_parse():
    TSTORE GM:y{off=0,shape=[8,64],strides=[64,1]}, UB[0x1000]:fp32[8,64]
 """
     p = Program.parse(text, machine="a2a3")
-    ins = p.tasks[0].stream
+    ins = p.tasks[0].instrs
     assert ins[0].loc == SourceLoc("hand.py", 3) and ins[3].loc is None
     assert ins[3].srcs[1] == -2 and ins[3].dst == TileRef("UB", 4096, pypto.DT_FP32, (8, 64), (8, 64))
     x = np.arange(512, dtype=np.float32).reshape(8, 64)
@@ -244,7 +244,7 @@ def test_changing_one_tload_address_parses_and_changes_the_data(rng):
     edited = "\n".join(lines)
     q = Program.parse(edited)
     assert q.text() == edited
-    assert q.tasks[0].stream[0].dst.addr == 0x8000
+    assert q.tasks[0].instrs[0].dst.addr == 0x8000
     r = simulate(q, {"x": x}, machine="teach")
     # TEXP now reads a tile nobody wrote: the output is exp(0) + 1 = 2, not exp(x) + 1
     np.testing.assert_array_equal(r.outputs["out"], np.full_like(x, 2.0))
@@ -259,7 +259,7 @@ def test_removing_a_wait_flag_parses(rng):
     edited = "\n".join(lines)
     q = Program.parse(edited)
     assert len(q) == len(ck.program) - 1
-    assert [i.op for i in q.tasks[0].stream].count("WAIT_FLAG") == 1
+    assert [i.op for i in q.tasks[0].instrs].count("WAIT_FLAG") == 1
     # the header's instruction count is recomputed; every other line prints as edited
     out = q.text().splitlines()
     assert out[0] == lines[0].replace(f"{len(ck.program)} instructions", f"{len(q)} instructions")
@@ -413,7 +413,7 @@ def test_error_shows_the_kernel_source_line(rng):
     x = np.ones((8, 64), np.float32)
     ck = exp_add.compile(x, np.zeros_like(x), machine="teach")
     text = ck.program.text()
-    loc = ck.program.tasks[0].stream[-1].loc
+    loc = ck.program.tasks[0].instrs[-1].loc
     # give the parser the full path so the source is found wherever the tests run from
     text = text.replace(f"; {loc.short()}", f"; {loc.file}:{loc.line}")
     bad = text.replace("TEXP               UB", "TEXP               L0A", 1)
@@ -425,7 +425,7 @@ def test_error_shows_the_kernel_source_line(rng):
 def test_pipe_barrier_round_trip():
     text = SMALL.replace("  TSTORE ", "  PIPE_BARRIER       ALL\n  PIPE_BARRIER       MTE3\n  TSTORE ", 1)
     p = Program.parse(text)
-    bars = [i for i in p.tasks[0].stream if i.op == "PIPE_BARRIER"]
+    bars = [i for i in p.tasks[0].instrs if i.op == "PIPE_BARRIER"]
     assert [b.pipe for b in bars] == ["S", "MTE3"]
     assert p.text() == text.replace("9 instructions", "12 instructions").rstrip("\n")
     with pytest.raises(PTOSyntaxError, match="pipe M does not exist on an AIV core"):

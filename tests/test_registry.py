@@ -129,7 +129,7 @@ def test_every_emitted_instruction_has_semantics_and_cost(name, rng):
     except pypto.PyptoError as e:          # an op whose signature needs more (rms_norm's weight, ...)
         pytest.skip(f"{name}: {e.message}")
     for t in ck.program.tasks:
-        for ins in t.stream:
+        for ins in t.instrs:
             assert ins.op in isa.INSTRUCTIONS
             if ins.op not in isa.SYNC_OPS:
                 decode(ins)

@@ -92,7 +92,7 @@ def test_single_tile_cycles_by_hand():
     """TLOAD -> flag -> TADDS -> flag -> TSTORE on one AIV core, computed from the public figures."""
     x = np.ones((8, 64), np.float32)
     ck = add_const.compile(x, np.zeros_like(x))
-    ops = [i.op for t in ck.program.tasks for i in t.stream]
+    ops = [i.op for t in ck.program.tasks for i in t.instrs]
     assert len(ck.program.tasks) == 1
     assert ops == ["TLOAD", "SET_FLAG", "WAIT_FLAG", "TADDS", "SET_FLAG", "WAIT_FLAG", "TSTORE"]
     nbytes = 8 * 64 * 4
@@ -327,19 +327,19 @@ def test_trace_has_no_races(which, rng):
     # (b) byte hazards inside a task
     spans = {}
     for t in ck.program.tasks:
-        acc = [byte_accesses(i) for i in t.stream]
-        for j in range(len(t.stream)):
+        acc = [byte_accesses(i) for i in t.instrs]
+        for j in range(len(t.instrs)):
             for i in range(j):
                 if any(k1 == k2 and l1 < h2 and l2 < h1 and (w1 or w2)
                        for k1, l1, h1, w1 in acc[i] for k2, l2, h2, w2 in acc[j]):
                     assert when[(t.id, i)].end <= when[(t.id, j)].start, (t.id, i, j)
-        evs = [when[(t.id, k)] for k in range(len(t.stream))]
+        evs = [when[(t.id, k)] for k in range(len(t.instrs))]
         spans[t.id] = (min(e.start for e in evs), max(e.end for e in evs), evs[0].core)
     # (c) GM hazards between tasks
     fp = {}
     for t in ck.program.tasks:
-        rd = [i.srcs[0] for i in t.stream if i.op == "TLOAD"]
-        wr = [i.dst for i in t.stream if i.op == "TSTORE"]
+        rd = [i.srcs[0] for i in t.instrs if i.op == "TLOAD"]
+        wr = [i.dst for i in t.instrs if i.op == "TSTORE"]
         fp[t.id] = (rd, wr)
     for b in ck.program.tasks:
         for a in ck.program.tasks[:b.id]:

@@ -90,7 +90,7 @@ def test_checked_and_race_runs_are_never_reused():
 
 def test_flops_are_counted_by_the_decoding():
     ck = _mm()
-    want = sum(matmul_flops(i) for t in ck.program.tasks for i in t.stream if i.op.startswith("TMATMUL"))
+    want = sum(matmul_flops(i) for t in ck.program.tasks for i in t.instrs if i.op.startswith("TMATMUL"))
     assert want == 2 * 256 ** 3
     assert ck.simulate(mode="timing").stats["flops"] == want
     assert pypto.sim.simulate(ck.program, machine=ck.machine, mode="timing", engine="python",

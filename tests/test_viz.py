@@ -149,8 +149,8 @@ def test_block_graph_collapses_groups_and_waves(ck):
 def test_exec_graph_lists_pipe_and_sync_counts(ck, mm_args):
     src = graphs.exec_graph(ck.exec_graph).source
     t = next(t for t in ck.exec_graph.tasks if t.group == 2)
-    syncs = sum(i.op in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.stream)
-    v = sum(i.pipe == "V" and i.op not in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.stream)
+    syncs = sum(i.op in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.instrs)
+    v = sum(i.pipe == "V" and i.op not in ("SET_FLAG", "WAIT_FLAG", "PIPE_BARRIER") for i in t.instrs)
     assert re.search(rf"group 2: \d+ tasks on AIV, wave \d+\nper task: .*V {v}\n{syncs} sync", src)
     small = mm_abs.compile(*mm_args).exec_graph
     src = graphs.exec_graph(small).source

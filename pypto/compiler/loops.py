@@ -17,7 +17,7 @@ instructions it made, which nests loops (a matmul's K chunks inside its output t
 nothing repeats.  Sequences are compared by hashes of their instructions with the GM offsets
 left out; the copies must also move every GM window by one constant step.
 
-The instructions the task runs are exactly the ones before (`ExecTask.stream` unrolls them), so
+The instructions the task runs are exactly the ones before (`ExecTask.instrs` unrolls them), so
 cycles and results do not change; what changes is what one reads (`ck.program.text()`, the
 Exec level) and what the text costs.  `options={"loops": False}` keeps the streams unrolled.
 """
@@ -60,10 +60,10 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
             items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
             if shape is not None:
                 folded[shape] = items
-        if items is not t.instrs:
+        if items is not t.code:
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
         if shape is not None:       # the shape of the stream the task runs, folded or not
-            shapes[id(t.instrs)] = (t.instrs, shape)
+            shapes[id(t.code)] = (t.code, shape)
         tasks.append(t)
     out = g.replace(tasks)
     out.__dict__[STREAM_SHAPES] = shapes

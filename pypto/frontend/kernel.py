@@ -390,7 +390,7 @@ def _describe_tasks(g, kind: str) -> list[tuple[int, str]]:
     out = []
     for t in g.tasks:
         out.append((t.id, f"task {t.id} on {t.core_type} after {list(t.deps)}"))
-        out.extend((t.id, f"task {t.id}: {line.strip()}") for line in item_lines(t.instrs))
+        out.extend((t.id, f"task {t.id}: {line.strip()}") for line in item_lines(t.code))
     return out
 
 

@@ -310,27 +310,27 @@ class ExecTask:
     core_type: str
     deps: tuple[int, ...]
     level: int
-    instrs: tuple[Instr, ...]
+    code: tuple                      # the program text: instructions and loops (`Loop`)
     pair: tuple[int, int] | None = None     # see ir.block.Task.pair
     # the core (index among the machine's cores of core_type) the task runs on, set by the
     # assign_cores pass; None: the dispatcher picks a free one when the task is ready
     core: int | None = None
 
     @cached
-    def stream(self) -> tuple[Instr, ...]:
-        """The instructions the task runs, in order: `instrs` with its loops unrolled (`instrs`
+    def instrs(self) -> tuple[Instr, ...]:
+        """The instructions the task runs, in order: `code` with its loops unrolled (`code`
         itself when it has none).  Indices into it are the instruction indices of the trace, the
         race reports and the checked mode."""
-        return tuple(unrolled(self.instrs)) if has_loops(self.instrs) else self.instrs
+        return tuple(unrolled(self.code)) if has_loops(self.code) else self.code
 
     @cached
     def n_instrs(self) -> int:
         """How many instructions the task runs (its loops' iterations counted)."""
-        return n_instrs(self.instrs)
+        return n_instrs(self.code)
 
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for i in self.stream:
+        for i in self.instrs:
             out[i.pipe] = out.get(i.pipe, 0) + 1
         return out
 
@@ -353,12 +353,12 @@ class ExecGraph(TextForm):
         lines = [f"exec_graph {self.name} {{"]
         for t in self.tasks:
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
-            syncs = sum(i.op in SYNC_OPS for i in t.stream)
+            syncs = sum(i.op in SYNC_OPS for i in t.instrs)
             core = t.core_type + ("" if t.core is None else str(t.core))
-            loops = sum(1 for _ in _loops(t.instrs))
+            loops = sum(1 for _ in _loops(t.code))
             lines.append(f"  launch task {t.id} on {core} after {list(t.deps)}: "
                          f"{t.n_instrs} instrs ({pc}; {syncs} sync)"
-                         + (f" in {loops} loop{'s' if loops > 1 else ''}, {sum(1 for _ in static_instrs(t.instrs))} "
+                         + (f" in {loops} loop{'s' if loops > 1 else ''}, {sum(1 for _ in static_instrs(t.code))} "
                             "in the text" if loops else "")
                          + (f", paired with task {t.pair[0]} (AIV slot {t.pair[1]})" if t.pair else ""))
         lines.append("}")
@@ -366,7 +366,7 @@ class ExecGraph(TextForm):
 
 
 
-# A graph's (or program's) side table {id(task.instrs): (task.instrs, shape id)}: streams of one
+# A graph's (or program's) side table {id(task.code): (task.code, shape id)}: streams of one
 # shape id (isomorphic tasks, scheduled alike) get the same flags and the same buffer pressure,
 # so insert_sync and buffer_pressure work them out once, and the simulator decodes them once.
 # Only the passes that built a graph set it; `stream_shape` checks the entry is for that very
@@ -460,10 +460,10 @@ def verify(g: ExecGraph) -> None:
         problem = pair_problem(t.core_type, t.pair, core_of)
         if problem:
             raise VerificationError(f"exec graph task {t.id}: {problem}", got=t.pair)
-        problem = loop_problem(t.instrs)
+        problem = loop_problem(t.code)
         if problem:
             raise VerificationError(f"exec graph task {t.id}: {problem[0]}", loc=problem[1])
-        for k, (ins, _) in enumerate(static_instrs(t.instrs)):
+        for k, (ins, _) in enumerate(static_instrs(t.code)):
             if ins.pipe not in pipes:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",

@@ -33,7 +33,7 @@ class Program:
             lines.append(f".task {t.id} {t.core_type} group={t.group} deps={list(t.deps)}"
                          + (f" core={t.core}" if t.core is not None else "")
                          + (f" pair={t.pair[0]}:{t.pair[1]}" if t.pair else ""))
-            lines.extend(item_lines(t.instrs))
+            lines.extend(item_lines(t.code))
         if len(shown) < len(self.tasks):
             lines.append(f"// ... {len(self.tasks) - len(shown)} more tasks (program.text() shows all)")
         return "\n".join(lines)

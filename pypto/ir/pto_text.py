@@ -699,10 +699,10 @@ def verify_program(program, machine=None) -> None:
         if problem:
             raise PTOSyntaxError(problem, task=t.id, expected="pair=CUBE_TASK:0|1 on an AIV task", got=t.pair)
         _check_core(program, t, m)
-        problem = loop_problem(t.instrs)
+        problem = loop_problem(t.code)
         if problem:
             raise PTOSyntaxError(f"task {t.id}: {problem[0]}", task=t.id, kernel_loc=problem[1])
-        for k, (ins, _) in enumerate(static_instrs(t.instrs)):
+        for k, (ins, _) in enumerate(static_instrs(t.code)):
             try:
                 check_instr(ins, t.core_type, capacities)
                 if ins.op == "CROSS_WAIT_FLAG" and t.pair is None:

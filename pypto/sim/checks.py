@@ -18,7 +18,7 @@ from ..target.isa import gm_access
 
 
 def _describe(task, k) -> str:
-    ins = task.stream[k]
+    ins = task.instrs[k]
     loc = ""
     if ins.loc:
         text = ins.loc.source_line().strip()
@@ -32,12 +32,12 @@ def find_races(program: Program, times) -> list[str]:
     For each range: the last writer and the readers since, looked up by overlap."""
     found = []
     for t in program.tasks:
-        written = written_gm(t.stream)
+        written = written_gm(t.instrs)
         last_write: dict[str, Intervals] = collections.defaultdict(Intervals)
         readers: dict[str, Intervals] = collections.defaultdict(Intervals)
         per_task = 0
         tt = times[t.id]
-        for k, ins in enumerate(t.stream):
+        for k, ins in enumerate(t.instrs):
             if ins.op in SYNC_OPS:
                 continue
             start = tt[k][0]
@@ -87,7 +87,7 @@ def find_task_races(program: Program, task_times, times=None) -> list[str]:
     feet = []
     for t in program.tasks:
         r, w = Footprint(), Footprint()
-        for ins in t.stream:
+        for ins in t.instrs:
             if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
                 r.add(ins.srcs[0])
             elif ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
@@ -116,9 +116,9 @@ def find_task_races(program: Program, task_times, times=None) -> list[str]:
 
 def _early_reads(cube, epilogue, times) -> list[str]:
     """Loads of a paired epilogue that start before the cube task's store of that data ended."""
-    stores = [(k, i.dst) for k, i in enumerate(cube.stream) if i.op == "TSTORE" and isinstance(i.dst, GMRef)]
+    stores = [(k, i.dst) for k, i in enumerate(cube.instrs) if i.op == "TSTORE" and isinstance(i.dst, GMRef)]
     found = []
-    for j, ins in enumerate(epilogue.stream):
+    for j, ins in enumerate(epilogue.instrs):
         if ins.op != "TLOAD" or not isinstance(ins.srcs[0], GMRef):
             continue
         start = times[epilogue.id][j][0]

@@ -149,7 +149,7 @@ def _interpret(program: Program, machine: Machine, arrays, checked: bool) -> dic
     with np.errstate(all="ignore"):
         for t in program.tasks:
             mem.new_task()
-            for k, ins in enumerate(t.stream):
+            for k, ins in enumerate(t.instrs):
                 if ins.op in SYNC_OPS:          # ordering only matters to the timing model
                     continue
                 for s in ins.srcs:

@@ -823,7 +823,7 @@ def _build(program, caps) -> Plan | None:
     ids: dict[tuple, int] = {}                  # stream key -> stream number
     rules = []                                  # per stream: its decoded instructions
     for t in program.tasks:
-        instrs = [i for i in t.stream if i.op not in SYNC_OPS]
+        instrs = [i for i in t.instrs if i.op not in SYNC_OPS]
         scanned = _scan(instrs, caps, sizes)
         if scanned is None:
             return None

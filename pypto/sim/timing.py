@@ -149,14 +149,14 @@ class Decoder:
         """The rows of a task's instructions.  Tasks the compiler found isomorphic (the same
         stream shape, `compiler.sync.STREAM_SHAPES` on the program) share every row but their GM
         transfers': those are decoded, the rest is copied from the first task of the shape."""
-        shape = stream_shape(program, task.instrs) if program is not None else None
+        shape = stream_shape(program, task.code) if program is not None else None
         known = self.shapes.get(shape) if shape is not None else None
         if known is not None:
             rows, gm_at, flops = known
             self.flops += flops
             rows = list(rows)
             for k in gm_at:
-                rows[k] = self._gm_row(task.stream[k])
+                rows[k] = self._gm_row(task.instrs[k])
             return rows
         before = self.flops
         rows = self._rows(task)
@@ -178,7 +178,7 @@ class Decoder:
     def _rows(self, task) -> list[tuple]:
         rows = []
         append = rows.append
-        for ins in task.stream:
+        for ins in task.instrs:
             op, dst, srcs = ins.op, ins.dst, ins.srcs
             if op == "SET_FLAG" or op == "WAIT_FLAG":
                 cyc = self.sync_cycles.get(op)
@@ -544,7 +544,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
         busy[bk] = busy.get(bk, 0) + dur
         executed += 1
         if trace:
-            ins = r.task.stream[k]
+            ins = r.task.instrs[k]
             events.append(TraceEvent(name, pipe, ins.op, t0, end, r.task.id, k,
                                      ins.loc.short() if ins.loc else "", done_at if ikind == GM_LOAD else -1))
         if times is not None:
@@ -586,7 +586,7 @@ def unwaited_message(task_id: int, core: str, key) -> str:
 
 
 def event_reuse_message(task, k: int, key, core: str) -> str:
-    ins = task.stream[k]
+    ins = task.instrs[k]
     return (f"event id reused before its wait: task {task.id} instruction {k} "
             f"SET_FLAG {key[0]} -> {key[1]}, EVENT_ID{key[2]} while the previous set of that event "
             f"has not been waited for (on {core}); at most one set per event id may be pending"

@@ -162,7 +162,7 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
         ioff[i + 1] = ioff[i] + len(rows)
         if not rows:
             continue
-        shape = stream_shape(program, t.instrs)
+        shape = stream_shape(program, t.code)
         known = by_shape.get((shape, t.core_type)) if shape is not None else None
         if known is None:
             task_cols = _task_columns(rows, lp_of[t.core_type], key_ids, path_ids, win_ids)
@@ -703,7 +703,7 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
     append = events.append
     lines: dict = {}                    # source location -> its short text (made once each)
     for t, k, t0, end, ready in zip(*_executed(s, a)):
-        ins = tasks[t].stream[k]
+        ins = tasks[t].instrs[k]
         loc = ins.loc
         line = lines.get(loc)
         if line is None:

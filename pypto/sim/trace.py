@@ -14,7 +14,7 @@ from ..ir.exec import AIC_PIPES, AIV_PIPES, TileRef, static_instrs
 def _onchip_bytes(task) -> dict[str, int]:
     """Highest byte used in each on-chip space by a task's tiles."""
     top: dict[str, int] = {}
-    for ins, _ in static_instrs(task.instrs):
+    for ins, _ in static_instrs(task.code):
         for o in (ins.dst,) + tuple(ins.srcs):
             if isinstance(o, TileRef):
                 top[o.space] = max(top.get(o.space, 0), o.addr + o.nbytes)

@@ -68,13 +68,13 @@ def _verdict(res) -> str:
 def _pipe_counts(program) -> Counter:
     c: Counter = Counter()
     for t in program.tasks:
-        for i in t.stream:
+        for i in t.instrs:
             c["sync" if i.op in SYNC_OPS else i.pipe] += 1
     return c
 
 
 def _op_counts(program) -> Counter:
-    return Counter(i.op for t in program.tasks for i in t.stream)
+    return Counter(i.op for t in program.tasks for i in t.instrs)
 
 
 class Compare:

@@ -245,7 +245,7 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
         pipes: dict[str, int] = {}
         syncs = 0
         for t in tasks:
-            for i in t.stream:
+            for i in t.instrs:
                 if i.op in SYNC_OPS:
                     syncs += 1
                 else:
@@ -264,7 +264,7 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
         return f"group {t.group}: {len(tasks)} tasks on {t.core_type}, wave {t.level}\n{body}"
 
     def where(t):
-        return _lines(i.loc for i, _ in static_instrs(t.instrs))
+        return _lines(i.loc for i, _ in static_instrs(t.code))
 
     return _task_graph(g.name, "execution graph", g.tasks, label, merged, expand, max_nodes, where)
 

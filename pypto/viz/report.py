@@ -232,7 +232,7 @@ def pto_text(program, max_lines: int = MAX_PTO_LINES) -> tuple[str, int]:
     (at least one); returns (text, number of tasks shown)."""
     n_tasks = len(program.tasks)
     header = 1 + len(program.buffers)
-    size = [len(item_lines(t.instrs)) for t in program.tasks]      # text lines per task
+    size = [len(item_lines(t.code)) for t in program.tasks]      # text lines per task
     total = header + sum(1 + n for n in size)
     if total <= max_lines:
         return program.text(), n_tasks

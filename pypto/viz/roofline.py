@@ -33,7 +33,7 @@ def fp32_cube(program) -> bool:
     """Whether the program's matmuls read fp32 operands (the cube runs them at half rate)."""
     prog = program
     return prog is not None and any(i.op.startswith("TMATMUL") and getattr(i.srcs[-1], "dtype", None) is not None
-                              and i.srcs[-1].dtype.name == "fp32" for t in prog.tasks for i in t.stream)
+                              and i.srcs[-1].dtype.name == "fp32" for t in prog.tasks for i in t.instrs)
 
 
 def _fmt_flops(v: float) -> str:
