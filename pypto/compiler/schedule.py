@@ -30,6 +30,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     kept_of: dict[tuple, tuple] = {}
     keep = set(ATTRS) | {"scalar"}
     empty = Attrs()
+    make = Instr._make                  # (op, pipe, dst, srcs, attrs, loc), all given
     tasks = []
     for t in g.tasks:
         instrs = []
@@ -57,15 +58,15 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             else:
                 a = empty
             if kind == "load":
-                ins = Instr("TLOAD", "MTE2", refs[i], (d["gm"],), a, n.loc)
+                ins = make("TLOAD", "MTE2", refs[i], (d["gm"],), a, n.loc)
             elif kind == "store":
-                ins = Instr("TSTORE", pipe_of("TSTORE", srcs[0].space), d["gm"], srcs, a, n.loc)
+                ins = make("TSTORE", pipe_of("TSTORE", srcs[0].space), d["gm"], srcs, a, n.loc)
             elif kind == "read":     # MGATHER: dst <- GM window, index tile
-                ins = Instr(op, pipe, refs[i], (d["gm"],) + srcs, a, n.loc)
+                ins = make(op, pipe, refs[i], (d["gm"],) + srcs, a, n.loc)
             elif kind == "write":    # MSCATTER: GM window <- values, index tile
-                ins = Instr(op, pipe, d["gm"], srcs, a, n.loc)
+                ins = make(op, pipe, d["gm"], srcs, a, n.loc)
             else:
-                ins = Instr(op, pipe, refs[i], srcs, a, n.loc)
+                ins = make(op, pipe, refs[i], srcs, a, n.loc)
             append(ins)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs), t.pair))
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))

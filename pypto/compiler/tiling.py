@@ -30,6 +30,9 @@ from .tileshape import cube_nest, matmul_cube_tile, shared_panel
 MAX_TILE_OPS = 2_000_000
 
 
+_make_node = TileNode._make
+
+
 class _Emitter:
     """Appends tile nodes for one group, tracking the current iteration."""
 
@@ -45,8 +48,8 @@ class _Emitter:
             attrs["par"] = self.outer if persistent else self.lin
         if persistent:
             attrs["persistent"] = True
-        nodes.append(TileNode(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
-                              self.group, self.outer, self.inner, Attrs.of(attrs), loc))
+        nodes.append(_make_node(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
+                                self.group, self.outer, self.inner, Attrs.of(attrs), loc))
         return nid
 
     def node(self, i) -> TileNode:

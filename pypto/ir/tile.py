@@ -83,9 +83,9 @@ def _copiers() -> dict:
     names = [f.name for f in dataclasses.fields(TileNode)]
     out = {}
     for name in names:
-        env = {"TileNode": TileNode}
+        env = {"make": TileNode._make}
         args = ", ".join("value" if n == name else f"node.{n}" for n in names)
-        exec(f"def with_{name}(node, value):\n    return TileNode({args})\n", env)   # noqa: S102
+        exec(f"def with_{name}(node, value):\n    return make({args})\n", env)   # noqa: S102
         out[name] = env[f"with_{name}"]
     return out
 
