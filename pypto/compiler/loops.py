@@ -105,16 +105,20 @@ def _rebuild(items, instrs, pos, loops):
             raise _Mismatch
         x = instrs[pos]
         comps = _offsets(x)
-        if comps and loops:
+        if loops:                   # every iteration: the same instruction, its windows moved
+            same = _key(x)
             per_loop = [tuple(_step(a, b) for a, b in zip(comps, _offsets(instrs[pos + size])))
                         for _, size in loops]
             for idx in itertools.product(*(range(c) for c, _ in loops)):
                 q = pos + sum(i * size for i, (_, size) in zip(idx, loops))
+                if q != pos and _key(instrs[q]) != same:
+                    raise _Mismatch
                 got = _offsets(instrs[q])
                 for k, (kind, base) in enumerate(comps):
                     want = base + sum(i * st[k] for i, st in zip(idx, per_loop))
                     if (got[k][1] - want) % EVENTS_PER_PIPE_PAIR if kind == 1 else got[k][1] != want:
                         raise _Mismatch
+        if comps and loops:
             key = (GM_STEP, EVENT_STEP, OFFSETS_STEP)[comps[0][0]]
             step = tuple(st if comps[0][0] == 2 else st[0] for st in per_loop)
             x = Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
@@ -153,14 +157,16 @@ def _operand_key(o):
     return o
 
 
+def _key(x: Instr) -> tuple:
+    """An instruction with what moves from copy to copy (GM offsets, event ids, offsets) left out."""
+    attrs = x.attrs if not _MOVING.intersection(x.attrs.keys()) else tuple(
+        (k, v) for k, v in x.attrs.items() if k not in _MOVING)
+    return (x.op, x.pipe, _operand_key(x.dst), tuple(_operand_key(o) for o in x.srcs), attrs, x.loc)
+
+
 def _token_id(x, ids: dict) -> int:
     """The id of an instruction or loop, equal for tokens that differ only in GM offsets."""
-    if isinstance(x, Loop):
-        key = ("loop", x.count, tuple(_token_id(y, ids) for y in x.body))
-    else:
-        attrs = x.attrs if not _MOVING.intersection(x.attrs.keys()) else tuple(
-            (k, v) for k, v in x.attrs.items() if k not in _MOVING)
-        key = (x.op, x.pipe, _operand_key(x.dst), tuple(_operand_key(o) for o in x.srcs), attrs, x.loc)
+    key = ("loop", x.count, tuple(_token_id(y, ids) for y in x.body)) if isinstance(x, Loop) else _key(x)
     i = ids.get(key)
     if i is None:
         i = ids[key] = len(ids)
