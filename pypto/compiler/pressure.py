@@ -108,6 +108,9 @@ def _minus(gaps, lo, hi):
     return out
 
 
+_SYNC = frozenset(SYNC_OPS)
+
+
 def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
     """{space: (peak bytes, index of the first instruction at the peak, tiles live there)} of one
     task's instruction stream (sync instructions are skipped; indices are into `instrs`).
@@ -120,11 +123,14 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
     last = -1
     tile = 0
     for i, ins in enumerate(instrs):
-        if ins.op in SYNC_OPS:
+        if ins.op in _SYNC:
             continue
         last = i
-        acc = [a for a in accesses(ins) if not a.key.startswith("GM:")]
-        for space, lo, hi, _ in (a for a in acc if not a.write):
+        reads, writes = [], []
+        for a in accesses(ins):
+            if not a[0].startswith("GM:"):
+                (writes if a[3] else reads).append(a)
+        for space, lo, hi, _ in reads:
             vals = opened.setdefault(space, [])
             gaps = [(lo, hi)]
             for v in vals:
@@ -134,7 +140,7 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
             if gaps:                    # never written in the task: live from its start
                 tile += 1
                 vals.extend([a, b, 0, i, tile] for a, b in gaps)
-        for space, lo, hi, _ in (a for a in acc if a.write):
+        for space, lo, hi, _ in writes:
             done = pieces.setdefault(space, [])
             keep = []
             for v in opened.get(space, ()):

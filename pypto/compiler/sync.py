@@ -79,12 +79,13 @@ def _flag_instrs(plan) -> tuple[dict, dict]:
     SET_FLAG and its WAIT_FLAG share their attributes)."""
     before, after, _ = plan
     attrs: dict[int, Attrs] = {}
+    make = Instr._make
 
     def sync(op, pipe, key):
         a = attrs.get(id(key))
         if a is None:
-            a = attrs[id(key)] = Attrs({"src": key[0], "dst": key[1], "event": key[2]})
-        return Instr(op, pipe, attrs=a, loc=None)
+            a = attrs[id(key)] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
+        return make(op, pipe, None, (), a, None)
 
     # (ids of the plan's key tuples: the plan keeps them alive)
     return ({idx: [sync(*e) for e in ops] for idx, ops in before.items()},
