@@ -218,6 +218,7 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
         outer_space.sort(key=order)
     acc: dict[int, int] = {}
     to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
+    node_of = {n.id: n for n in g.nodes}
     if first_only:                          # (first_iterations: one outer iteration)
         outer_space = outer_space[:1]
     else:
@@ -232,12 +233,12 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
                 idx[d] = v
             if pd is not None:
                 idx[pd] = k
-            start = tuple(i * t for i, t in zip(idx, tile))
-            extent = tuple(min(t, d - s) for t, d, s in zip(tile, domain, start))
+            start = tuple([i * t for i, t in zip(idx, tile)])
+            extent = tuple([min(t, d - s) for t, d, s in zip(tile, domain, start)])
             cur: dict[int, int] = {}
 
             def operand(i, user):
-                n = g.node(i)
+                n = node_of[i]
                 if n.op == "const":
                     return ("scalar", n.attrs["value"])
                 if i in member_ids:

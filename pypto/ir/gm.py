@@ -69,8 +69,12 @@ class GMRef:
 
     def window(self, offsets, shape, steps=None) -> "GMRef":
         """`shape` elements from `offsets`, every `steps`-th along each dim (default 1)."""
-        off = self.offset + sum(o * s for o, s in zip(offsets, self.strides))
-        strides = self.strides if not steps else tuple(s * k for s, k in zip(self.strides, steps))
+        strides = self.strides
+        off = self.offset
+        for o, s in zip(offsets, strides):
+            off += o * s
+        if steps:
+            strides = tuple([s * k for s, k in zip(strides, steps)])
         return GMRef(self.buf, off, tuple(shape), strides)
 
     def transpose(self, a: int, b: int) -> "GMRef":
