@@ -6,6 +6,7 @@ single-core model of the timing engine, with the flags `sync.plan_flags` would i
 """
 from __future__ import annotations
 
+from collections import defaultdict
 import math
 from typing import NamedTuple
 
@@ -468,28 +469,14 @@ def evaluate(order, st: _Stream, machine: Machine) -> int | None:
     """`estimate_cycles` of the stream in `order` with the flags the sync pass would insert."""
     pipe, entry = st.pipe, st.entry
     before, after, _ = st.plan(order)
-    queues: dict[str, list] = {}
+    queues: dict[str, list] = defaultdict(list)     # per pipe, in the order pipes first appear
     for r, k in enumerate(order):
-        pre = before.get(r)
-        if pre is not None:
-            for op, p, fk in pre:
-                q = queues.get(p)
-                if q is None:
-                    q = queues[p] = []
-                q.append((1 if op == "SET_FLAG" else 2, fk, 0, False))
-        p = pipe[k]
-        q = queues.get(p)
-        if q is None:
-            q = queues[p] = []
-        q.append(entry[k])
-        post = after.get(r)
-        if post is not None:
-            for op, p, fk in post:
-                q = queues.get(p)
-                if q is None:
-                    q = queues[p] = []
-                q.append((1, fk, 0, False))
-    return _relax(queues, machine)
+        for op, p, fk in before.get(r, ()):
+            queues[p].append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+        queues[pipe[k]].append(entry[k])
+        for _, p, fk in after.get(r, ()):
+            queues[p].append((1, fk, 0, False))
+    return _relax(dict(queues), machine)
 
 
 def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:

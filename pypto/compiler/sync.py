@@ -265,18 +265,7 @@ def plan_flags(pipes, accesses):
                     at = j
                 pre.append(("WAIT_FLAG", q, fk))
                 live[pair].append([ev, idx])
-                # cq = merged(cq, known, p, at), inline
-                out = None
-                if at > cq.get(p, -1):
-                    out = dict(cq)
-                    out[p] = at
-                for pk, k in known.items():
-                    if k > cq.get(pk, -1) and (out is None or k > out.get(pk, -1)):
-                        if out is None:
-                            out = dict(cq)
-                        out[pk] = k
-                if out is not None:
-                    cq = out
+                cq = merged(cq, known, p, at)
                 sq[p] = j
                 flags.append((p, q, j, idx))
             clock[q] = cq
