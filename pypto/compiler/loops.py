@@ -14,8 +14,9 @@ the first iteration and by how much it moves per iteration (`gm_step=`, see `ir.
 Loops are found inner first: a pass over the instructions folds the runs of identical copies
 of a sequence (the longest saving first at each position), then the same over the loops and
 instructions it made, which nests loops (a matmul's K chunks inside its output tiles), until
-nothing repeats.  Sequences are compared by hashes of their instructions with the GM offsets
-left out; the copies must also move every GM window by one constant step.
+nothing repeats.  Instructions are compared by ids that leave out what moves (GM offsets, event
+ids, extract offsets); the copies must also move each of those by one constant step.  A loop's
+body is folded too (inner loops), and a task isomorphic to one already folded replays its loops.
 
 The instructions the task runs are exactly the ones before (`ExecTask.instrs` unrolls them), so
 cycles and results do not change; what changes is what one reads (`ck.program.text()`, the
@@ -28,8 +29,8 @@ import itertools
 import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, SIM_CACHE, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Loop, static_instrs,
-                       stream_shape)
+from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, SIM_CACHE, STREAM_SHAPES, ExecGraph,
+                       ExecTask, Instr, Loop, n_instrs, static_instrs, stream_shape)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
@@ -42,8 +43,6 @@ MAX_DEPTH = 4                   # loops nest at most this deep
 # (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
 # tile): the pass stops looking for other periods beyond it, so it stays linear in the stream
 WORK_PER_TOKEN = 16
-_MOD = (1 << 61) - 1            # hashes of token sequences (polynomial, mod a Mersenne prime)
-_BASE = 1_000_003
 
 
 def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
@@ -96,7 +95,7 @@ def _rebuild(items, instrs, pos, loops):
     out = []
     for it in items:
         if isinstance(it, Loop):
-            size = sum(1 for _ in _dynamic_statics(it.body))
+            size = n_instrs(it.body)
             body, _ = _rebuild(it.body, instrs, pos, loops + ((it.count, size),))
             out.append(Loop(it.count, tuple(body)))
             pos += it.count * size
@@ -219,24 +218,15 @@ def _fold_pass(tokens, keys, offs):
         best_p[:n - p][better] = p
     if not (best_saved >= 3).any():
         return None
-    pre = [0] * (n + 1)
-    for i, key in enumerate(keys):
-        pre[i + 1] = (pre[i] * _BASE + key + 1) % _MOD
-    powers = [1] * (n + 1)
-    for i in range(n):
-        powers[i + 1] = powers[i] * _BASE % _MOD
-
-    def h(a, b):
-        return (pre[b] - pre[a] * powers[b - a]) % _MOD
     out, i, changed, work = [], 0, False, 0
     saved_at, p_at = best_saved.tolist(), best_p.tolist()
     while i < n:
         if saved_at[i] >= 3:
             # the best period by ids; when its copies do not move by constant steps, the others
-            r, steps, p = *_copies(i, p_at[i], n, keys, offs, h), p_at[i]
+            r, steps, p = *_copies(i, p_at[i], n, keys, offs), p_at[i]
             work += p
             if (r < 2 or p * (r - 1) < 3) and work < WORK_PER_TOKEN * n:
-                tries = [(q, *_copies(i, q, n, keys, offs, h)) for q in periods
+                tries = [(q, *_copies(i, q, n, keys, offs)) for q in periods
                          if q != p_at[i] and i + 2 * q <= n and keys[i + q] == keys[i]]
                 work += sum(q for q, _, st in tries if st is not None)
                 p, r, steps = max(tries, key=lambda x: (x[0] * (x[1] - 1), -x[0]), default=(p, 1, None))
@@ -290,30 +280,19 @@ def _structural_periods(where: dict, n: int, most: int = 16) -> list[int]:
     return sorted(gaps, key=lambda g: (-gaps[g], g))[:most]
 
 
-def _copies(i, p, n, keys, offs, h):
-    """How many copies of tokens[i:i+p] follow one another from i (each moving every GM offset
-    by the same step as the first copy), and those steps (one per GM offset of the body)."""
-    body = h(i, i + p)
-    if h(i + p, i + 2 * p) != body or keys[i:i + p] != keys[i + p:i + 2 * p]:
+def _copies(i, p, n, keys, offs):
+    """How many copies of tokens[i:i+p] follow one another from i (each moving every GM offset,
+    event id and extract offset by the same step as the second copy moved it), and those steps
+    (one per moving component of the body, in text order)."""
+    body = keys[i:i + p]
+    if keys[i + p:i + 2 * p] != body:
         return 1, None
-    steps = []
-    for a, b in zip(offs[i:i + p], offs[i + p:i + 2 * p]):
-        steps.extend(_step(x, y) for x, y in zip(a, b))
+    steps = [_step(x, y) for a, b in zip(offs[i:i + p], offs[i + p:i + 2 * p]) for x, y in zip(a, b)]
     r = 2
-    while i + (r + 1) * p <= n and h(i + r * p, i + (r + 1) * p) == body:
+    while i + (r + 1) * p <= n and keys[i + r * p:i + (r + 1) * p] == body:
         lo = i + r * p
-        if keys[lo:lo + p] != keys[i:i + p]:
-            break
-        k, ok = 0, True
-        for a, b in zip(offs[lo - p:lo], offs[lo:lo + p]):
-            for x, y in zip(a, b):
-                if _step(x, y) != steps[k]:
-                    ok = False
-                    break
-                k += 1
-            if not ok:
-                break
-        if not ok:
+        moved = [_step(x, y) for a, b in zip(offs[lo - p:lo], offs[lo:lo + p]) for x, y in zip(a, b)]
+        if moved != steps:
             break
         r += 1
     return r, steps

@@ -323,10 +323,10 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     return out
 
 
-def _fresh_trace(program: Program, machine: Machine) -> list:
+def _fresh_trace(program: Program, machine: Machine):
     """The trace of a kept run (`_kept_run`), made by running the program again with one."""
     with gc_paused():
-        return list(_run_timing(program, machine, True, False, False, False, "auto")["events"])
+        return _run_timing(program, machine, True, False, False, False, "auto")["events"]
 
 
 def _keep_run(program: Program, machine: Machine, run: dict) -> None:
