@@ -29,7 +29,7 @@ import itertools
 import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, SIM_CACHE, STREAM_SHAPES, ExecGraph,
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STREAM_SHAPES, ExecGraph,
                        ExecTask, Instr, Loop, n_instrs, static_instrs, stream_shape)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
@@ -118,7 +118,7 @@ def _rebuild(items, instrs, pos, loops):
                     if (got[k][1] - want) % EVENTS_PER_PIPE_PAIR if kind == 1 else got[k][1] != want:
                         raise _Mismatch
         if comps and loops:
-            key = (GM_STEP, EVENT_STEP, OFFSETS_STEP)[comps[0][0]]
+            key = MOVING_STEPS[comps[0][0]]
             step = tuple(st if comps[0][0] == 2 else st[0] for st in per_loop)
             x = Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
         out.append(x)
@@ -341,7 +341,7 @@ def _with_steps(body, steps):
         if not moving:
             return x
         kind = moving[0][0]
-        key = (GM_STEP, EVENT_STEP, OFFSETS_STEP)[kind]
+        key = MOVING_STEPS[kind]
         mine = tuple(next(it) for _ in moving)
         step = ((mine if kind == 2 else mine[0]),) + x.attrs.get(key, ())
         return Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)

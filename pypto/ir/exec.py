@@ -126,35 +126,40 @@ def has_loops(items) -> bool:
 
 
 def unrolled(items, _at: tuple = ()):
-    """The instructions a sequence of instructions and loops runs, in order, each with its GM
-    window where it is at that iteration (and no `gm_step`)."""
+    """The instructions a sequence of instructions and loops runs, in order (`at_iteration`)."""
     for it in items:
         if isinstance(it, Loop):
             for i in range(it.count):
                 yield from unrolled(it.body, _at + (i,))
-        elif _at and GM_STEP in it.attrs:
-            yield shifted(it, sum(i * s for i, s in zip(_at, it.attrs[GM_STEP])))
-        elif _at and EVENT_STEP in it.attrs:
-            a = it.attrs
-            event = (a["event"] + sum(i * s for i, s in zip(_at, a[EVENT_STEP]))) % EVENTS_PER_PIPE_PAIR
-            yield Instr(it.op, it.pipe, it.dst, it.srcs,
-                        Attrs({**{k: v for k, v in a.items() if k != EVENT_STEP}, "event": event}), it.loc)
-        elif _at and OFFSETS_STEP in it.attrs:
-            a = it.attrs
-            offsets = tuple(o + sum(i * s[d] for i, s in zip(_at, a[OFFSETS_STEP])) for d, o in enumerate(a["offsets"]))
-            yield Instr(it.op, it.pipe, it.dst, it.srcs,
-                        Attrs({**{k: v for k, v in a.items() if k != OFFSETS_STEP}, "offsets": offsets}), it.loc)
         else:
-            yield it
+            yield at_iteration(it, _at) if _at else it
 
 
-def shifted(ins: "Instr", delta: int) -> "Instr":
-    """The instruction with its GM window moved by `delta` elements, without `gm_step`."""
-    attrs = Attrs({k: v for k, v in ins.attrs.items() if k != GM_STEP})
+MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP)
 
-    def move(o):
-        return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
-    return Instr(ins.op, ins.pipe, move(ins.dst), tuple(move(o) for o in ins.srcs), attrs, ins.loc)
+
+def at_iteration(ins: "Instr", at: tuple) -> "Instr":
+    """An instruction of a loop body at loop indices `at` (outermost first): its GM window, event
+    id or extract offsets moved by their steps, the step attributes gone (the instruction itself
+    when nothing of it moves)."""
+    a = ins.attrs
+    key = next((k for k in MOVING_STEPS if k in a), None)
+    if key is None:
+        return ins
+    steps = a[key]
+    attrs = {k: v for k, v in a.items() if k != key}
+    dst, srcs = ins.dst, ins.srcs
+    if key == GM_STEP:
+        delta = sum(i * s for i, s in zip(at, steps))
+
+        def move(o):
+            return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
+        dst, srcs = move(dst), tuple(move(o) for o in srcs)
+    elif key == EVENT_STEP:
+        attrs["event"] = (a["event"] + sum(i * s for i, s in zip(at, steps))) % EVENTS_PER_PIPE_PAIR
+    else:
+        attrs["offsets"] = tuple(o + sum(i * s[d] for i, s in zip(at, steps)) for d, o in enumerate(a["offsets"]))
+    return Instr(ins.op, ins.pipe, dst, srcs, Attrs(attrs), ins.loc)
 
 
 def _steps_text(a) -> str:
