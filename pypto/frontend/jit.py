@@ -15,6 +15,7 @@ from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
                       caller_loc, in_package, located)
 from ..target.machine import get_machine
+from .dynamic import DYNAMIC, SymbolicScalar
 from .tracer import Tensor, TraceContext
 
 
@@ -37,6 +38,18 @@ class JitKernel:
             elif p.kind == p.KEYWORD_ONLY:
                 self.const_params[p.name] = None if p.default is p.empty else p.default
         self.loc = SourceLoc(fn.__code__.co_filename, fn.__code__.co_firstlineno, fn.__name__)
+        # parameters annotated with a pypto.Tensor spec: checked at every call; those with a
+        # pypto.DYNAMIC dim make the kernel dynamic (one compile serves every size of the dim)
+        self.annotations: dict[str, Tensor] = {}
+        for p in sig.parameters.values():
+            ann = p.annotation
+            if isinstance(ann, str):
+                try:
+                    ann = eval(ann, getattr(fn, "__globals__", {}))     # noqa: S307 - the user's own annotation
+                except Exception:  # noqa: BLE001 - not a spec: not ours to check
+                    continue
+            if isinstance(ann, Tensor) and ann._node is None and p.name in self.tensor_params:
+                self.annotations[p.name] = ann
         self._source_hash = _source_hash(fn)
         self._cache: dict = {}
         self._def = None            # _DefInfo, parsed on the first error that needs it
@@ -65,6 +78,11 @@ class JitKernel:
 
     def __repr__(self):
         return f"<pypto.jit kernel {self.name}({', '.join(self.tensor_params)})>"
+
+    @property
+    def dynamic_params(self) -> tuple[str, ...]:
+        """The parameters annotated with a pypto.DYNAMIC dim."""
+        return tuple(k for k, a in self.annotations.items() if DYNAMIC in a.shape)
 
     # --- compile ----------------------------------------------------------------------------
     def compile(self, *args, machine="a2a3", snapshots: bool = False, pipeline=None, options=None, **consts):
@@ -99,6 +117,7 @@ class JitKernel:
         if pipeline is not None and not isinstance(pipeline, Pipeline):
             pipeline = pipeline.pipeline()          # a CompilerPipeline: its current passes
         passes = tuple(pipeline.passes) if pipeline is not None else None
+        dynamic = tuple(s.name for s in specs if s.shape and s.shape[0] is DYNAMIC)
         key = (self._source_hash, tuple((s.shape, s.dtype.name) for s in specs),
                tuple(sorted(values.items())), m, snapshots, passes, tuple(sorted((options or {}).items())))
         hit = self._cache.get(key)
@@ -106,6 +125,10 @@ class JitKernel:
             return hit
         pipeline = pipeline or Pipeline(default_passes())
         check_options(options or {}, pipeline.passes)
+        if dynamic:
+            ck = self._compile_dynamic(specs, dynamic, values, m, pipeline, options, snapshots)
+            self._cache[key] = ck
+            return ck
         traced = self._trace(specs, values)
         try:
             levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
@@ -123,6 +146,20 @@ class JitKernel:
         self._cache[key] = ck
         return ck
 
+    def _compile_dynamic(self, specs, dynamic, values, m, pipeline, options, snapshots):
+        """Compile a kernel with pypto.DYNAMIC dims for one chunk of rows (`compiler.dynamic`)."""
+        from ..compiler import PassContext
+        from ..compiler.dynamic import CHUNK, DynamicInfo, row_axes
+        from ..sim.timing import timed
+        from .kernel import CompiledKernel
+        traced = self._trace(specs, values, chunk=CHUNK)
+        levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
+                                          verify="each" if self.debug else "levels", snapshots=snapshots)
+        row_axes(levels["tensor"], {name: 0 for name in dynamic})
+        return CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
+                              levels["exec"], levels["pto"], log, snaps, kernel=self,
+                              dynamic=DynamicInfo(CHUNK, dynamic))
+
     def _specs(self, args) -> list[Tensor]:
         if len(args) != len(self.tensor_params):
             raise KernelSignatureError(
@@ -135,7 +172,7 @@ class JitKernel:
         for name, a in zip(self.tensor_params, args):
             loc = self.sig_loc(name)
             if isinstance(a, Tensor) and a._node is None:
-                specs.append(Tensor(a.shape, a.dtype, name))
+                specs.append(self._annotated(name, Tensor(a.shape, a.dtype, name)))
                 continue
             if isinstance(a, Tensor):
                 raise KernelSignatureError(
@@ -168,8 +205,8 @@ class JitKernel:
                                  loc=loc, expected="at least one element along every dim",
                                  got=f"shape {list(a.shape)}",
                                  hint="a kernel over no data has nothing to compute; skip the call")
-            specs.append(Tensor(a.shape, d, name))
-        total = sum(s.size * s.dtype.itemsize for s in specs)
+            specs.append(self._annotated(name, Tensor(a.shape, d, name)))
+        total = sum(s.size * s.dtype.itemsize for s in specs if DYNAMIC not in s.shape)
         if total > MAX_GM_BYTES:
             detail = ", ".join(f"{s.name} {s.dtype}{list(s.shape)} = {_bytes(s.size * s.dtype.itemsize)}"
                                for s in specs)
@@ -179,6 +216,28 @@ class JitKernel:
                              hint="compile for a smaller shape: the tiles of a problem this size would take "
                                   "hours to compile and simulate")
         return specs
+
+    def _annotated(self, name: str, spec: Tensor) -> Tensor:
+        """The spec of argument `name` checked against the parameter's annotation (its dtype and
+        static dims); a pypto.DYNAMIC dim of the annotation (or of the spec) becomes DYNAMIC."""
+        ann = self.annotations.get(name)
+        where = self.sig_loc(name)
+        for d, size in enumerate(spec.shape if ann is None else ann.shape):
+            if size is DYNAMIC and d != 0:
+                raise ShapeError(f"parameter '{name}' of {self.name} has a pypto.DYNAMIC dim {d}", loc=where,
+                                 expected="pypto.DYNAMIC as the first dim only", got=list(spec.shape if ann is None
+                                                                                         else ann.shape),
+                                 hint="a dynamic dim is the first one (rows, or batch x sequence flattened)")
+        if ann is None:
+            return spec
+        if len(ann.shape) != len(spec.shape) or ann.dtype != spec.dtype or any(
+                w is not DYNAMIC and w != g for w, g in zip(ann.shape, spec.shape)):
+            raise KernelSignatureError(f"argument '{name}' of {self.name} does not fit its annotation", loc=where,
+                                       expected=f"{ann.dtype}{_dims(ann.shape)}",
+                                       got=f"{spec.dtype}{_dims(spec.shape)}")
+        if DYNAMIC in ann.shape:
+            return Tensor((DYNAMIC,) + tuple(spec.shape[1:]), spec.dtype, name)
+        return spec
 
     def _constants(self, consts) -> dict:
         unknown = set(consts) - set(self.const_params)
@@ -209,9 +268,13 @@ class JitKernel:
             values[k] = v
         return values
 
-    def _trace(self, specs, values):
+    def _trace(self, specs, values, chunk: int | None = None):
+        """The Tensor Graph of the kernel for these specs; with `chunk`, a pypto.DYNAMIC dim is a
+        SymbolicScalar N standing for `chunk` rows."""
         with TraceContext(self.name) as ctx:
-            proxies = [ctx.input(s.name, s.shape, s.dtype, self.loc) for s in specs]
+            ctx.dynamic = chunk is not None
+            proxies = [ctx.input(s.name, tuple(SymbolicScalar(chunk) if d is DYNAMIC else d for d in s.shape),
+                                 s.dtype, self.loc) for s in specs]
             try:
                 returned = self.fn(*proxies, **values)
             except PyptoError:
@@ -259,6 +322,10 @@ class JitKernel:
     @property
     def cache_size(self) -> int:
         return len(self._cache)
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join("DYNAMIC" if d is DYNAMIC else str(d) for d in shape) + "]"
 
 
 def _source_hash(fn) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..compiler.dynamic import DynamicInfo
 from ..compiler.pipeline import PassLog
 from ..errors import KernelSignatureError, PyptoError
 from ..ir.block import BlockGraph
@@ -42,6 +43,10 @@ class CompiledKernel:
     pass_log: PassLog
     snapshots: list | None = None
     kernel: object = field(default=None, repr=False)   # the JitKernel it came from
+    # a kernel with pypto.DYNAMIC dims: its levels are those of one chunk of rows, and
+    # `program_for(n)` is the program of a call on n rows (see pypto.compiler.dynamic)
+    dynamic: DynamicInfo | None = None
+    _instances: dict = field(default_factory=dict, repr=False)
 
     @property
     def levels(self) -> dict:
@@ -53,15 +58,32 @@ class CompiledKernel:
         return self.traced.params
 
     def bind(self, args) -> dict[str, np.ndarray]:
-        """Map positional arrays to parameter names, checking shapes and dtypes."""
+        """Map positional arrays to parameter names, checking shapes and dtypes (of a dynamic
+        kernel: its static dims, and one size for every dynamic dim)."""
         params = self.traced.params
         if len(args) != len(params):
             raise KernelSignatureError(
                 f"{self.name} takes {len(params)} tensor arguments",
                 expected=", ".join(p.name for p in params), got=f"{len(args)} arguments")
         out = {}
+        dyn = self.dynamic.params if self.dynamic else ()
+        size = None
         for p, a in zip(params, args):
             a = as_array(a)
+            if p.name in dyn and a.ndim == len(p.shape) and a.dtype == p.dtype.np_dtype \
+                    and tuple(a.shape[1:]) == p.shape[1:]:
+                if size is not None and a.shape[0] != size[1]:
+                    raise KernelSignatureError(
+                        f"the dynamic dims of {self.name}'s arguments differ", expected=(
+                            f"one size N for every pypto.DYNAMIC dim ({', '.join(dyn)})"),
+                        got=f"{size[0]} has {size[1]} rows, {p.name} has {a.shape[0]}")
+                size = size or (p.name, a.shape[0])
+                out[p.name] = a
+                continue
+            if p.name in dyn:
+                raise KernelSignatureError(
+                    f"argument '{p.name}' differs from the one {self.name} was compiled for",
+                    expected=f"{p.dtype}[N,{','.join(map(str, p.shape[1:]))}]", got=f"{a.dtype}{list(a.shape)}")
             if tuple(a.shape) != p.shape or a.dtype != p.dtype.np_dtype:
                 raise KernelSignatureError(
                     f"argument '{p.name}' differs from the one {self.name} was compiled for",
@@ -70,12 +92,69 @@ class CompiledKernel:
         return out
 
     def reference(self, *args) -> dict[str, np.ndarray]:
-        """The kernel's outputs computed by the numpy reference interpreter of the Tensor level."""
+        """The kernel's outputs computed by the numpy reference interpreter of the Tensor level
+        (of a dynamic kernel: the kernel traced at the arguments' size, not in chunks)."""
+        arrays = self.bind(args)
         with np.errstate(all="ignore"):
-            return evaluate(self.traced, self.bind(args))
+            return evaluate(self.traced_for(self._size(arrays)), arrays)
+
+    # --- dynamic dims ------------------------------------------------------------------------
+    def _size(self, arrays) -> int | None:
+        if self.dynamic is None:
+            return None
+        return arrays[self.dynamic.params[0]].shape[0]
+
+    def traced_for(self, n: int | None) -> TensorGraph:
+        """The Tensor Graph as traced (of a dynamic kernel: traced at n rows, what a call on n
+        rows must compute, the reference and the honest check's bounds)."""
+        if n is None or self.dynamic is None:
+            return self.traced
+        key = ("traced", n)
+        got = self._instances.get(key)
+        if got is None:
+            from .tracer import Tensor
+            specs = [Tensor((n,) + p.shape[1:] if p.name in self.dynamic.params else p.shape, p.dtype, p.name)
+                     for p in self.traced.params]
+            got = self._remember(key, self.kernel._trace(specs, self.consts))
+        return got
+
+    def program_for(self, n: int) -> Program:
+        """The program of a call on n rows of the dynamic dim (`compiler.dynamic.instantiate`):
+        the compiled program once per chunk of rows; kept for the last few sizes."""
+        if self.dynamic is None:
+            return self.program
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
+            raise KernelSignatureError(f"the size of {self.name}'s dynamic dim must be a positive integer",
+                                       expected="size=N >= 1", got=repr(n))
+        key = ("program", int(n))
+        got = self._instances.get(key)
+        if got is None:
+            from ..compiler.dynamic import instantiate
+            got = self._remember(key, instantiate(self.program, self.dynamic, int(n), self.machine.n_aic,
+                                                          self.machine.n_aiv))
+        return got
+
+    def _remember(self, key, value):
+        while len(self._instances) >= 16:
+            self._instances.pop(next(iter(self._instances)))
+        self._instances[key] = value
+        return value
+
+    def _padded(self, arrays: dict, n: int) -> dict:
+        """The arrays of a call on n rows with the dynamic ones padded (zeros) to whole chunks."""
+        rows = self.dynamic.padded(n)
+        out = {}
+        for name, a in arrays.items():
+            if name in self.dynamic.params and rows != n:
+                p = np.zeros((rows,) + a.shape[1:], a.dtype)
+                p[:n] = a
+                a = p
+            out[name] = a
+        return out
 
     def simulate(self, *args, machine=None, mode: str = "full", check: bool = True,
-                 checked: bool = False, trace: bool = True, engine: str = "auto") -> SimResult:
+                 checked: bool = False, trace: bool = True, engine: str = "auto",
+                 size: int | None = None) -> SimResult:
         """Simulate on a machine (default: the one compiled for).
 
         `check` compares the outputs with the numpy reference of the kernel (within the error
@@ -84,16 +163,61 @@ class CompiledKernel:
         `checked` runs the simulator's checked mode (races, uninitialised reads, event reuse
         raise SimulationError);
         `engine` picks the timing engine (see `pypto.sim.simulate`).
+        A kernel with a pypto.DYNAMIC dim runs `program_for(N)` for the arrays' size N (or, in
+        timing mode without arrays, for `size=N`).
         """
         if machine is not None and machine != self.machine.name and machine != self.machine:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
-                                                          trace=trace, engine=engine)
+                                                          trace=trace, engine=engine, size=size)
+        if self.dynamic is not None:
+            return self._simulate_dynamic(args, mode, check, checked, trace, engine, size)
+        if size is not None:
+            raise KernelSignatureError(f"{self.name} has no dynamic dim: size= does not apply",
+                                       expected="no size=", got=f"size={size}")
         arrays = self.bind(args) if mode != "timing" else {}
         res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace,
                       engine=engine, races=check and not checked and mode == "full")
         if check and mode != "timing":
             res.check = compare(res.outputs, self.bind(args), self.traced)
         return res
+
+    def _simulate_dynamic(self, args, mode, check, checked, trace, engine, size) -> SimResult:
+        """`simulate` of a dynamic kernel on n rows: the values by the compiled program run on
+        each chunk of rows in turn (chunks are independent: one functional plan serves every
+        call), the times by the program of the call (`program_for(n)`: the chunks' tasks
+        dispatched over the cores together)."""
+        arrays = self.bind(args) if args or mode != "timing" else {}
+        n = self._size(arrays) if arrays else size
+        if n is None:
+            raise KernelSignatureError(
+                f"{self.name} has a dynamic dim: its size comes from the arrays or from size=",
+                expected="ck.simulate(*arrays) or ck.simulate(mode='timing', size=N)", got="neither")
+        if arrays and size is not None and size != n:
+            raise KernelSignatureError(f"size={size} differs from the arrays' dynamic dim", expected=n, got=size)
+        program = self.program_for(n)
+        if mode == "timing" or mode == "full":
+            res = run_sim(program, {}, machine=self.machine, mode="timing", check=checked, trace=trace,
+                          engine=engine, races=check and not checked and mode == "full")
+        else:
+            res = SimResult(self.name, self.machine, None, program=program)
+        if mode != "timing":
+            res.outputs = self._chunked_outputs(arrays, n, checked)
+            if check:
+                res.check = compare(res.outputs, arrays, self.traced_for(n))
+        return res
+
+    def _chunked_outputs(self, arrays: dict, n: int, checked: bool) -> dict:
+        """The outputs of a call on n rows: the compiled program (one chunk of rows) run
+        functionally on each chunk of the arrays, the last one padded with zero rows."""
+        c, dyn = self.dynamic.chunk, self.dynamic.params
+        padded = self._padded(arrays, n)
+        outs: dict[str, list] = {}
+        for j in range(self.dynamic.chunks(n)):
+            part = {k: a[j * c:(j + 1) * c] if k in dyn else a for k, a in padded.items()}
+            got = run_sim(self.program, part, machine=self.machine, mode="functional", check=checked).outputs
+            for k, v in got.items():
+                outs.setdefault(k, []).append(v)
+        return {k: np.concatenate(v)[:n] if k in dyn else v[-1] for k, v in outs.items()}
 
     def diff(self, pass_name: str | int, context: int = 3) -> "PassDiff":
         """What one pass changed: the unified diff of its level's text before and after it, and
@@ -133,9 +257,10 @@ class CompiledKernel:
 
     def __repr__(self):
         consts = ", ".join(f"{k}={v}" for k, v in self.consts.items())
+        dyn = f"; dynamic: {self.dynamic.describe()}" if self.dynamic else ""
         return (f"CompiledKernel({self.name}({consts}) on {self.machine.name}: "
                 f"{len(self.tensor_graph)} tensor nodes, {len(self.tile_graph)} tile ops, "
-                f"{len(self.block_graph)} tasks, {len(self.program)} instructions)")
+                f"{len(self.block_graph)} tasks, {len(self.program)} instructions{dyn})")
 
 
 # ---------------------------------------------------------------------------------------

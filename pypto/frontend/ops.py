@@ -9,6 +9,8 @@ from ..errors import DTypeError, ShapeError, TileShapeError, UnsupportedError
 from ..ir.core import prod as _size_prod   # (pypto.prod is the tensor op below)
 from ..ir.ops import OPS
 from ..ir.tensor import TileSpec
+from . import dynamic as _dyn
+from .dynamic import DYNAMIC, SymbolicScalar, check_slice
 from .tracer import Tensor, TraceContext, check_shape, user_loc
 
 
@@ -32,6 +34,8 @@ def _tensor(x, what: str) -> Tensor:
 
 
 def _const(ctx: TraceContext, value, like: Tensor, op: str = "op") -> Tensor:
+    if isinstance(value, SymbolicScalar):
+        value._refuse(f"{op}(tensor, {value!r})")
     if like.dtype == dt.DT_BOOL:
         if value not in (0, 1):
             raise DTypeError(f"{op}: the constant {value!r} is not a truth value", loc=user_loc(),
@@ -1120,6 +1124,14 @@ def _window(x: Tensor, key):
     key = key + (slice(None),) * (x.ndim - len(key))
     offsets, shape, steps, dropped = [], [], [], []
     for d, (k, n) in enumerate(zip(key, x.shape)):
+        if isinstance(n, SymbolicScalar):               # a pypto.DYNAMIC dim: whole, or a loop step
+            off, size = check_slice(x.shape, d, k)
+            offsets.append(off)
+            shape.append(1 if size is None else size)
+            steps.append(1)
+            if size is None:
+                dropped.append(d)
+            continue
         if isinstance(k, slice):
             start, stop, step = k.indices(n)
             if step < 1:
@@ -1157,6 +1169,9 @@ def getitem(x: Tensor, key) -> Tensor:
 def assemble(src, offsets, dst) -> None:
     """Write `src` into `dst` at `offsets` (CANN PyPTO's assemble)."""
     src, dst = _tensor(src, "assemble"), _tensor(dst, "assemble")
+    for d, (o, n) in enumerate(zip(offsets, dst.shape)):
+        if isinstance(n, SymbolicScalar):
+            check_slice(dst.shape, d, slice(o, o + (src.shape[d] if d < src.ndim else 1)))
     _store(dst, src, tuple(int(o) for o in offsets), src.shape)
 
 
@@ -1256,9 +1271,7 @@ def set_cube_tile_shapes(*args, **kwargs) -> None:
     ctx.cube_tile = TileSpec(tuple(spec), user_loc())
 
 
-def loop(*args):
-    """CANN PyPTO's loop: here a plain Python range, unrolled while tracing."""
-    return range(*args)
+loop = _dyn.loop
 
 
 # --- indexing: gather, scatter, topk

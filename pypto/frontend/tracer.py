@@ -13,6 +13,7 @@ from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError, code_loc, in_package
 from ..ir.core import Attrs, fmt_shape
 from ..ir.tensor import OPS, Param, TileSpec, TNode, TensorGraph, infer_shape
+from .dynamic import DYNAMIC, SymbolicScalar, plain
 
 def user_loc() -> SourceLoc | None:
     """The innermost stack frame outside the pypto package: the user's kernel line, with the
@@ -39,7 +40,8 @@ def _as_dtype(d):
 
 
 def _check_dims(shape) -> tuple[int, ...]:
-    """A tensor shape as a tuple of positive ints (a ShapeError naming the bad dim otherwise)."""
+    """A tensor shape as a tuple of positive ints, or `pypto.DYNAMIC` for a size known only at
+    call time (a ShapeError naming the bad dim otherwise)."""
     if isinstance(shape, numbers.Integral) and not isinstance(shape, bool):
         shape = (shape,)
     try:
@@ -49,9 +51,11 @@ def _check_dims(shape) -> tuple[int, ...]:
                          expected="e.g. pypto.Tensor([256, 1024], pypto.DT_FP32)",
                          got=f"{type(shape).__name__} {shape!r}"[:80]) from None
     for i, d in enumerate(dims):
+        if d is DYNAMIC:
+            continue
         if not isinstance(d, numbers.Integral) or isinstance(d, bool):
             raise ShapeError(f"dim {i} of the tensor shape is not an integer", loc=user_loc(),
-                             expected="positive ints (shapes are static: give the size to compile for)",
+                             expected="positive ints, or pypto.DYNAMIC for a size known when the kernel is called",
                              got=f"{list(dims)!r}: {type(d).__name__} {d!r}"[:100])
         if d < 0:
             raise ShapeError(f"dim {i} of the tensor shape is negative", loc=user_loc(),
@@ -60,7 +64,7 @@ def _check_dims(shape) -> tuple[int, ...]:
             raise ShapeError(f"dim {i} of the tensor shape is 0: empty tensors are not supported",
                              loc=user_loc(), expected="at least one element along every dim", got=list(dims),
                              hint="a kernel over no data has nothing to compute; skip the call")
-    return tuple(int(d) for d in dims)
+    return tuple(d if d is DYNAMIC else int(d) for d in dims)
 
 
 class TraceContext:
@@ -75,6 +79,7 @@ class TraceContext:
         self.vec_tile: TileSpec | None = None
         self.cube_tile: TileSpec | None = None
         self.stored: set[str] = set()
+        self.dynamic = False            # a kernel with pypto.DYNAMIC dims (SymbolicScalar sizes)
 
     def __enter__(self):
         TraceContext._stack.append(self)
@@ -104,17 +109,23 @@ class TraceContext:
             attrs.setdefault("tile", self.vec_tile)
         if op == "matmul" and self.cube_tile:
             attrs.setdefault("tile", self.cube_tile)
-        node = TNode(len(self.nodes), op, tuple(t._node for t in inputs), tuple(out_shape), dtype,
-                     Attrs(attrs), user_loc())
+        out_shape = tuple(out_shape)
+        symbolic = any(isinstance(d, SymbolicScalar) for d in out_shape)
+        if self.dynamic:                # graph nodes hold plain ints; the proxy keeps the symbols
+            attrs = {k: plain(v) for k, v in attrs.items()}
+        node = TNode(len(self.nodes), op, tuple(t._node for t in inputs), plain(out_shape) if symbolic else out_shape,
+                     dtype, Attrs(attrs), user_loc())
         self.nodes.append(node)
-        return Tensor._proxy(self, node)
+        return Tensor._proxy(self, node, out_shape if symbolic else None)
 
     def input(self, name: str, shape, dtype, loc: SourceLoc | None = None) -> "Tensor":
-        """A kernel parameter; its location is the kernel's `def` line."""
-        self.params.append(Param(name, tuple(shape), dtype))
-        node = TNode(len(self.nodes), "input", (), tuple(shape), dtype, Attrs({"param": name}), loc)
+        """A kernel parameter; its location is the kernel's `def` line.  A dim of `shape` that
+        is a SymbolicScalar is a dynamic one: the graph holds its value, the proxy the symbol."""
+        shape = tuple(shape)
+        self.params.append(Param(name, plain(shape), dtype))
+        node = TNode(len(self.nodes), "input", (), plain(shape), dtype, Attrs({"param": name}), loc)
         self.nodes.append(node)
-        t = Tensor._proxy(self, node)
+        t = Tensor._proxy(self, node, shape if any(isinstance(d, SymbolicScalar) for d in shape) else None)
         t._param = name
         return t
 
@@ -138,9 +149,9 @@ class Tensor:
         self._param: str | None = None
 
     @classmethod
-    def _proxy(cls, ctx: TraceContext, node: TNode) -> "Tensor":
+    def _proxy(cls, ctx: TraceContext, node: TNode, shape=None) -> "Tensor":
         t = cls.__new__(cls)
-        t.shape, t.dtype, t.name = tuple(node.shape), node.dtype, None
+        t.shape, t.dtype, t.name = tuple(node.shape) if shape is None else shape, node.dtype, None
         t._ctx, t._node, t._param = ctx, node.id, None
         return t
 

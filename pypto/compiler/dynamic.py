@@ -1,0 +1,403 @@
+"""Dynamic dims: which axis of every value is the run-time dim, and the program of a call.
+
+A kernel with `pypto.DYNAMIC` dims is compiled once, for a *chunk* of `chunk` rows of that dim
+(the first dim of every parameter that has one); a call on N rows runs the chunk's program
+ceil(N / chunk) times, on the rows [j * chunk, (j + 1) * chunk) of every dynamic tensor, the last
+time on rows padded past N (whose results are dropped).  That computes what the kernel traced at
+N rows computes exactly when every output row depends on the same row of the inputs, computed the
+same way for every row: `row_axes` checks that on the Tensor Graph (op by op, from the registry's
+kinds) and names the kernel line of the first op that reduces over, or mixes, rows of the dim.
+`instantiate` makes the program of a call: the chunk's tasks once per chunk, their GM windows on
+dynamic tensors moved by the chunk's rows, a workspace of their own per chunk, the tasks whose
+rows all lie past N left out.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import UnsupportedError
+from ..ir.core import ceil_div, prod
+from ..ir.exec import ExecTask, Instr, Loop
+from ..ir.gm import GMBuffer, GMRef
+from ..ir.ops import OPS
+from ..ir.program import Program
+from ..ir.tensor import TensorGraph
+
+# the rows a dynamic kernel is compiled for: small enough that a call on a few rows runs few
+# tiles (a chunk's tasks past the call's rows are left out), large enough that a chunk's tiles
+# keep the pipes of a core busy; a multiple of every power of two up to 512, the steps a
+# pypto.loop over the dim may take
+CHUNK = 512
+
+
+@dataclass(frozen=True)
+class DynamicInfo:
+    """How a dynamic kernel's program covers a call: `params` maps each parameter with a
+    dynamic dim to it (always 0, the first dim), `chunk` is the rows the compiled program
+    covers, `symbol` the name the size is printed with."""
+    chunk: int
+    params: tuple[str, ...]
+    symbol: str = "N"
+
+    def chunks(self, n: int) -> int:
+        return ceil_div(n, self.chunk)
+
+    def padded(self, n: int) -> int:
+        return self.chunks(n) * self.chunk
+
+    def describe(self) -> str:
+        return (f"{', '.join(self.params)}: {self.symbol} rows known at the call; the program covers "
+                f"{self.chunk} rows and runs ceil({self.symbol}/{self.chunk}) times")
+
+
+# --- the analysis -------------------------------------------------------------------------
+# A value's label: None (does not depend on the rows: a weight, a constant), UNIFORM (the same
+# along every dim: a constant, a scratch buffer's zeros), ("axis", a, off): its axis a holds rows
+# off, off+1, .. of the chunk, or ("row", off): it is row `off` of the chunk (the dim indexed away)
+
+UNIFORM = "uniform"
+
+
+def _problem(n, what: str, hint: str | None = None):
+    raise UnsupportedError(f"{n.op}: {what}", loc=n.loc,
+                           expected="ops that keep the rows of a pypto.DYNAMIC dim apart (element-wise ops, "
+                                    "reductions and matmuls over other dims)",
+                           got=f"{n.op} {list(n.shape)}", hint=hint or (
+                               "a dynamic dim's rows are computed in chunks; reduce over it in a second kernel "
+                               "or give it a static size"))
+
+
+def row_axes(g: TensorGraph, dynamic: dict[str, int]) -> dict[int, object]:
+    """The label of every value of `g` (see above), given the dynamic axis of each parameter;
+    raises UnsupportedError at the first op that would make a row of the outputs depend on
+    other rows or on where the chunks fall."""
+    labels: dict[int, object] = {}
+    shapes = {n.id: n.shape for n in g.nodes}
+    written: dict[str, list] = {}
+    for n in g.nodes:
+        kind = OPS[n.op].kind
+        ins = [labels[i] for i in n.inputs]
+        if kind == "input":
+            a = dynamic.get(n.attrs["param"])
+            lab = None if a is None else ("axis", a, 0)
+        elif kind in ("const", "fill"):
+            lab = UNIFORM
+        elif kind == "scratch":
+            lab = UNIFORM
+        elif kind == "iota":
+            lab = None
+        elif kind in ("unary", "cast", "binary", "compare", "select"):
+            lab = _elementwise(n, ins, [shapes[i] for i in n.inputs])
+        elif kind == "reduce":
+            lab = ins[0]
+            if _is_axis(lab):
+                d = n.attrs["dim"] % len(shapes[n.inputs[0]])
+                if d == lab[1]:
+                    _problem(n, "reduces over the rows of the dynamic dim")
+                if not n.attrs.get("keepdim", True) and d < lab[1]:
+                    lab = ("axis", lab[1] - 1, lab[2])
+        elif kind == "matmul":
+            lab = _matmul(n, ins, [shapes[i] for i in n.inputs])
+        elif n.op == "view":
+            lab = ins[0]
+            if _is_axis(lab):
+                a = lab[1]
+                steps = n.attrs.get("steps") or (1,) * len(n.shape)
+                if steps[a] != 1:
+                    _problem(n, "takes every k-th row of the dynamic dim")
+                lab = ("axis", a, lab[2] + n.attrs["offsets"][a])
+        elif n.op == "transpose":
+            lab = ins[0]
+            if _is_axis(lab):
+                d0, d1 = (n.attrs["dim0"] % len(n.shape), n.attrs["dim1"] % len(n.shape))
+                a = lab[1]
+                lab = ("axis", d1 if a == d0 else d0 if a == d1 else a, lab[2])
+        elif n.op == "reshape":
+            lab = _reshape(n, ins[0], shapes[n.inputs[0]])
+        elif kind == "broadcast":
+            lab = ins[0]
+            if _is_axis(lab):
+                src = shapes[n.inputs[0]]
+                a = lab[1] + len(n.shape) - len(src)
+                if src[lab[1]] != n.shape[a]:
+                    _problem(n, "broadcasts one row of the dynamic dim over others")
+                lab = ("axis", a, lab[2])
+        elif kind == "gather":
+            lab = _gather(n, ins, shapes)
+        elif kind == "write":
+            lab = _write(n, ins, shapes)
+        elif kind == "store":
+            _store(n, ins[0], dynamic, written)
+            lab = None
+        else:
+            _problem(n, "is not supported on a pypto.DYNAMIC dim yet")
+        labels[n.id] = lab
+    for name, spans in written.items():        # every row of a dynamic output is written
+        covered = 0
+        for lo, size in sorted(spans):
+            if lo > covered:
+                break
+            covered = max(covered, lo + size)
+        total = g.params[[p.name for p in g.params].index(name)].shape[dynamic[name]]
+        if covered < total:
+            store = next(n for n in g.nodes if n.op == "store" and n.attrs["param"] == name)
+            raise UnsupportedError(f"the kernel writes rows 0:{covered} of '{name}' but not rows {covered}:N",
+                                   loc=store.loc, expected="every row of a dynamic output written",
+                                   got=f"rows 0:{covered} of the {total} of a chunk",
+                                   hint="write the whole dim: out[:] = ..., or every step of pypto.loop(0, N, step)")
+    return labels
+
+
+def _is_axis(lab) -> bool:
+    return isinstance(lab, tuple) and lab[0] == "axis"
+
+
+def _elementwise(n, ins, in_shapes):
+    out = None
+    rank = len(n.shape)
+    for lab, shape in zip(ins, in_shapes):
+        if _is_axis(lab):
+            lab = ("axis", lab[1] + rank - len(shape), lab[2])
+        if lab is None or lab == UNIFORM:
+            continue
+        if out is None:
+            out = lab
+        elif out != lab:
+            _problem(n, f"combines different rows of the dynamic dim ({_rows(out)} with {_rows(lab)})",
+                     hint="slice both operands with the same pypto.loop index")
+    if out is None:
+        return UNIFORM if all(lab == UNIFORM for lab in ins) else None
+    if _is_axis(out):                   # a value independent of the rows must be 1 along their axis
+        for lab, shape in zip(ins, in_shapes):
+            d = out[1] - (rank - len(shape))
+            if lab is None and 0 <= d < len(shape) and shape[d] != 1:
+                _problem(n, f"combines the rows of the dynamic dim with a tensor of {shape[d]} rows that do "
+                            "not follow them (a fixed-size tensor, or indices made by iota)",
+                         hint="make the other operand 1 along the dynamic dim (it is broadcast to every row)")
+    return out
+
+
+def _rows(lab) -> str:
+    return f"rows from {lab[2]}" if lab[0] == "axis" else f"row {lab[1]}"
+
+
+def _matmul(n, ins, in_shapes):
+    la, lb = ins
+    ra, rb, r = len(in_shapes[0]), len(in_shapes[1]), len(n.shape)
+    out = None
+    if _is_axis(la):
+        a = la[1]
+        m_axis, k_axis = (ra - 1, ra - 2) if n.attrs.get("a_trans") else (ra - 2, ra - 1)
+        if a == k_axis:
+            _problem(n, "sums over the rows of the dynamic dim (it is the K dim of the product)")
+        out = ("axis", r - 2 if a == m_axis else a + r - ra, la[2])
+    if _is_axis(lb):
+        b = lb[1]
+        k_axis, n_axis = (rb - 1, rb - 2) if n.attrs.get("b_trans") else (rb - 2, rb - 1)
+        if b == k_axis:
+            _problem(n, "sums over the rows of the dynamic dim (it is the K dim of the product)")
+        lab = ("axis", r - 1 if b == n_axis else b + r - rb, lb[2])
+        if out is not None and out != lab:
+            _problem(n, "multiplies rows of the dynamic dim by other rows of it")
+        out = lab
+    for lab in ins:
+        if isinstance(lab, tuple) and lab[0] == "row":
+            if out is not None:
+                _problem(n, "combines different rows of the dynamic dim")
+            out = lab
+    if out is None:
+        return UNIFORM if ins == [UNIFORM, UNIFORM] else None
+    return out
+
+
+def _reshape(n, lab, src):
+    if not _is_axis(lab):
+        return lab
+    a = lab[1]
+    if src[a] == 1:                     # one row of the chunk, its axis size 1: a row, axis-free
+        return ("row", lab[2])
+    before = prod(src[:a])
+    acc = 1
+    for b, s in enumerate(n.shape):
+        if acc == before and s == src[a]:
+            return ("axis", b, lab[2])
+        acc *= s
+    _problem(n, "merges or splits the dynamic dim with other dims",
+             hint="keep the dynamic dim a dim of its own (reshape the other dims only)")
+
+
+def _gather(n, ins, shapes):
+    lx, li = ins
+    d = n.attrs["dim"] % len(n.shape)
+    if _is_axis(lx):
+        if lx[1] == d:
+            _problem(n, "gathers along the dynamic dim (rows picked by value)")
+        if li != lx:
+            _problem(n, "gathers rows of the dynamic dim with indices that do not follow them")
+        return lx
+    if _is_axis(li) and li[1] == d and lx is not None:
+        return li
+    return li if li not in (None, UNIFORM) else lx
+
+
+def _write(n, ins, shapes):
+    target, value = ins[0], ins[1]
+    if n.op != "write":                 # scatter / scatter_add: x, src, index along dim
+        d = n.attrs["dim"] % len(n.shape)
+        labs = [lab for lab in ins if lab not in (None, UNIFORM)]
+        if any(_is_axis(lab) and lab[1] == d for lab in labs):
+            _problem(n, "scatters along the dynamic dim (rows picked by value)")
+        if any(lab != labs[0] for lab in labs):
+            _problem(n, "scatters between different rows of the dynamic dim")
+        return labs[0] if labs else target
+    offsets, shape = n.attrs["offsets"], n.attrs["shape"]
+    if value in (None, UNIFORM):
+        if _is_axis(target) or target in (None, UNIFORM):
+            return target
+    if isinstance(value, tuple):
+        rank = len(n.shape)
+        if value[0] == "axis":
+            a = value[1] + rank - len(shapes[n.inputs[1]])
+            moved = ("axis", a, value[2] - offsets[a])
+        else:
+            a = None
+            moved = None
+        if target in (None, UNIFORM) or target == moved:
+            if moved is None or moved[2] != 0:
+                _problem(n, "writes rows of the dynamic dim to other rows of it")
+            return moved
+        _problem(n, "writes rows of the dynamic dim into a tensor that holds other rows")
+    return target
+
+
+def _store(n, lab, dynamic, written):
+    param = n.attrs["param"]
+    a = dynamic.get(param)
+    offsets, shape = n.attrs["offsets"], n.attrs["shape"]
+    if a is None:
+        if lab not in (None, UNIFORM):
+            _problem(n, f"writes rows of the dynamic dim into '{param}', which has no dynamic dim",
+                     hint=f"annotate '{param}' with pypto.DYNAMIC as its first dim too")
+        _problem(n, f"every chunk of the dynamic dim would write '{param}' (it has no dynamic dim)",
+                 hint=f"make '{param}' an output with the dynamic dim, or compute it in a kernel of its own")
+    if lab == UNIFORM:
+        return
+    if lab is None:
+        _problem(n, f"writes '{param}' with values that do not follow the rows of the dynamic dim",
+                 hint="the rows written must be computed from the same rows of the inputs")
+    want = ("axis", a, offsets[a]) if lab[0] == "axis" else ("row", offsets[a])
+    if lab[0] == "axis" and lab[1] != a:
+        _problem(n, f"writes the dynamic dim of the value into another dim of '{param}'")
+    if lab != want:
+        _problem(n, f"writes rows of the dynamic dim to other rows of '{param}' ({_rows(lab)} to rows from "
+                    f"{offsets[a]})", hint="store x[i:i+step]'s result to out[i:i+step]")
+    written.setdefault(param, []).append((offsets[a], shape[a]))
+
+
+# --- the program of a call ------------------------------------------------------------------
+
+def instantiate(program: Program, info: DynamicInfo, n: int, n_aic: int, n_aiv: int) -> Program:
+    """The program that runs a dynamic kernel's compiled program (`program`, for `info.chunk`
+    rows) on `n` rows: once per chunk, the GM windows on the dynamic tensors moved by the chunk's
+    rows (into tensors padded to a whole number of chunks), each chunk its own workspaces; a
+    chunk's task whose GM writes all fall on rows past `n` is left out (with it the flags and
+    dependencies on it)."""
+    c = info.chunk
+    chunks = info.chunks(n)
+    dyn = set(info.params)
+    bufs = {}
+    for b in program.buffers:
+        if b.name in dyn:
+            bufs[b.name] = GMBuffer(b.name, (chunks * c,) + tuple(b.shape[1:]), b.dtype, b.role)
+    row_elems = {b.name: prod(b.shape[1:]) for b in program.buffers if b.name in dyn}
+    out_bufs = [bufs.get(b.name, b) for b in program.buffers if b.role != "workspace"]
+    # the chunks take turns over the cores: chunk j's tasks run `turn` * j cube cores (twice as
+    # many vector cores) further on, so that a cube task and its vector partners stay a pair
+    # (AIV 2c + slot of AIC c) and a call on many rows spreads over the machine
+    used_aic = {t.core for t in program.tasks if t.core_type == "AIC"}
+    used_aiv = {t.core for t in program.tasks if t.core_type == "AIV"}
+    turn = max(len(used_aic), ceil_div(len(used_aiv), 2), 1)
+    tasks: list[ExecTask] = []
+    pairs: dict[int, set] = {}
+    for t in program.tasks:
+        if t.pair is not None:
+            pairs.setdefault(t.pair[0], {t.pair[0]}).add(t.id)
+    for j in range(chunks):
+        ws = {b.name: GMBuffer(f"{b.name}.{j}" if chunks > 1 else b.name, b.shape, b.dtype, b.role)
+              for b in program.buffers if b.role == "workspace"}
+        out_bufs.extend(ws.values())
+        valid = n - j * c                       # rows of this chunk inside the call's tensors
+        new_id: dict[int, int] = {}
+        memo: dict[int, object] = {}
+
+        def move(o):
+            if not isinstance(o, GMRef):
+                return o
+            got = memo.get(id(o))
+            if got is None:
+                name = o.buf.name
+                if name in dyn:
+                    got = GMRef(bufs[name], o.offset + j * c * row_elems[name], o.shape, o.strides)
+                elif name in ws:
+                    got = GMRef(ws[name], o.offset, o.shape, o.strides)
+                else:
+                    got = o
+                memo[id(o)] = got
+            return got
+
+        def mapped(items):
+            out = []
+            for it in items:
+                if isinstance(it, Loop):
+                    out.append(Loop(it.count, tuple(mapped(it.body))))
+                elif any(isinstance(o, GMRef) for o in (it.dst, *it.srcs)):
+                    out.append(Instr(it.op, it.pipe, move(it.dst), tuple(move(o) for o in it.srcs), it.attrs,
+                                     it.loc))
+                else:
+                    out.append(it)
+            return out
+
+        skipped = {t.id for t in program.tasks if valid < c and _past_end(t, dyn, row_elems, valid)}
+        for members in pairs.values():  # a cube task and its vector partners go together (their flags pair)
+            if not members <= skipped:
+                skipped -= members
+        for t in program.tasks:
+            if t.id in skipped:
+                continue
+            new_id[t.id] = len(tasks)
+            tasks.append(ExecTask(len(tasks), t.group, t.core_type,
+                                  tuple(new_id[d] for d in t.deps if d in new_id), t.level,
+                                  t.code if chunks == 1 else tuple(mapped(t.code)),
+                                  None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
+                                  _turned(t, j * turn, n_aic, n_aiv)))
+    if chunks == 1:
+        out_bufs = list(program.buffers)
+    return Program(program.name, tuple(out_bufs), tuple(tasks))
+
+
+def _turned(t: ExecTask, by: int, n_aic: int, n_aiv: int) -> int | None:
+    if t.core is None or by == 0:
+        return t.core
+    return (t.core + by) % n_aic if t.core_type == "AIC" else (t.core + 2 * by) % n_aiv
+
+
+def _past_end(task: ExecTask, dyn: set, row_elems: dict, valid: int) -> bool:
+    """Whether every GM window the task writes lies on rows >= `valid` of a dynamic tensor
+    (in the chunk's own coordinates), so that nothing it computes is kept."""
+    from ..ir.exec import static_instrs, GM_STEP
+    wrote = False
+    for ins, depth in static_instrs(task.code):
+        o = ins.dst
+        if not isinstance(o, GMRef):
+            continue
+        name = o.buf.name
+        if name not in dyn:
+            return False
+        lo = o.span()[0]
+        step = ins.attrs.get(GM_STEP)
+        if step and any(s < 0 for s in step):
+            return False
+        if lo < valid * row_elems[name]:
+            return False
+        wrote = True
+    return wrote
