@@ -13,7 +13,7 @@ rows all lie past N left out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import UnsupportedError
 from ..ir.core import ceil_div, prod
@@ -23,31 +23,53 @@ from ..ir.ops import OPS
 from ..ir.program import Program
 from ..ir.tensor import TensorGraph
 
-# the rows a dynamic kernel is compiled for: small enough that a call on a few rows runs few
-# tiles (a chunk's tasks past the call's rows are left out), large enough that a chunk's tiles
-# keep the pipes of a core busy; a multiple of every power of two up to 512, the steps a
-# pypto.loop over the dim may take
-CHUNK = 512
+# The rows a dynamic kernel's programs are compiled for: CHUNK, the program a call runs once per
+# whole CHUNK rows (large enough that its tiles keep every core's pipes busy and a matmul reuses
+# its operands), and a ladder of smaller ones, 16 * 4^k rows, for the rest: a call's last rows
+# run the smallest program that covers them, its tasks past them left out, so a call on a few
+# rows runs a few small tiles.  All are powers of two, the steps a pypto.loop over the dim may take
+# (a ladder program smaller than the largest step is not made).
+CHUNK = 2048
+LADDER = (16, 64, 256, 1024)
+
+
+def ladder(max_step: int = 1) -> tuple[int, ...]:
+    """The rows of every program a dynamic kernel is compiled for, smallest first (CHUNK last)."""
+    return tuple(r for r in LADDER if r >= max_step and r < CHUNK) + (CHUNK,)
 
 
 @dataclass(frozen=True)
 class DynamicInfo:
-    """How a dynamic kernel's program covers a call: `params` maps each parameter with a
-    dynamic dim to it (always 0, the first dim), `chunk` is the rows the compiled program
-    covers, `symbol` the name the size is printed with."""
-    chunk: int
+    """How a dynamic kernel's programs cover a call: `params` are the parameters with a dynamic
+    (first) dim; `programs` maps the rows of each program compiled (see `ladder`) to it, the
+    largest (`chunk`) being the kernel's own; `symbol` is the name the size prints as."""
     params: tuple[str, ...]
+    programs: dict = field(compare=False, repr=False)
     symbol: str = "N"
 
-    def chunks(self, n: int) -> int:
-        return ceil_div(n, self.chunk)
+    @property
+    def chunk(self) -> int:
+        return max(self.programs)
+
+    def pieces(self, n: int) -> list[tuple[int, int]]:
+        """(first row, rows of the program) of each run a call on n rows makes: the chunk's program
+        once per whole chunk, then the smallest program that covers the rest."""
+        c = self.chunk
+        out = [(j * c, c) for j in range(n // c)]
+        rest = n - len(out) * c
+        if rest:
+            out.append((len(out) * c, min(r for r in self.programs if r >= rest)))
+        return out
 
     def padded(self, n: int) -> int:
-        return self.chunks(n) * self.chunk
+        """The rows the pieces of a call on n rows cover (n, padded to whole pieces)."""
+        start, rows = self.pieces(n)[-1]
+        return start + rows
 
     def describe(self) -> str:
-        return (f"{', '.join(self.params)}: {self.symbol} rows known at the call; the program covers "
-                f"{self.chunk} rows and runs ceil({self.symbol}/{self.chunk}) times")
+        s = self.symbol
+        return (f"{', '.join(self.params)}: {s} rows known at the call; a program for {self.chunk} rows runs "
+                f"{s} // {self.chunk} times, one for {'/'.join(map(str, sorted(self.programs)[:-1]))} rows the rest")
 
 
 # --- the analysis -------------------------------------------------------------------------
@@ -296,38 +318,28 @@ def _store(n, lab, dynamic, written):
 
 # --- the program of a call ------------------------------------------------------------------
 
-def instantiate(program: Program, info: DynamicInfo, n: int, n_aic: int, n_aiv: int) -> Program:
-    """The program that runs a dynamic kernel's compiled program (`program`, for `info.chunk`
-    rows) on `n` rows: once per chunk, the GM windows on the dynamic tensors moved by the chunk's
-    rows (into tensors padded to a whole number of chunks), each chunk its own workspaces; a
-    chunk's task whose GM writes all fall on rows past `n` is left out (with it the flags and
-    dependencies on it)."""
-    c = info.chunk
-    chunks = info.chunks(n)
+def instantiate(info: DynamicInfo, n: int, n_aic: int, n_aiv: int) -> Program:
+    """The program that runs a dynamic kernel on `n` rows of its dynamic dim: its programs
+    once per piece of `DynamicInfo.pieces`, each run's GM windows on the dynamic tensors moved to its rows (of
+    tensors padded to whole pieces), each with workspaces of its own; a run's task whose GM
+    writes all fall on rows past `n` is left out (with the flags and dependencies on it)."""
+    pieces = info.pieces(n)
+    program = info.programs[info.chunk]
     dyn = set(info.params)
-    bufs = {}
-    for b in program.buffers:
-        if b.name in dyn:
-            bufs[b.name] = GMBuffer(b.name, (chunks * c,) + tuple(b.shape[1:]), b.dtype, b.role)
+    rows = info.padded(n)
+    bufs = {b.name: GMBuffer(b.name, (rows,) + tuple(b.shape[1:]), b.dtype, b.role)
+            for b in program.buffers if b.name in dyn}
     row_elems = {b.name: prod(b.shape[1:]) for b in program.buffers if b.name in dyn}
     out_bufs = [bufs.get(b.name, b) for b in program.buffers if b.role != "workspace"]
-    # the chunks take turns over the cores: chunk j's tasks run `turn` * j cube cores (twice as
-    # many vector cores) further on, so that a cube task and its vector partners stay a pair
-    # (AIV 2c + slot of AIC c) and a call on many rows spreads over the machine
-    used_aic = {t.core for t in program.tasks if t.core_type == "AIC"}
-    used_aiv = {t.core for t in program.tasks if t.core_type == "AIV"}
-    turn = max(len(used_aic), ceil_div(len(used_aiv), 2), 1)
     tasks: list[ExecTask] = []
-    pairs: dict[int, set] = {}
-    for t in program.tasks:
-        if t.pair is not None:
-            pairs.setdefault(t.pair[0], {t.pair[0]}).add(t.id)
-    for j in range(chunks):
-        ws = {b.name: GMBuffer(f"{b.name}.{j}" if chunks > 1 else b.name, b.shape, b.dtype, b.role)
-              for b in program.buffers if b.role == "workspace"}
+    turn = 0
+    for k, (start, size) in enumerate(pieces):
+        prog = info.programs[size]
+        if len(pieces) == 1 and rows == size:           # the compiled program itself
+            return _dropped(prog, n, size, dyn, row_elems)
+        ws = {b.name: GMBuffer(f"{b.name}.{k}", b.shape, b.dtype, b.role)
+              for b in prog.buffers if b.role == "workspace"}
         out_bufs.extend(ws.values())
-        valid = n - j * c                       # rows of this chunk inside the call's tensors
-        new_id: dict[int, int] = {}
         memo: dict[int, object] = {}
 
         def move(o):
@@ -337,7 +349,7 @@ def instantiate(program: Program, info: DynamicInfo, n: int, n_aic: int, n_aiv: 
             if got is None:
                 name = o.buf.name
                 if name in dyn:
-                    got = GMRef(bufs[name], o.offset + j * c * row_elems[name], o.shape, o.strides)
+                    got = GMRef(bufs[name], o.offset + start * row_elems[name], o.shape, o.strides)
                 elif name in ws:
                     got = GMRef(ws[name], o.offset, o.shape, o.strides)
                 else:
@@ -357,22 +369,54 @@ def instantiate(program: Program, info: DynamicInfo, n: int, n_aic: int, n_aiv: 
                     out.append(it)
             return out
 
-        skipped = {t.id for t in program.tasks if valid < c and _past_end(t, dyn, row_elems, valid)}
-        for members in pairs.values():  # a cube task and its vector partners go together (their flags pair)
-            if not members <= skipped:
-                skipped -= members
-        for t in program.tasks:
-            if t.id in skipped:
+        new_id: dict[int, int] = {}
+        past = _past(prog, n - start, size, dyn, row_elems)
+        for t in prog.tasks:
+            if t.id in past:
                 continue
             new_id[t.id] = len(tasks)
             tasks.append(ExecTask(len(tasks), t.group, t.core_type,
-                                  tuple(new_id[d] for d in t.deps if d in new_id), t.level,
-                                  t.code if chunks == 1 else tuple(mapped(t.code)),
+                                  tuple(new_id[d] for d in t.deps if d in new_id), t.level, tuple(mapped(t.code)),
                                   None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
-                                  _turned(t, j * turn, n_aic, n_aiv)))
-    if chunks == 1:
-        out_bufs = list(program.buffers)
+                                  _turned(t, turn, n_aic, n_aiv)))
+        # the runs take turns over the cores: the next one's tasks run `turn` cube cores (twice
+        # as many vector cores) further on, so that a cube task and its vector partners stay a
+        # pair (AIV 2c + slot of AIC c) and a call on many rows spreads over the machine
+        turn += max(len({t.core for t in prog.tasks if t.core_type == "AIC"}),
+                    ceil_div(len({t.core for t in prog.tasks if t.core_type == "AIV"}), 2), 1)
     return Program(program.name, tuple(out_bufs), tuple(tasks))
+
+
+def _dropped(prog: Program, n: int, size: int, dyn: set, row_elems: dict) -> Program:
+    """`prog` (for its own `size` rows) without the tasks past row `n`."""
+    past = _past(prog, n, size, dyn, row_elems)
+    if not past:
+        return prog
+    new_id: dict[int, int] = {}
+    tasks = []
+    for t in prog.tasks:
+        if t.id not in past:
+            new_id[t.id] = len(tasks)
+            tasks.append(ExecTask(len(tasks), t.group, t.core_type, tuple(new_id[d] for d in t.deps if d in new_id),
+                                  t.level, t.code, None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
+                                  t.core))
+    return Program(prog.name, prog.buffers, tuple(tasks))
+
+
+def _past(prog: Program, valid: int, size: int, dyn: set, row_elems: dict) -> set[int]:
+    """The tasks of `prog` (for `size` rows) whose GM writes all fall on rows >= `valid` of the
+    dynamic tensors; a cube task and its vector partners only together (their flags pair up)."""
+    if valid >= size:
+        return set()
+    past = {t.id for t in prog.tasks if _past_end(t, dyn, row_elems, valid)}
+    pairs: dict[int, set] = {}
+    for t in prog.tasks:
+        if t.pair is not None:
+            pairs.setdefault(t.pair[0], {t.pair[0]}).add(t.id)
+    for members in pairs.values():
+        if not members <= past:
+            past -= members
+    return past
 
 
 def _turned(t: ExecTask, by: int, n_aic: int, n_aiv: int) -> int | None:

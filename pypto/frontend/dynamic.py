@@ -179,9 +179,6 @@ def plain(v):
     return v
 
 
-_loop_count = [0]
-
-
 def loop(*args):
     """CANN PyPTO's `pypto.loop(start, stop, step)`.  Over a `pypto.DYNAMIC` size
     (`pypto.loop(0, x.shape[0], 8)`) it yields loop indices `i` (SymbolicScalar) for slices
@@ -207,10 +204,12 @@ def loop(*args):
     if isinstance(step, SymbolicScalar) or not isinstance(step, int) or step < 1 or int(stop) % step:
         raise UnsupportedError("the step of a pypto.loop over a dynamic dim must divide the chunk the kernel "
                                "is compiled for", loc=user_loc(),
-                               expected=f"a positive divisor of {int(stop)} (a power of two up to 512)",
+                               expected=f"a power of two (dividing {int(stop)}, the rows it is compiled for)",
                                got=f"step {step!r}")
-    _loop_count[0] += 1
-    name = "i" if _loop_count[0] == 1 else f"i{_loop_count[0]}"
+    from .tracer import TraceContext
+    steps = TraceContext.current("pypto.loop over a dynamic dim").loop_steps
+    steps.append(step)
+    name = "i" if len(steps) == 1 else f"i{len(steps)}"
     return (SymbolicScalar(v, name, "index", 0, step) for v in range(0, int(stop), step))
 
 

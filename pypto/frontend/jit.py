@@ -149,16 +149,22 @@ class JitKernel:
     def _compile_dynamic(self, specs, dynamic, values, m, pipeline, options, snapshots):
         """Compile a kernel with pypto.DYNAMIC dims for one chunk of rows (`compiler.dynamic`)."""
         from ..compiler import PassContext
-        from ..compiler.dynamic import CHUNK, DynamicInfo, row_axes
+        from ..compiler.dynamic import CHUNK, DynamicInfo, ladder, row_axes
         from ..sim.timing import timed
         from .kernel import CompiledKernel
         traced = self._trace(specs, values, chunk=CHUNK)
+        verify = "each" if self.debug else "levels"
         levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
-                                          verify="each" if self.debug else "levels", snapshots=snapshots)
+                                          verify=verify, snapshots=snapshots)
         row_axes(levels["tensor"], {name: 0 for name in dynamic})
+        programs = {CHUNK: levels["pto"]}
+        for rows in ladder(max(self._loop_steps, default=1))[:-1]:
+            small, _, _ = pipeline.run(self._trace(specs, values, chunk=rows),
+                                       PassContext(m, dict(options or {}), timing=timed), verify=verify)
+            programs[rows] = small["pto"]
         return CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                               levels["exec"], levels["pto"], log, snaps, kernel=self,
-                              dynamic=DynamicInfo(CHUNK, dynamic))
+                              dynamic=DynamicInfo(dynamic, programs))
 
     def _specs(self, args) -> list[Tensor]:
         if len(args) != len(self.tensor_params):
@@ -283,6 +289,7 @@ class JitKernel:
                 raise PyptoError(f"{type(e).__name__} while tracing {self.name}: {e}",
                                  loc=_user_frame(e.__traceback__) or self.loc) from e
         g = ctx.graph()
+        self._loop_steps = tuple(ctx.loop_steps)
         writes = any(n.op == "store" for n in g.nodes)
         if returned is not None:
             outs = ", ".join(n for n in self.tensor_params[-1:])

@@ -130,7 +130,7 @@ class CompiledKernel:
         got = self._instances.get(key)
         if got is None:
             from ..compiler.dynamic import instantiate
-            got = self._remember(key, instantiate(self.program, self.dynamic, int(n), self.machine.n_aic,
+            got = self._remember(key, instantiate(self.dynamic, int(n), self.machine.n_aic,
                                                           self.machine.n_aiv))
         return got
 
@@ -207,14 +207,15 @@ class CompiledKernel:
         return res
 
     def _chunked_outputs(self, arrays: dict, n: int, checked: bool) -> dict:
-        """The outputs of a call on n rows: the compiled program (one chunk of rows) run
-        functionally on each chunk of the arrays, the last one padded with zero rows."""
-        c, dyn = self.dynamic.chunk, self.dynamic.params
+        """The outputs of a call on n rows: each piece of rows (`DynamicInfo.pieces`) run
+        functionally by its program, the last one padded with zero rows."""
+        dyn = self.dynamic.params
         padded = self._padded(arrays, n)
         outs: dict[str, list] = {}
-        for j in range(self.dynamic.chunks(n)):
-            part = {k: a[j * c:(j + 1) * c] if k in dyn else a for k, a in padded.items()}
-            got = run_sim(self.program, part, machine=self.machine, mode="functional", check=checked).outputs
+        for start, rows in self.dynamic.pieces(n):
+            part = {k: a[start:start + rows] if k in dyn else a for k, a in padded.items()}
+            got = run_sim(self.dynamic.programs[rows], part, machine=self.machine, mode="functional",
+                          check=checked).outputs
             for k, v in got.items():
                 outs.setdefault(k, []).append(v)
         return {k: np.concatenate(v)[:n] if k in dyn else v[-1] for k, v in outs.items()}

@@ -80,6 +80,7 @@ class TraceContext:
         self.cube_tile: TileSpec | None = None
         self.stored: set[str] = set()
         self.dynamic = False            # a kernel with pypto.DYNAMIC dims (SymbolicScalar sizes)
+        self.loop_steps: list[int] = []     # the steps of its pypto.loops over them
 
     def __enter__(self):
         TraceContext._stack.append(self)
