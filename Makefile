@@ -36,6 +36,7 @@ bench: install
 	$(PYTHON) benchmarks/first_kernels.py
 	$(PYTHON) benchmarks/hbm_efficiency.py
 	$(PYTHON) benchmarks/compile_time.py
+	$(PYTHON) benchmarks/dynamic_shapes.py
 
 # Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first]`; SEEDS=0 runs
 # until the budget (seconds); without SEED a fresh random first seed.  Minimal failing kernels

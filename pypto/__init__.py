@@ -7,7 +7,7 @@ from .dtypes import DT_BF16, DT_BOOL, DT_FP16, DT_FP32, DT_INT8, DT_INT32, DType
 from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoError, ShapeError,
                      SimulationError, TileShapeError, UnsupportedError, VerificationError)
 from .compiler.api import CompilerPipeline
-from .frontend.dynamic import DYNAMIC, SymbolicScalar, loop
+from .frontend.dynamic import DYNAMIC, SymbolicScalar, cond, loop
 from .frontend.jit import JitKernel, jit
 from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
@@ -48,7 +48,7 @@ def unload_ipython_extension(ipython):
 
 
 __all__ = sorted({
-    "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
+    "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "cond", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
     "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "compare", "explore", "jit", "report",
     *_ops.__all__})

@@ -216,8 +216,8 @@ def loop(*args):
 def check_slice(x_shape, d: int, k):
     """The rules for indexing dim `d` of a tensor whose size there is symbolic (`k` a slice or an
     index): the whole dim (`x[:]`, `x[0:N]`), or one step of a `pypto.loop` over it
-    (`x[i:i+step]`, `x[i]` for step 1).  Returns (offset, size) with the size symbolic for the
-    whole dim."""
+    (`x[i:i+step]`, `x[i]` for step 1).  Returns (offset, size): the size symbolic for the
+    whole dim, None for an index (the dim dropped), the offset a loop index for a step."""
     from .tracer import user_loc
     n = x_shape[d]
     if isinstance(k, slice):
@@ -228,11 +228,11 @@ def check_slice(x_shape, d: int, k):
         elif (isinstance(k.start, SymbolicScalar) and k.start.kind == "index" and k.start.shift == 0
               and isinstance(k.stop, SymbolicScalar) and k.stop.kind == "index"
               and k.stop.base == k.start.base and k.stop.shift == k.start.step):
-            return int(k.start), k.start.step
+            return k.start, k.start.step
         else:
             why = f"rows {k.start if k.start is not None else 0}:{k.stop if k.stop is not None else n}"
     elif isinstance(k, SymbolicScalar) and k.kind == "index" and k.shift == 0 and k.step == 1:
-        return int(k), None
+        return k, None
     else:
         why = f"row {k!r}"
     raise UnsupportedError(f"dim {d} has the dynamic size N: {why} of it depends on where the kernel's chunks "
@@ -240,3 +240,13 @@ def check_slice(x_shape, d: int, k):
                            expected="the whole dim (x[:]) or one step of pypto.loop(0, N, step): x[i:i+step]",
                            got=why,
                            hint="for i in pypto.loop(0, x.shape[0], 8): out[i:i+8] = f(x[i:i+8])")
+
+
+def cond(scalar) -> bool:
+    """CANN PyPTO's `if pypto.cond(expr):`.  Here the conditions a kernel branches on are static
+    (constants, shapes, indices of loops over static dims): `cond` gives their truth value for
+    Python's `if`.  A condition on a dynamic size or the index of a loop over it is refused where
+    it is computed (N > 4 is not known while compiling); per-element choices are pypto.where."""
+    if isinstance(scalar, SymbolicScalar):
+        scalar._refuse(f"pypto.cond({scalar.expr})", control=True)
+    return bool(scalar)

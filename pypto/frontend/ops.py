@@ -1009,8 +1009,12 @@ def view(x, shape, offsets=None, steps=None):
     every `steps`-th element along each dim (default 1: `x[:, 1::2]` is steps (1, 2)).  A window
     of a tensor in GM is free: a load reads it with strides."""
     x = _tensor(x, "view")
-    shape = tuple(int(s) for s in shape)
-    offsets = tuple(int(o) for o in (offsets or (0,) * len(shape)))
+    offsets = tuple(offsets or (0,) * len(shape))
+    for d, n in enumerate(x.shape):     # a pypto.DYNAMIC dim: whole, or one step of a pypto.loop
+        if isinstance(n, SymbolicScalar) and d < len(shape) and d < len(offsets):
+            check_slice(x.shape, d, slice(offsets[d], offsets[d] + shape[d]))
+    shape = tuple(s if isinstance(s, SymbolicScalar) else int(s) for s in shape)
+    offsets = tuple(int(o) for o in offsets)
     steps = tuple(int(k) for k in (steps or (1,) * len(shape)))
     if len(shape) != x.ndim or len(offsets) != x.ndim or len(steps) != x.ndim or any(
             o < 0 or s < 1 or k < 1 or o + (s - 1) * k + 1 > full for o, s, k, full in zip(offsets, shape, steps, x.shape)):

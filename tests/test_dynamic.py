@@ -1,0 +1,244 @@
+"""Dynamic shapes: one compile of a kernel with a pypto.DYNAMIC dim serves every size of it.
+
+Values are checked against numpy written here (not the package's reference), the program of a
+call (`program_for(n)`) is also run on its own, and the cycles of a call on exactly one chunk
+are those of the kernel compiled for that size."""
+import numpy as np
+import pytest
+
+import pypto
+from pypto.compiler.dynamic import CHUNK, ladder
+from pypto.ir.gm import GMRef
+from pypto.sim.run import simulate as run_program
+
+D, F = pypto.DYNAMIC, pypto.DT_FP32
+
+
+def T(*shape, dtype=F):
+    return pypto.Tensor(list(shape), dtype)
+
+
+def np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@pypto.jit
+def softmax(x: T(D, 1024), out: T(D, 1024)):
+    out[:] = pypto.softmax(x, dim=-1)
+
+
+@pytest.fixture(scope="module")
+def softmax_ck():
+    x = np.zeros((5, 1024), np.float32)
+    return softmax.compile(x, np.zeros_like(x))
+
+
+def test_one_compile_serves_every_size():
+    softmax.cache_clear()
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 1000, 8192):
+        x = rng.standard_normal((n, 1024)).astype(np.float32)
+        out = np.full_like(x, np.nan)
+        softmax(x, out)
+        np.testing.assert_allclose(out, np_softmax(x), rtol=2e-6, atol=1e-9)
+    assert softmax.cache_size == 1
+
+
+def test_simulate_checks_and_times_each_size(softmax_ck):
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 1000, 2049):
+        x = rng.standard_normal((n, 1024)).astype(np.float32)
+        res = softmax_ck.simulate(x, np.zeros_like(x))
+        assert res.ok is True
+        assert res.outputs["out"].shape == (n, 1024)
+        assert res.program is softmax_ck.program_for(n)
+        assert softmax_ck.simulate(mode="timing", size=n).cycles == res.cycles
+
+
+def test_program_of_a_call_computes_the_same_on_its_own(softmax_ck):
+    """The values of ck.simulate come from the chunk programs run piece by piece; the program of
+    the call (all pieces, tasks past the rows left out, cores taken in turns) computes them too."""
+    rng = np.random.default_rng(2)
+    for n in (3, 1000, 2100):
+        x = rng.standard_normal((n, 1024)).astype(np.float32)
+        program = softmax_ck.program_for(n)
+        rows = softmax_ck.dynamic.padded(n)
+        xp = np.zeros((rows, 1024), np.float32)
+        xp[:n] = x
+        got = run_program(program, {"x": xp, "out": np.zeros_like(xp)}, mode="functional").outputs["out"][:n]
+        np.testing.assert_allclose(got, np_softmax(x), rtol=2e-6, atol=1e-9)
+
+
+def test_pieces_of_a_call(softmax_ck):
+    info = softmax_ck.dynamic
+    assert info.chunk == CHUNK == 2048
+    assert sorted(info.programs) == list(ladder()) == [16, 64, 256, 1024, 2048]
+    assert info.pieces(1) == [(0, 16)]
+    assert info.pieces(16) == [(0, 16)]
+    assert info.pieces(17) == [(0, 64)]
+    assert info.pieces(1000) == [(0, 1024)]
+    assert info.pieces(2048) == [(0, 2048)]
+    assert info.pieces(2049) == [(0, 2048), (2048, 16)]
+    assert info.pieces(8192) == [(0, 2048), (2048, 2048), (4096, 2048), (6144, 2048)]
+    assert info.padded(1000) == 1024
+
+
+def test_tasks_past_the_rows_are_left_out(softmax_ck):
+    small = softmax_ck.dynamic.programs[16]
+    one = softmax_ck.program_for(1)
+    assert 1 <= len(one.tasks) < len(small.tasks)
+    # every task kept writes row 0 of out (the tasks of the other rows of the 16 are left out)
+    for t in one.tasks:
+        assert any(isinstance(i.dst, GMRef) and i.dst.buf.name == "out" and i.dst.span()[0] < 1024
+                   for i in t.instrs)
+
+
+def test_one_chunk_runs_the_kernel_compiled_for_that_size(softmax_ck):
+    @pypto.jit
+    def softmax_static(x, out):
+        out[:] = pypto.softmax(x, dim=-1)
+    x = np.zeros((CHUNK, 1024), np.float32)
+    static = softmax_static.compile(x, x).simulate(mode="timing").cycles
+    assert softmax_ck.simulate(mode="timing", size=CHUNK).cycles == static
+    # two chunks: the second chunk's tasks run on the cores after the first's
+    assert softmax_ck.simulate(mode="timing", size=2 * CHUNK).cycles < 2.2 * static
+
+
+def test_loop_over_the_dynamic_dim():
+    @pypto.jit
+    def k(x: T(D, 64), out: T(D, 64)):
+        for i in pypto.loop(0, x.shape[0], 8):
+            out[i:i + 8] = pypto.exp(x[i:i + 8]) + 1.0
+    rng = np.random.default_rng(3)
+    for n in (5, 300):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        out = np.zeros_like(x)
+        k(x, out)
+        np.testing.assert_allclose(out, np.exp(x) + 1, rtol=2e-6)
+    assert k.cache_size == 1
+
+
+def test_matmul_layernorm_and_an_inout_with_static_operands():
+    @pypto.jit
+    def mm(x: T(D, 64), w, out: T(D, 32)):
+        out[:] = pypto.matmul(x, w)
+
+    @pypto.jit
+    def ln(x: T(D, 128), g, b, out: T(D, 128)):
+        out[:] = pypto.layernorm(x, g, b)
+
+    @pypto.jit
+    def acc(x: T(D, 64), out: T(D, 64)):
+        out[:] = out + x * 2.0
+    rng = np.random.default_rng(4)
+    for n in (1, 77, 2050):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        w = rng.standard_normal((64, 32)).astype(np.float32)
+        out = np.zeros((n, 32), np.float32)
+        mm(x, w, out)
+        np.testing.assert_allclose(out, x @ w, rtol=1e-4, atol=1e-4)
+        x2 = rng.standard_normal((n, 128)).astype(np.float32)
+        g, b = rng.standard_normal(128).astype(np.float32), rng.standard_normal(128).astype(np.float32)
+        o2 = np.zeros_like(x2)
+        ln(x2, g, b, o2)
+        mu, var = x2.mean(-1, keepdims=True), x2.var(-1, keepdims=True)
+        np.testing.assert_allclose(o2, (x2 - mu) / np.sqrt(var + 1e-5) * g + b, rtol=1e-4, atol=1e-4)
+        o3 = rng.standard_normal((n, 64)).astype(np.float32)
+        want = o3 + x * 2
+        acc(x, o3)
+        np.testing.assert_allclose(o3, want, rtol=1e-6)
+    assert (mm.cache_size, ln.cache_size, acc.cache_size) == (1, 1, 1)
+
+
+def test_a_spec_with_dynamic_compiles_a_dynamic_kernel():
+    @pypto.jit
+    def neg(x, out):
+        out[:] = -x
+    ck = neg.compile(T(D, 64), T(D, 64))
+    assert ck.dynamic.params == ("x", "out")
+    assert "dynamic" in repr(ck) and "2048 rows" in repr(ck)
+    x = np.arange(3 * 64, dtype=np.float32).reshape(3, 64)
+    assert np.array_equal(ck.simulate(x, np.zeros_like(x)).outputs["out"], -x)
+    # the graph holds plain ints: no symbol leaks into the compiler
+    assert all(type(d) is int for n in ck.traced.nodes for d in n.shape)
+
+
+def test_symbolic_size_prints_and_shapes():
+    seen = {}
+
+    @pypto.jit
+    def k(x: T(D, 64), out: T(D, 64)):
+        seen["shape"] = x.shape
+        seen["view"] = x[:, 0:32].shape
+        out[:] = x
+    k.compile(T(D, 64), T(D, 64))
+    n = seen["shape"][0]
+    assert isinstance(n, pypto.SymbolicScalar) and repr(n) == "N" and seen["shape"][1] == 64
+    assert repr(seen["view"][0]) == "N"
+    assert pypto.cond(3 > 2) is True
+
+
+def _error(fn, *specs, match):
+    k = pypto.jit(fn)
+    with pytest.raises(pypto.PyptoError) as e:
+        k.compile(*specs)
+    text = str(e.value)
+    assert match in text, text
+    return e.value
+
+
+def test_errors_name_the_kernel_line():
+    def red(x: T(D, 64), out):
+        out[:] = pypto.sum(x, dim=0, keepdim=True)
+    e = _error(red, T(D, 64), T(1, 64), match="reduces over the rows of the dynamic dim")
+    assert e.loc.line == red.__code__.co_firstlineno + 1
+
+    def div(x: T(D, 64), out: T(D, 64)):
+        out[:] = x / x.shape[0]
+    e = _error(div, T(D, 64), T(D, 64), match="known only when the kernel is called")
+    assert e.loc.line == div.__code__.co_firstlineno + 1 and "div(tensor, N)" in str(e)
+
+    def branch(x: T(D, 64), out: T(D, 64)):
+        if x.shape[0] > 4:
+            out[:] = x
+    _error(branch, T(D, 64), T(D, 64), match="`N > 4`")
+
+    def fixed(x: T(D, 64), out: T(D, 64)):
+        out[0:4] = x[0:4]
+    _error(fixed, T(D, 64), T(D, 64), match="rows 0:4 of it depends on where the kernel's chunks fall")
+
+    def pyrange(x: T(D, 64), out: T(D, 64)):
+        for i in range(0, x.shape[0], 8):
+            out[i:i + 8] = x[i:i + 8]
+    _error(pyrange, T(D, 64), T(D, 64), match="pypto.loop(0, x.shape[0], 8)")
+
+    def contract(x: T(D, 64), out):
+        out[:] = pypto.matmul(pypto.transpose(x, 0, 1), x)
+    _error(contract, T(D, 64), T(64, 64), match="it is the K dim of the product")
+
+    def odd_step(x: T(D, 64), out: T(D, 64)):
+        for i in pypto.loop(0, x.shape[0], 3):
+            out[i:i + 3] = x[i:i + 3]
+    _error(odd_step, T(D, 64), T(D, 64), match="a power of two")
+
+    def static_out(x: T(D, 64), out):
+        out[:] = pypto.full([4, 64], 1.0, pypto.DT_FP32) if hasattr(pypto, "full") else x[0:4]
+    _error(static_out, T(D, 64), T(4, 64), match="has no dynamic dim")
+
+    def second_dim(x: T(64, D), out: T(64, D)):
+        out[:] = x
+    _error(second_dim, T(64, D), T(64, D), match="pypto.DYNAMIC as the first dim only")
+
+
+def test_call_errors():
+    x = np.zeros((10, 1024), np.float32)
+    with pytest.raises(pypto.KernelSignatureError, match="does not fit its annotation"):
+        softmax(np.zeros((10, 512), np.float32), np.zeros((10, 512), np.float32))
+    ck = softmax.compile(x, x)
+    with pytest.raises(pypto.KernelSignatureError, match="the dynamic dims of softmax's arguments differ"):
+        ck.simulate(x, np.zeros((11, 1024), np.float32))
+    with pytest.raises(pypto.KernelSignatureError, match="size="):
+        ck.simulate(mode="timing")
+    with pytest.raises(pypto.KernelSignatureError, match="positive integer"):
+        ck.program_for(0)
