@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="simulate with seeded random inputs and check the outputs against numpy "
                              "(default: timing-only simulation from the shapes)")
         sp.add_argument("--seed", type=int, default=0, help="seed of the --check inputs (default 0)")
+        sp.add_argument("--size", type=_size, metavar="N",
+                        help="the rows of a pypto.DYNAMIC dim to simulate (a kernel annotated with one, or "
+                             "an --arg written Nx...; default: the rows an --arg gives it)")
 
     c = sub.add_parser("compile", help="compile, print one level, simulate and print the cycles",
                        description="Compile a kernel for the given shapes, print one IR level, "
@@ -88,6 +91,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the report file (default KERNEL.html in the current directory)")
     r.add_argument("--title", help="the report's title")
     return p
+
+
+def _size(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of rows >= 1, got '{text}'")
+    return n
 
 
 def _count(text: str) -> int:
@@ -125,22 +138,23 @@ def parse_dtype(text: str, where: str):
 
 
 def parse_arg(text: str):
-    """'x=256x1024:fp32' -> ('x', (256, 1024), DT_FP32)."""
+    """'x=256x1024:fp32' -> ('x', (256, 1024), DT_FP32); 'x=Nx1024' -> a pypto.DYNAMIC first dim."""
     from . import dtypes
     where = f"--arg {text}"
     name, eq, spec = text.partition("=")
     name = name.strip()
     if not eq or not name.isidentifier() or not spec:
         raise UsageError(f"bad {where}: expected NAME=DIMS:DTYPE, e.g. x=256x1024:fp32")
+    from .frontend.dynamic import DYNAMIC
     dims, colon, dtype = spec.partition(":")
     d = parse_dtype(dtype, where) if colon else dtypes.DT_FP32
     try:
-        shape = tuple(int(s) for s in dims.lower().split("x"))
+        shape = tuple(DYNAMIC if s == "n" and k == 0 else int(s) for k, s in enumerate(dims.lower().split("x")))
     except ValueError:
         shape = ()
-    if not shape or any(s <= 0 for s in shape):
+    if not shape or any(s is not DYNAMIC and s <= 0 for s in shape):
         raise UsageError(f"bad shape '{dims}' in {where}: expected positive sizes separated by 'x', "
-                         f"e.g. 256x1024")
+                         f"e.g. 256x1024 (or Nx1024: a pypto.DYNAMIC first dim)")
     return name, shape, d
 
 
@@ -242,20 +256,23 @@ def constants(kernel, const_texts) -> dict:
     return consts
 
 
-def random_inputs(ck, seed: int):
-    """Seeded random arrays for the parameters of `ck`: inputs random, outputs zero."""
+def random_inputs(ck, seed: int, size: int | None = None):
+    """Seeded random arrays for the parameters of `ck`: inputs random, outputs zero (the dynamic
+    dim of a dynamic kernel `size` rows)."""
     import numpy as np
     rng = np.random.default_rng(seed)
     outputs = set(ck.traced.output_names)
+    dyn = ck.dynamic.params if ck.dynamic else ()
     arrays = []
     for p in ck.params:
         dt = p.dtype.np_dtype
+        shape = (size,) + p.shape[1:] if p.name in dyn else p.shape
         if p.name in outputs:
-            arrays.append(np.zeros(p.shape, dt))
+            arrays.append(np.zeros(shape, dt))
         elif p.dtype.is_float:
-            arrays.append(rng.standard_normal(p.shape).astype(dt))
+            arrays.append(rng.standard_normal(shape).astype(dt))
         else:
-            arrays.append(rng.integers(-4, 5, size=p.shape).astype(dt))
+            arrays.append(rng.integers(-4, 5, size=shape).astype(dt))
     return arrays
 
 
@@ -268,12 +285,30 @@ def _prepare(ns):
     specs = tensor_specs(kernel, ns.arg)
     consts = constants(kernel, ns.const)
     ck = kernel.compile(*specs, machine=ns.machine, **consts)
+    size = _dynamic_size(ck, specs, ns.size)
     if ns.check:
-        data = random_inputs(ck, ns.seed)
+        data = random_inputs(ck, ns.seed, size)
         res = ck.simulate(*data, mode="full")
     else:
-        res = ck.simulate(mode="timing")
+        res = ck.simulate(mode="timing", size=size)
     return ck, res
+
+
+def _dynamic_size(ck, specs, size: int | None) -> int | None:
+    """The rows to simulate a dynamic kernel on: --size, else those its --arg values give."""
+    from .frontend.dynamic import DYNAMIC
+    if ck.dynamic is None:
+        if size is not None:
+            raise UsageError(f"--size {size}: {ck.name} has no pypto.DYNAMIC dim")
+        return None
+    given = {s.shape[0] for s in specs if s.name in ck.dynamic.params and s.shape[0] is not DYNAMIC}
+    if size is None:
+        if len(given) != 1:
+            raise UsageError(f"{ck.name} has a pypto.DYNAMIC dim ({', '.join(ck.dynamic.params)}): give the rows "
+                             "to simulate with --size N" + (f" (the --arg values disagree: {sorted(given)})"
+                                                             if given else ""))
+        size = given.pop()
+    return size
 
 
 def level_text(ck, level: str, tasks: int = DEFAULT_PTO_TASKS, full: bool = False) -> str:

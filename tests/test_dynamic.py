@@ -242,3 +242,19 @@ def test_call_errors():
         ck.simulate(mode="timing")
     with pytest.raises(pypto.KernelSignatureError, match="positive integer"):
         ck.program_for(0)
+
+
+def test_command_line(tmp_path, capsys):
+    from pypto.cli import main
+    f = tmp_path / "k.py"
+    f.write_text("import pypto\n\n@pypto.jit\ndef softmax(x, out):\n    out[:] = pypto.softmax(x, dim=-1)\n")
+    args = [f"{f}:softmax", "--arg", "x=Nx1024", "--arg", "out=Nx1024", "--emit", "none"]
+    assert main(["compile", *args, "--size", "1000", "--check"]) == 0
+    text = capsys.readouterr().out
+    assert "kernel softmax on a2a3, N = 1000 rows" in text and "OK vs numpy" in text
+    want = pypto.jit(softmax.fn).compile(T(D, 1024), T(D, 1024)).simulate(mode="timing", size=1000).cycles
+    assert f"cycles        {want}" in text
+    assert main(["compile", *args]) == 2
+    assert "give the rows to simulate with --size N" in capsys.readouterr().err
+    assert main(["compile", f"{f}:softmax", "--arg", "x=8x1024", "--arg", "out=8x1024", "--size", "3"]) == 2
+    assert "has no pypto.DYNAMIC dim" in capsys.readouterr().err

@@ -200,6 +200,7 @@ class CompiledKernel:
                           engine=engine, races=check and not checked and mode == "full")
         else:
             res = SimResult(self.name, self.machine, None, program=program)
+        res.size = f"{self.dynamic.symbol} = {n} rows"
         if mode != "timing":
             res.outputs = self._chunked_outputs(arrays, n, checked)
             if check:

@@ -22,6 +22,8 @@ class SimResult:
     races: list[str] | None = None      # found by the race check of `simulate(races=True)`
     task_times: dict = field(default_factory=dict, repr=False)   # task -> (core, start, end)
     program: object = field(default=None, repr=False)
+    # a call of a dynamic kernel: what its pypto.DYNAMIC dim was ("N = 1000 rows")
+    size: str | None = None
 
     @property
     def time_us(self) -> float | None:
@@ -86,7 +88,7 @@ class SimResult:
         return rows
 
     def summary(self) -> str:
-        lines = [f"kernel {self.kernel} on {self.machine.name}"]
+        lines = [f"kernel {self.kernel} on {self.machine.name}" + (f", {self.size}" if self.size else "")]
         lines += [f"  {label:<13} {text}" for label, text in self.stats_rows()]
         return "\n".join(lines)
 
