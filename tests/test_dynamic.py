@@ -63,7 +63,7 @@ def test_program_of_a_call_computes_the_same_on_its_own(softmax_ck):
     for n in (3, 1000, 2100):
         x = rng.standard_normal((n, 1024)).astype(np.float32)
         program = softmax_ck.program_for(n)
-        rows = softmax_ck.dynamic.padded(n)
+        rows = softmax_ck.dynamic.padded(softmax_ck.pieces_for(n))
         xp = np.zeros((rows, 1024), np.float32)
         xp[:n] = x
         got = run_program(program, {"x": xp, "out": np.zeros_like(xp)}, mode="functional").outputs["out"][:n]
@@ -73,24 +73,43 @@ def test_program_of_a_call_computes_the_same_on_its_own(softmax_ck):
 def test_pieces_of_a_call(softmax_ck):
     info = softmax_ck.dynamic
     assert info.chunk == CHUNK == 2048
-    assert sorted(info.programs) == list(ladder()) == [16, 64, 256, 1024, 2048]
-    assert info.pieces(1) == [(0, 16)]
-    assert info.pieces(16) == [(0, 16)]
-    assert info.pieces(17) == [(0, 64)]
+    assert sorted(info.programs) == list(ladder()) == [1, 4, 16, 64, 256, 1024, 2048]
+    assert info.pieces(1) == [(0, 1)]
+    assert info.pieces(3) == [(0, 4)]
+    assert info.pieces(3, "ladder") == [(0, 1), (1, 1), (2, 1)]
+    assert info.pieces(100, "ladder") == [(0, 64), (64, 16), (80, 16), (96, 4)]
     assert info.pieces(1000) == [(0, 1024)]
     assert info.pieces(2048) == [(0, 2048)]
-    assert info.pieces(2049) == [(0, 2048), (2048, 16)]
+    assert info.pieces(2049) == [(0, 2048), (2048, 1)]
     assert info.pieces(8192) == [(0, 2048), (2048, 2048), (4096, 2048), (6144, 2048)]
-    assert info.padded(1000) == 1024
+    assert info.plans(2048) == {"cover": [(0, 2048)]}
+    assert info.padded(info.pieces(1000)) == 1024
+    # a loop of step 8 over the dim: no program smaller than a step
+    assert ladder(8) == (16, 64, 256, 1024, 2048)
+
+
+def test_the_faster_plan_runs(softmax_ck):
+    """Where the rows past the whole chunks may run as one covering program or as the ladder's
+    smaller ones, the call runs the one the timing model finds faster."""
+    for n in (100, 1000, 2048 + 600):
+        plans = softmax_ck.dynamic.plans(n)
+        assert set(plans) == {"cover", "ladder"}
+        cycles = {name: pypto.sim.run.simulate(softmax_ck._instantiate(n, p), mode="timing").cycles
+                  for name, p in plans.items()}
+        chosen = softmax_ck.pieces_for(n)
+        assert chosen in plans.values()
+        assert cycles[next(k for k, p in plans.items() if p == chosen)] <= min(cycles.values()) * 1.05
+    assert softmax_ck.pieces_for(100) == softmax_ck.dynamic.pieces(100, "ladder")   # 4 runs spread over cores
+    assert softmax_ck.pieces_for(1000) == [(0, 1024)]                              # one 1024-row run
 
 
 def test_tasks_past_the_rows_are_left_out(softmax_ck):
     small = softmax_ck.dynamic.programs[16]
-    one = softmax_ck.program_for(1)
+    one = softmax_ck._instantiate(3, [(0, 16)])
     assert 1 <= len(one.tasks) < len(small.tasks)
-    # every task kept writes row 0 of out (the tasks of the other rows of the 16 are left out)
+    # every task kept writes rows 0..2 of out (the tasks of the other rows of the 16 are left out)
     for t in one.tasks:
-        assert any(isinstance(i.dst, GMRef) and i.dst.buf.name == "out" and i.dst.span()[0] < 1024
+        assert any(isinstance(i.dst, GMRef) and i.dst.buf.name == "out" and i.dst.span()[0] < 3 * 1024
                    for i in t.instrs)
 
 

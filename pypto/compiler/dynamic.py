@@ -1,9 +1,10 @@
 """Dynamic dims: which axis of every value is the run-time dim, and the program of a call.
 
-A kernel with `pypto.DYNAMIC` dims is compiled once, for a *chunk* of `chunk` rows of that dim
-(the first dim of every parameter that has one); a call on N rows runs the chunk's program
-ceil(N / chunk) times, on the rows [j * chunk, (j + 1) * chunk) of every dynamic tensor, the last
-time on rows padded past N (whose results are dropped).  That computes what the kernel traced at
+A kernel with `pypto.DYNAMIC` dims is compiled once, for a *chunk* of CHUNK rows of that dim (the
+first dim of every parameter that has one) and for a ladder of smaller numbers of rows; a call on
+N rows runs the chunk's program once per whole chunk, on the rows [j * CHUNK, (j + 1) * CHUNK) of
+every dynamic tensor, and the ladder's programs on the rest (`DynamicInfo.pieces`), the last one
+on rows padded past N (whose results are dropped).  That computes what the kernel traced at
 N rows computes exactly when every output row depends on the same row of the inputs, computed the
 same way for every row: `row_axes` checks that on the Tensor Graph (op by op, from the registry's
 kinds) and names the kernel line of the first op that reduces over, or mixes, rows of the dim.
@@ -25,12 +26,12 @@ from ..ir.tensor import TensorGraph
 
 # The rows a dynamic kernel's programs are compiled for: CHUNK, the program a call runs once per
 # whole CHUNK rows (large enough that its tiles keep every core's pipes busy and a matmul reuses
-# its operands), and a ladder of smaller ones, 16 * 4^k rows, for the rest: a call's last rows
+# its operands), and a ladder of smaller ones, 4^k rows, for the rest: a call's last rows
 # run the smallest program that covers them, its tasks past them left out, so a call on a few
 # rows runs a few small tiles.  All are powers of two, the steps a pypto.loop over the dim may take
 # (a ladder program smaller than the largest step is not made).
 CHUNK = 2048
-LADDER = (16, 64, 256, 1024)
+LADDER = (1, 4, 16, 64, 256, 1024)
 
 
 def ladder(max_step: int = 1) -> tuple[int, ...]:
@@ -51,25 +52,41 @@ class DynamicInfo:
     def chunk(self) -> int:
         return max(self.programs)
 
-    def pieces(self, n: int) -> list[tuple[int, int]]:
+    def pieces(self, n: int, plan: str = "cover") -> list[tuple[int, int]]:
         """(first row, rows of the program) of each run a call on n rows makes: the chunk's program
-        once per whole chunk, then the smallest program that covers the rest."""
+        once per whole chunk; the rows left run, by `plan`, the smallest program that covers them
+        ("cover": one run, its tasks past the rows left out) or the ladder's programs largest
+        first, each as often as it fits the rows still left (at most three times, the ladder
+        growing by 4), then the smallest that covers the last ones ("ladder": small runs that
+        spread over the cores)."""
         c = self.chunk
         out = [(j * c, c) for j in range(n // c)]
-        rest = n - len(out) * c
-        if rest:
-            out.append((len(out) * c, min(r for r in self.programs if r >= rest)))
+        start = len(out) * c
+        if plan == "ladder":
+            for size in sorted(self.programs, reverse=True)[1:]:
+                while n - start >= size:
+                    out.append((start, size))
+                    start += size
+        if start < n:
+            out.append((start, min(r for r in self.programs if r >= n - start)))
         return out
 
-    def padded(self, n: int) -> int:
-        """The rows the pieces of a call on n rows cover (n, padded to whole pieces)."""
-        start, rows = self.pieces(n)[-1]
+    def plans(self, n: int) -> dict[str, list[tuple[int, int]]]:
+        """The different `pieces` a call on n rows may run, by plan name."""
+        cover, ladder = self.pieces(n, "cover"), self.pieces(n, "ladder")
+        return {"cover": cover} if cover == ladder else {"cover": cover, "ladder": ladder}
+
+    @staticmethod
+    def padded(pieces) -> int:
+        """The rows `pieces` cover (the call's rows padded to whole runs)."""
+        start, rows = pieces[-1]
         return start + rows
 
     def describe(self) -> str:
         s = self.symbol
         return (f"{', '.join(self.params)}: {s} rows known at the call; a program for {self.chunk} rows runs "
-                f"{s} // {self.chunk} times, one for {'/'.join(map(str, sorted(self.programs)[:-1]))} rows the rest")
+                f"{s} // {self.chunk} times, programs for {'/'.join(map(str, sorted(self.programs)[:-1]))} rows "
+                f"the rest")
 
 
 # --- the analysis -------------------------------------------------------------------------
@@ -318,15 +335,16 @@ def _store(n, lab, dynamic, written):
 
 # --- the program of a call ------------------------------------------------------------------
 
-def instantiate(info: DynamicInfo, n: int, n_aic: int, n_aiv: int) -> Program:
+def instantiate(info: DynamicInfo, n: int, n_aic: int, n_aiv: int, pieces=None) -> Program:
     """The program that runs a dynamic kernel on `n` rows of its dynamic dim: its programs
-    once per piece of `DynamicInfo.pieces`, each run's GM windows on the dynamic tensors moved to its rows (of
-    tensors padded to whole pieces), each with workspaces of its own; a run's task whose GM
-    writes all fall on rows past `n` is left out (with the flags and dependencies on it)."""
-    pieces = info.pieces(n)
+    once per piece of `pieces` (default: `DynamicInfo.pieces(n)`), each run's GM windows on the
+    dynamic tensors moved to its rows (of tensors padded to whole pieces), each with workspaces
+    of its own; a run's task whose GM writes all fall on rows past `n` is left out (with the
+    flags and dependencies on it)."""
+    pieces = pieces or info.pieces(n)
     program = info.programs[info.chunk]
     dyn = set(info.params)
-    rows = info.padded(n)
+    rows = info.padded(pieces)
     bufs = {b.name: GMBuffer(b.name, (rows,) + tuple(b.shape[1:]), b.dtype, b.role)
             for b in program.buffers if b.name in dyn}
     row_elems = {b.name: prod(b.shape[1:]) for b in program.buffers if b.name in dyn}

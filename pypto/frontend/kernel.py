@@ -119,20 +119,47 @@ class CompiledKernel:
         return got
 
     def program_for(self, n: int) -> Program:
-        """The program of a call on n rows of the dynamic dim (`compiler.dynamic.instantiate`):
-        the compiled program once per chunk of rows; kept for the last few sizes."""
+        """The program of a call on n rows of the dynamic dim (`compiler.dynamic.instantiate` of
+        `pieces_for(n)`); kept for the last few sizes."""
         if self.dynamic is None:
             return self.program
+        key = ("program", self._rows(n))
+        got = self._instances.get(key)
+        if got is None:
+            got = self._remember(key, self._instantiate(n, self.pieces_for(n)))
+        return got
+
+    def pieces_for(self, n: int) -> list[tuple[int, int]]:
+        """The runs (first row, rows of the program) of a call on n rows: where the rows past the
+        last whole chunk may run as one program that covers them or as several smaller ones
+        (`DynamicInfo.plans`), the plan the timing model finds faster on those rows alone
+        (fewer runs on a tie); the choice is kept per number of rows left."""
+        n = self._rows(n)
+        plans = self.dynamic.plans(n)
+        if len(plans) == 1:
+            return plans["cover"]
+        c = self.dynamic.chunk
+        rest, base = n % c, n - n % c
+        key = ("plan", rest)
+        best = self._instances.get(key)
+        if best is None:
+            def cycles(name):
+                tail = [(start - base, rows) for start, rows in plans[name] if start >= base]
+                prog = self._instantiate(rest, tail)
+                return run_sim(prog, {}, machine=self.machine, mode="timing", trace=False,
+                               progress=False).cycles, len(tail)
+            best = self._remember(key, min(plans, key=cycles))
+        return plans[best]
+
+    def _rows(self, n) -> int:
         if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
             raise KernelSignatureError(f"the size of {self.name}'s dynamic dim must be a positive integer",
                                        expected="size=N >= 1", got=repr(n))
-        key = ("program", int(n))
-        got = self._instances.get(key)
-        if got is None:
-            from ..compiler.dynamic import instantiate
-            got = self._remember(key, instantiate(self.dynamic, int(n), self.machine.n_aic,
-                                                          self.machine.n_aiv))
-        return got
+        return int(n)
+
+    def _instantiate(self, n: int, pieces) -> Program:
+        from ..compiler.dynamic import instantiate
+        return instantiate(self.dynamic, n, self.machine.n_aic, self.machine.n_aiv, pieces)
 
     def _remember(self, key, value):
         while len(self._instances) >= 16:
@@ -142,7 +169,7 @@ class CompiledKernel:
 
     def _padded(self, arrays: dict, n: int) -> dict:
         """The arrays of a call on n rows with the dynamic ones padded (zeros) to whole chunks."""
-        rows = self.dynamic.padded(n)
+        rows = self.dynamic.padded(self.pieces_for(n))
         out = {}
         for name, a in arrays.items():
             if name in self.dynamic.params and rows != n:
@@ -213,7 +240,7 @@ class CompiledKernel:
         dyn = self.dynamic.params
         padded = self._padded(arrays, n)
         outs: dict[str, list] = {}
-        for start, rows in self.dynamic.pieces(n):
+        for start, rows in self.pieces_for(n):
             part = {k: a[start:start + rows] if k in dyn else a for k, a in padded.items()}
             got = run_sim(self.dynamic.programs[rows], part, machine=self.machine, mode="functional",
                           check=checked).outputs
