@@ -124,6 +124,23 @@ def test_one_chunk_runs_the_kernel_compiled_for_that_size(softmax_ck):
     assert softmax_ck.simulate(mode="timing", size=2 * CHUNK).cycles < 2.2 * static
 
 
+def test_a_kernel_with_matmuls_gets_a_larger_chunk():
+    from pypto.compiler.dynamic import chunk_for
+
+    def mm(x: T(D, 1024, dtype=pypto.DT_FP16), w, out: T(D, 512, dtype=pypto.DT_FP16)):
+        out[:] = pypto.matmul(x, w)
+    k = pypto.jit(mm)
+    ck = k.compile(T(D, 1024, dtype=pypto.DT_FP16), T(1024, 512, dtype=pypto.DT_FP16),
+                   T(D, 512, dtype=pypto.DT_FP16))
+    assert ck.dynamic.chunk == 8192 and max(ck.dynamic.programs) == 8192 and 4096 in ck.dynamic.programs
+    f16 = pypto.DT_FP16
+    assert chunk_for(softmax._trace([pypto.Tensor([2048, 1024], F, "x"), pypto.Tensor([2048, 1024], F, "out")], {}),
+                     2048) == 2048
+    big = pypto.jit(mm)._trace([pypto.Tensor([2048, 1024], f16, "x"), pypto.Tensor([1024, 8192], f16, "w"),
+                                pypto.Tensor([2048, 8192], f16, "out")], {})
+    assert chunk_for(big, 2048) == 2048          # 2^33 multiply-adds per 1024 rows: no larger chunk
+
+
 def test_loop_over_the_dynamic_dim():
     @pypto.jit
     def k(x: T(D, 64), out: T(D, 64)):

@@ -149,16 +149,19 @@ class JitKernel:
     def _compile_dynamic(self, specs, dynamic, values, m, pipeline, options, snapshots):
         """Compile a kernel with pypto.DYNAMIC dims for one chunk of rows (`compiler.dynamic`)."""
         from ..compiler import PassContext
-        from ..compiler.dynamic import CHUNK, DynamicInfo, ladder, row_axes
+        from ..compiler.dynamic import CHUNK, DynamicInfo, chunk_for, ladder, row_axes
         from ..sim.timing import timed
         from .kernel import CompiledKernel
         traced = self._trace(specs, values, chunk=CHUNK)
+        chunk = chunk_for(traced, CHUNK)
+        if chunk != CHUNK:
+            traced = self._trace(specs, values, chunk=chunk)
         verify = "each" if self.debug else "levels"
         levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
                                           verify=verify, snapshots=snapshots)
         row_axes(levels["tensor"], {name: 0 for name in dynamic})
-        programs = {CHUNK: levels["pto"]}
-        for rows in ladder(max(self._loop_steps, default=1))[:-1]:
+        programs = {chunk: levels["pto"]}
+        for rows in ladder(max(self._loop_steps, default=1), chunk)[:-1]:
             small, _, _ = pipeline.run(self._trace(specs, values, chunk=rows),
                                        PassContext(m, dict(options or {}), timing=timed), verify=verify)
             programs[rows] = small["pto"]
