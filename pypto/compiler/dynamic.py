@@ -241,24 +241,21 @@ def _rows(lab) -> str:
 
 
 def _matmul(n, ins, in_shapes):
-    la, lb = ins
-    ra, rb, r = len(in_shapes[0]), len(in_shapes[1]), len(n.shape)
+    r = len(n.shape)
     out = None
-    if _is_axis(la):
-        a = la[1]
-        m_axis, k_axis = (ra - 1, ra - 2) if n.attrs.get("a_trans") else (ra - 2, ra - 1)
-        if a == k_axis:
+    for lab, shape, trans, side in zip(ins, in_shapes, (n.attrs.get("a_trans"), n.attrs.get("b_trans")), (0, 1)):
+        if not _is_axis(lab):
+            continue
+        rank, a = len(shape), lab[1]
+        # the operand's (kept, contracted) axes: A's M and K, B's N and K
+        kept, k = ((rank - 1, rank - 2) if trans else (rank - 2, rank - 1)) if side == 0 else \
+            ((rank - 2, rank - 1) if trans else (rank - 1, rank - 2))
+        if a == k:
             _problem(n, "sums over the rows of the dynamic dim (it is the K dim of the product)")
-        out = ("axis", r - 2 if a == m_axis else a + r - ra, la[2])
-    if _is_axis(lb):
-        b = lb[1]
-        k_axis, n_axis = (rb - 1, rb - 2) if n.attrs.get("b_trans") else (rb - 2, rb - 1)
-        if b == k_axis:
-            _problem(n, "sums over the rows of the dynamic dim (it is the K dim of the product)")
-        lab = ("axis", r - 1 if b == n_axis else b + r - rb, lb[2])
-        if out is not None and out != lab:
+        mine = ("axis", r - 2 + side if a == kept else a + r - rank, lab[2])
+        if out is not None and out != mine:
             _problem(n, "multiplies rows of the dynamic dim by other rows of it")
-        out = lab
+        out = mine
     for lab in ins:
         if isinstance(lab, tuple) and lab[0] == "row":
             if out is not None:
