@@ -26,3 +26,20 @@ def test_errors_are_pypto_errors():
     for cls in (pypto.TileShapeError, pypto.ShapeError, pypto.DTypeError, pypto.KernelSignatureError,
                 pypto.SimulationError, pypto.VerificationError, pypto.MagicUsageError):
         assert issubclass(cls, pypto.PyptoError)
+
+
+def test_import_leaves_ml_dtypes_for_bf16():
+    """ml_dtypes (about a second to import) comes with the first bf16 kernel, not with pypto."""
+    import subprocess
+    import sys
+    code = ("import sys, numpy as np, pypto\n"
+            "assert 'ml_dtypes' not in sys.modules\n"
+            "@pypto.jit\n"
+            "def k(x, out):\n"
+            "    out[:] = pypto.exp(x)\n"
+            "x = np.ones((8, 64), np.float32); o = np.zeros_like(x); k(x, o)\n"
+            "assert 'ml_dtypes' not in sys.modules and abs(o[0, 0] - np.e) < 1e-6\n"
+            "import ml_dtypes\n"
+            "xb = x.astype(ml_dtypes.bfloat16); ob = np.zeros_like(xb); k(xb, ob)\n"
+            "assert pypto.DT_BF16.np_dtype == np.dtype(ml_dtypes.bfloat16) and float(ob[0, 0]) == 2.71875\n")
+    subprocess.run([sys.executable, "-c", code], check=True)

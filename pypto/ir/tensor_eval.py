@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import ALL_DTYPES
 from ..errors import UnsupportedError
 from .core import region_slices
 from .ops import OPS
 from .tensor import TensorGraph, TNode
 
 
-_FLOATS = tuple(d.np_dtype for d in ALL_DTYPES if d.is_float) + (np.dtype(np.float64),)
+# numpy names of the float dtypes (names: bf16's numpy dtype comes with ml_dtypes, imported
+# only when a kernel uses bf16)
+_FLOATS = frozenset(("float32", "float16", "bfloat16", "float64"))
 
 
 def _as(x, like_dtype):
@@ -34,7 +35,7 @@ def eval_node(n: TNode, args: list, params: dict) -> np.ndarray:
     row = OPS.get(n.op)
     if row is None or row.ref is None:
         raise UnsupportedError(f"no numpy rule for tensor op '{n.op}'", loc=n.loc)
-    floats = [i for i, x in enumerate(args) if np.asarray(x).dtype in _FLOATS]
+    floats = [i for i, x in enumerate(args) if np.asarray(x).dtype.name in _FLOATS]
     if n.dtype.is_float and (row.wide or any(args[i].dtype != np.float32 for i in floats)):
         args = [x.astype(np.float64) if i in floats else x for i, x in enumerate(args)]
     with np.errstate(all="ignore"):

@@ -6,15 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import DT_BF16, DT_FP16
-
-LOW_FLOATS = (DT_FP16.np_dtype, DT_BF16.np_dtype)
-
-
 def wide(dtype):
     """The dtype a multi-step function computes in: fp32 for fp16/bf16 (rounded once, at the
     end), else the dtype itself."""
-    return np.dtype(np.float32) if dtype in LOW_FLOATS else dtype
+    return np.dtype(np.float32) if np.dtype(dtype).name in ("float16", "bfloat16") else dtype
 
 
 def rounded(r, dtype, out):
