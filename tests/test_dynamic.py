@@ -155,6 +155,22 @@ def test_loop_over_the_dynamic_dim():
     assert k.cache_size == 1
 
 
+def test_a_tensor_of_the_kernel_built_step_by_step():
+    @pypto.jit
+    def k(x: T(D, 64), out: T(D, 64)):
+        buf = pypto.full(x.shape, 0.0, F)
+        for i in pypto.loop(0, x.shape[0], 8):
+            buf[i:i + 8] = x[i:i + 8] * 2.0
+        out[:] = buf + 1.0
+
+    rng = np.random.default_rng(5)
+    for n in (5, 300):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        out = np.zeros_like(x)
+        k(x, out)
+        np.testing.assert_array_equal(out, x * 2 + 1)
+
+
 def test_matmul_layernorm_and_an_inout_with_static_operands():
     @pypto.jit
     def mm(x: T(D, 64), w, out: T(D, 32)):

@@ -306,24 +306,26 @@ def _write(n, ins, shapes):
         if any(lab != labs[0] for lab in labs):
             _problem(n, "scatters between different rows of the dynamic dim")
         return labs[0] if labs else target
-    offsets, shape = n.attrs["offsets"], n.attrs["shape"]
-    if value in (None, UNIFORM):
-        if _is_axis(target) or target in (None, UNIFORM):
-            return target
-    if isinstance(value, tuple):
-        rank = len(n.shape)
-        if value[0] == "axis":
-            a = value[1] + rank - len(shapes[n.inputs[1]])
-            moved = ("axis", a, value[2] - offsets[a])
-        else:
-            a = None
-            moved = None
-        if target in (None, UNIFORM) or target == moved:
-            if moved is None or moved[2] != 0:
-                _problem(n, "writes rows of the dynamic dim to other rows of it")
-            return moved
+    offsets, region = n.attrs["offsets"], n.attrs["shape"]
+    if value in (None, UNIFORM):        # the same values written whatever the rows
+        return None if value is None and target == UNIFORM else target
+    if value[0] == "axis":
+        a = value[1] + len(n.shape) - len(shapes[n.inputs[1]])
+        row = value[2]
+    else:                               # one row, its dim indexed away: the dim of the region it fills
+        dims = [target[1]] if _is_axis(target) else [d for d in range(len(n.shape))
+                                                       if region[d] == 1 and offsets[d] == value[1]]
+        if len(dims) != 1:
+            _problem(n, "writes a row of the dynamic dim where it is not clear which dim holds the rows",
+                     hint="write x[i:i+1] (keeping the dim) rather than x[i]")
+        a, row = dims[0], value[1]
+    if offsets[a] != row:
+        _problem(n, "writes rows of the dynamic dim to other rows of it",
+                 hint="write the result of x[i:i+step] to y[i:i+step]")
+    got = ("axis", a, 0)
+    if target not in (None, UNIFORM) and target != got:
         _problem(n, "writes rows of the dynamic dim into a tensor that holds other rows")
-    return target
+    return got
 
 
 def _store(n, lab, dynamic, written):

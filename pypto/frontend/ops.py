@@ -10,7 +10,7 @@ from ..ir.core import prod as _size_prod   # (pypto.prod is the tensor op below)
 from ..ir.ops import OPS
 from ..ir.tensor import TileSpec
 from . import dynamic as _dyn
-from .dynamic import DYNAMIC, SymbolicScalar, check_slice
+from .dynamic import SymbolicScalar, check_slice
 from .tracer import Tensor, TraceContext, check_shape, user_loc
 
 
