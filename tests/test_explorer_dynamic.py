@@ -23,6 +23,12 @@ def dsoftmax(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F)):
 
 
 @pypto.jit
+def dtiled(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F), *, TM: int = 16):
+    pypto.set_vec_tile_shapes(TM, 256)
+    out[:] = pypto.exp(x) * 2.0
+
+
+@pypto.jit
 def plain(x, out):                               # no DYNAMIC dim
     out[:] = pypto.exp(x) * 2.0
 
@@ -172,6 +178,17 @@ def test_bad_size_is_shown_in_the_status_line(ex, bad):
     assert ex.text().endswith("[last update failed: ExplorerOptionError]")
     ex.update(N=8)
     assert ex.error is None and ex.size == 8
+
+
+def test_constant_sliders_of_a_dynamic_kernel_keep_the_size(xo):
+    ex = Explorer(dtiled, xo)
+    # the tile constant's bounds come from the kernel traced at the compiled chunk's rows
+    assert [v for _, v in ex.sliders["TM"].options] == [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+    ex.update(N=7)
+    ex.sliders["TM"].value = 32                               # a recompile, at the same size
+    assert ex.consts["TM"] == 32 and ex.size == 7 and ex.res.ok
+    assert ex.res.cycles == ex.ck.simulate(mode="timing", size=7).cycles
+    assert "ready: TM=32, N=7 (compile" in ex.status.value
 
 
 def test_bad_initial_size_raises(xo):
