@@ -8,6 +8,14 @@ budget is a median of 150 ms on a 2-core machine.
 
     python benchmarks/explorer.py            # median / p90 per selected tab, cached revisit
     python benchmarks/explorer.py --profile  # plus a cProfile of the updates (top functions)
+    python benchmarks/explorer.py --dynamic  # the size slider of a dynamic softmax (see below)
+
+`--dynamic` measures the size slider instead: a softmax with a pypto.DYNAMIC first dim
+(x, out: [N, 1024] fp32, the arrays 1024 rows, a2a3), `explorer.update(N=v)` over sizes never
+seen before (the explorer's runs and views, the arrays it makes and the compiled kernel's
+programs per size are forgotten before each one; its one compile is kept, as in a notebook).
+A move re-simulates the program of a call on N rows without recompiling: the kernel's compile
+cache holds one entry and its compile is never called (both asserted).
 """
 from __future__ import annotations
 
@@ -18,9 +26,12 @@ import time
 
 import numpy as np
 
+import pypto
+
 BUDGET_MS = 150.0
 TM_VALUES = (8, 16, 32, 64)        # the TM slider values that fit UB with TN = 256
 ROUNDS = 3
+N_VALUES = (1, 7, 100, 1000, 2048, 3000, 8192)   # the size slider's moves of --dynamic
 
 
 def make():
@@ -73,6 +84,125 @@ def measure(ex, tab, rounds=ROUNDS):
                 assert ex.res.ok, ex.res.check
         return times, cpu, parts, checked
     return asyncio.run(run())
+
+
+def make_dynamic():
+    # the annotations are strings here (from __future__ import annotations): @pypto.jit evaluates
+    # them in the module's globals, so they name the module-level pypto, not a local alias
+    @pypto.jit
+    def softmax_dyn(x: pypto.Tensor([pypto.DYNAMIC, 1024], pypto.DT_FP32),
+                    out: pypto.Tensor([pypto.DYNAMIC, 1024], pypto.DT_FP32)):
+        out[:] = pypto.softmax(x, dim=-1)
+
+    assert softmax_dyn.dynamic_params == ("x", "out"), softmax_dyn.annotations
+
+    rng = np.random.default_rng(0)
+    x = rng.random((1024, 1024), dtype=np.float32)
+    return softmax_dyn, x, np.zeros_like(x)
+
+
+def forget_sizes(ex):
+    """Make every size never-seen again, keeping the one compile and what depends on it alone
+    (the graph, PTO and Passes renderings, as in a notebook): the explorer's runs, the renderings
+    of the simulation tabs, the arrays it made, and the compiled kernel's programs per size."""
+    from pypto.viz.explorer import SIM_TABS
+    for entry in ex._results.values():
+        entry.runs.clear()
+    for key in [k for k in ex._views if len(k[0]) == 4]:     # (configuration, size): a run's view
+        del ex._views[key]
+    for title in SIM_TABS:
+        ex._rendered.pop(title, None)
+    ex._sized.clear()
+    ex._static_cache = None
+    ex.ck._instances.clear()
+
+
+def measure_sizes(ex, tab, rounds=ROUNDS):
+    """Like `measure`, over update(N=v) for the never-seen sizes N_VALUES: wall and CPU times,
+    the (compile, simulate, view) breakdown and the time until the numpy check is shown."""
+    import asyncio
+    kernel, ck = ex.kernel, ex.ck
+    calls = []
+    compile_ = kernel._compile
+    kernel._compile = lambda *a, **k: calls.append(1) or compile_(*a, **k)
+
+    async def run():
+        ex.select(tab)
+        times, cpu, parts, checked = [], [], [], []
+        for _ in range(rounds):
+            for v in N_VALUES:
+                forget_sizes(ex)
+                c0, t0 = time.process_time(), time.perf_counter()
+                ex.update(N=v)
+                times.append(time.perf_counter() - t0)
+                cpu.append(time.process_time() - c0)
+                assert ex.error is None and ex.size == v, ex.error
+                parts.append(tuple(ex._timing))
+                while ex.res.check is None:          # let the deferred check run
+                    await asyncio.sleep(0)
+                checked.append(time.perf_counter() - t0)
+                assert ex.res.ok, ex.res.check
+        return times, cpu, parts, checked
+    try:
+        out = asyncio.run(run())
+    finally:
+        del kernel._compile
+    assert not calls and ex.ck is ck and kernel.cache_size == 1, (len(calls), kernel.cache_size)
+    return out
+
+
+def main_dynamic() -> dict:
+    from pypto.viz.explorer import Explorer
+
+    kernel, x, out = make_dynamic()
+    t0 = time.perf_counter()
+    ex = Explorer(kernel, (x, out))
+    first = time.perf_counter() - t0
+    ex.update(N=512)                     # warm up
+    ex.select("Timeline")
+    ex.update(N=64)
+    ms = lambda s: 1e3 * s              # noqa: E731
+    load = _load()
+    print("pypto explorer latency: dynamic softmax [N, 1024] fp32 on a2a3 (arrays of 1024 rows), "
+          f"update(N=v) over never-seen sizes {N_VALUES} x {ROUNDS} rounds, no recompile"
+          + (f" (load average {load:.2f})" if load is not None else ""))
+    print(f"  first view (construct, compile, simulate with trace, render)  {ms(first):7.1f} ms")
+    figures = {}
+    for tab in ("Tensor", "Timeline"):
+        times, cpu, parts, checked = measure_sizes(ex, tab)
+        med, p90 = statistics.median(times), pct(times, 0.9)
+        sim = statistics.median(p[1] for p in parts)
+        view = statistics.median(p[2] for p in parts)
+        figures[tab] = (med, p90)
+        verdict = "within" if ms(med) <= BUDGET_MS else "OVER"
+        print(f"  {tab + ' tab selected':<22} median {ms(med):7.1f} ms   p90 {ms(p90):7.1f} ms   "
+              f"({verdict} the {BUDGET_MS:.0f} ms budget; no compile, median simulate {ms(sim):.0f} ms, "
+              f"view {ms(view):.0f} ms)")
+        per_value = {v: [] for v in N_VALUES}
+        for k, t in enumerate(times):
+            per_value[N_VALUES[k % len(N_VALUES)]].append(t)
+        print("      per value: " + ", ".join(f"N={v} {ms(statistics.median(ts)):.0f} ms"
+                                           for v, ts in per_value.items()))
+        print(f"      numpy check shown: median {ms(statistics.median(checked)):.1f} ms, "
+              f"p90 {ms(pct(checked, 0.9)):.1f} ms after the release (arrays made at N, functional "
+              f"simulation of each piece + reference)")
+        figures[tab + " checked"] = (statistics.median(checked), pct(checked, 0.9))
+        print(f"      CPU time of this process: median {ms(statistics.median(cpu)):.1f} ms, "
+              f"p90 {ms(pct(cpu, 0.9)):.1f} ms")
+        figures[tab + " cpu"] = (statistics.median(cpu), pct(cpu, 0.9))
+    for v in N_VALUES:                   # see every size once
+        ex.update(N=v)
+    cached = []
+    for _ in range(ROUNDS):
+        for v in N_VALUES:
+            t0 = time.perf_counter()
+            ex.update(N=v)
+            cached.append(time.perf_counter() - t0)
+    figures["cached"] = (statistics.median(cached), pct(cached, 0.9))
+    print(f"  cached revisit (a size seen before)     median {ms(figures['cached'][0]):7.2f} ms   "
+          f"p90 {ms(figures['cached'][1]):7.2f} ms")
+    print(f"  compile cache of the kernel: {kernel.cache_size} entry")
+    return figures
 
 
 def cached_revisit(ex, tab):
@@ -171,4 +301,7 @@ def main(profile: bool = False) -> dict:
 
 
 if __name__ == "__main__":
-    main(profile="--profile" in sys.argv)
+    if "--dynamic" in sys.argv:
+        main_dynamic()
+    else:
+        main(profile="--profile" in sys.argv)

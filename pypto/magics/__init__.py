@@ -111,7 +111,8 @@ class PyptoMagics(Magics):
     @magic_arguments.argument("--range", dest="ranges", default=None, nargs="+", action="append",
                               metavar="NAME=LO:HI",
                               help="slider values of a constant: TM=16:256 (powers of two from 16 to 256), "
-                                   "TM=16:256:16 (steps of 16), TM=16,32,48 (these values)")
+                                   "TM=16:256:16 (steps of 16), TM=16,32,48 (these values); of a kernel "
+                                   "with a pypto.DYNAMIC dim, N=1:65536 the values of its size slider")
     @magic_arguments.argument("--compare", default=None, nargs="+", metavar="CONFIGS",
                               help="A/B comparison instead of the explorer: two configurations separated by "
                                    "a comma, constants within one joined by + (or ;): TM=32,TM=128 or "
@@ -150,6 +151,9 @@ class PyptoMagics(Magics):
                    NAME=LO:HI:STEP  LO, LO+STEP, ..., HI;  NAME=A,B,C  exactly these values.
                    Several: --range TM=16:256 TN=64:1024.  Without --range a slider offers the
                    powers of two from the smallest legal tile to the dim the constant tiles.
+                   A kernel with a pypto.DYNAMIC dim also gets a size slider, N (rows of x, out):
+                   moving it re-simulates on N rows without recompiling; --range N=1:65536
+                   sets its values.
         --check    prints "check OK" per kernel; a MISMATCH against numpy fails the cell.
         --trace    with several kernels in the cell, PATH gets a -<kernel> suffix.
 

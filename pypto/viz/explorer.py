@@ -20,6 +20,21 @@ last one is computed, `DEBOUNCE_S` after the burst ends.
 
 Without a widget front end (nbconvert HTML, GitHub, nbviewer) the explorer shows a static
 snapshot (`text/html`: header, stats, the Tensor graph, the timeline) and one `text/plain` line.
+
+A dynamic kernel (a `pypto.DYNAMIC` first dim: `ck.dynamic`) gets one more slider, the size of
+that dim, labelled with its symbol and the parameters that have it, e.g. `N (rows of x, out)`:
+the powers of two from 1 to max(8192, the arrays' rows), the arrays' own rows (the default) and
+any size passed.  Its keyword is the symbol: `pypto.explore(k, x, out, N=7)`,
+`Explorer.update(N=7)` (`size=7` means the same, and is the only spelling when a constant of the
+kernel is itself named N), `ranges={"N": (1, 65536)}` / `%%pypto --range N=1:65536` its values.
+Moving it never recompiles: one compile serves every size, and a move re-simulates the program of
+a call on that many rows (`ck.program_for(N)`, the `res.program` of the Timeline, Stats and
+Roofline tabs), while the graph and PTO tabs keep showing the compiled chunk's levels (a note
+says so).  At a size other than the arrays' own there are no user arrays of that size, so the
+simulation and its numpy check run on arrays made from the user's (`sized_args`): their first N
+rows when N is smaller, else all of their rows followed by N - rows rows drawn from them at random
+(`numpy.random.default_rng(SIZE_SEED)`, the same rows for every dynamic parameter); the header
+and the Stats tab say which data was checked.  The user's arrays are never written.
 """
 from __future__ import annotations
 
@@ -53,7 +68,11 @@ MAX_PASS_TEXT_LINES = 400
 DEBOUNCE_S = 0.1
 TIMELINE_DPI = 80          # the static snapshot's PNG timeline
 TIMELINE_WIDTH = 1000      # the live SVG timeline, pixels at zoom 100%
-OPTION_KEYS = ("ranges", "show", "dtype", "simulate")    # explorer options passed with the constants
+OPTION_KEYS = ("ranges", "show", "dtype", "simulate", "size")  # explorer options passed with the constants
+SIZE_MAX = 8192            # the size slider's powers of two go up to max(SIZE_MAX, the arrays' rows)
+SIZE_SEED = 0              # the rows drawn for a size above the arrays' own (see `sized_args`)
+MAX_MADE_BYTES = 2 ** 30   # arrays made for a size: at most this many bytes in all
+MAX_CACHED_SIZES = 16      # simulated sizes kept per compiled configuration
 
 
 def tab_title(name: str) -> str:
@@ -103,6 +122,54 @@ def range_values(spec) -> list[int]:
     return sorted(set(powers_of_two(lo, hi)) | {lo, hi})
 
 
+# --- the size of a dynamic dim --------------------------------------------------------------
+def size_values(own: int | None, *more) -> list[int]:
+    """The size slider's values: the powers of two from 1 to max(SIZE_MAX, own), own and `more`."""
+    top = max(SIZE_MAX, own or 0)
+    return sorted(set(powers_of_two(1, top)) | {v for v in (own, *more) if v is not None})
+
+
+def check_size(n, what: str = "N") -> int:
+    """`n` as a positive int; ExplorerOptionError otherwise (0, negative, a float, a string, a bool)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ExplorerOptionError(f"{what} must be a positive integer (rows of the dynamic dim)",
+                                  expected=f"{what.split(' ')[0]}=1, 2, ...", got=repr(n))
+    return int(n)
+
+
+def sized_args(args, names, dynamic, n: int, seed: int = SIZE_SEED) -> tuple:
+    """The arguments of a call on `n` rows of the dynamic dim, made from `args` (named `names`;
+    `dynamic` the names with the dynamic dim, all of the same R rows): for n <= R their first n
+    rows, else their R rows followed by n - R of them drawn at random
+    (`numpy.random.default_rng(seed)`, the same rows for every dynamic argument, so that rows of
+    different arguments stay together).  Deterministic; always copies; the other arguments as given."""
+    from ..frontend.kernel import as_array
+    arrays = [as_array(a) if name in dynamic else a for name, a in zip(names, args)]
+    rows = next(a.shape[0] for name, a in zip(names, arrays) if name in dynamic)
+    idx = np.arange(min(n, rows))
+    if n > rows:
+        idx = np.concatenate([idx, np.random.default_rng(seed).integers(0, rows, n - rows)])
+    return tuple(np.take(a, idx, axis=0) if name in dynamic else a for name, a in zip(names, arrays))
+
+
+def pieces_text(info, n: int) -> str:
+    """How a call on n rows runs: 'runs 2 × 2048 + 1 × 1024 rows' (`DynamicInfo.pieces`)."""
+    counts: dict[int, int] = {}
+    for _, rows in info.pieces(n):
+        counts[rows] = counts.get(rows, 0) + 1
+    return "runs " + " + ".join(f"{k} \u00d7 {rows}" for rows, k in counts.items()) + " rows"
+
+
+def _dynamic_params(kernel, args) -> tuple[str, ...]:
+    """The parameters of `kernel` whose first dim is pypto.DYNAMIC for these arguments (no compile)."""
+    from ..frontend.dynamic import DYNAMIC
+    try:
+        specs = kernel._specs(args)
+    except Exception:          # noqa: BLE001 -- the compile says what is wrong with the arguments
+        return ()
+    return tuple(s.name for s in specs if s.shape and s.shape[0] is DYNAMIC)
+
+
 def tiled_dims(kernel, args, consts) -> dict[str, tuple[int, int]]:
     """For each int constant that sets a tile size: (smallest legal value, dim it tiles).
 
@@ -112,16 +179,20 @@ def tiled_dims(kernel, args, consts) -> dict[str, tuple[int, int]]:
     row is at least 32 bytes, a cube tile at least one 16x16 fractal, other dims 8.  Constants
     that set no tile size are left out.
     """
+    from ..compiler.dynamic import CHUNK
+    from ..frontend.dynamic import DYNAMIC
     try:
         specs = kernel._specs(args)
-        base = kernel._trace(specs, kernel._constants(consts))
+        # a pypto.DYNAMIC dim is traced at the rows of the chunk it is compiled for
+        chunk = CHUNK if any(s.shape and s.shape[0] is DYNAMIC for s in specs) else None
+        base = kernel._trace(specs, kernel._constants(consts), chunk=chunk)
     except Exception:          # noqa: BLE001 -- a heuristic: no bounds, the caller falls back
         return {}
     out: dict[str, tuple[int, int]] = {}
     for name, value in kernel.int_constants.items():
         v = consts.get(name, value)
         try:
-            probe = kernel._trace(specs, kernel._constants({**consts, name: v * 2}))
+            probe = kernel._trace(specs, kernel._constants({**consts, name: v * 2}), chunk=chunk)
         except Exception:      # noqa: BLE001
             continue
         if len(probe.nodes) != len(base.nodes):
@@ -189,17 +260,20 @@ class Explorer:
     Options (also accepted among the constants of `pypto.explore(kernel, *args, **consts)`):
     `ranges={"TM": (16, 256)}` slider values per constant (see `range_values`), `show=["tile"]`
     views rendered first and on every change, `dtype="fp16"` cast the float arguments,
-    `simulate=False` compile only (the simulation tabs say so).
+    `simulate=False` compile only (the simulation tabs say so); of a dynamic kernel,
+    `size=7` (or `N=7`, the size's symbol) the rows of its dynamic dim to start at (see the
+    module docstring).
     """
 
     def __init__(self, kernel, args, machine="a2a3", consts=None, show=None, ranges=None,
-                 simulate=True, dtype=None):
+                 simulate=True, dtype=None, size=None):
         try:
-            self._setup(kernel, args, machine, consts, show, ranges, simulate, dtype)
+            self._setup(kernel, args, machine, consts, show, ranges, simulate, dtype, size)
         except PyptoError as e:      # at the user's pypto.explore line, no frame of ours
             raise located(e).with_traceback(None) from None
 
-    def _setup(self, kernel, args, machine, consts, show, ranges, simulate, dtype):
+    def _setup(self, kernel, args, machine, consts, show, ranges, simulate, dtype, size):
+        from ..frontend.dynamic import SIZE_NAME
         from ..target.machine import get_machine
         consts = dict(consts or {})
         for key in OPTION_KEYS:      # explorer options among the constants (pypto.explore(**kw))
@@ -211,8 +285,22 @@ class Explorer:
                     show = value
                 elif key == "dtype":
                     dtype = value
+                elif key == "size":
+                    size = value
                 else:
                     simulate = bool(value)
+        dyn_params = _dynamic_params(kernel, args)
+        if dyn_params and SIZE_NAME in consts and SIZE_NAME not in kernel.const_params:
+            value = consts.pop(SIZE_NAME)        # the size by its symbol: pypto.explore(k, x, out, N=7)
+            if size is not None and size != value:
+                raise ExplorerOptionError(f"two sizes given: size={size!r} and {SIZE_NAME}={value!r}",
+                                          expected="one of them", got=f"size={size!r}, {SIZE_NAME}={value!r}")
+            size = value
+        if size is not None:
+            if not dyn_params:
+                raise ExplorerOptionError(f"{kernel.name} has no pypto.DYNAMIC dim: size= does not apply",
+                                          expected="no size", got=f"size={size!r}")
+            size = check_size(size, SIZE_NAME)
         self.kernel = kernel
         self.simulate = bool(simulate)
         self._orig_args = tuple(args)
@@ -232,10 +320,15 @@ class Explorer:
             if dtype == self._float_dtype:
                 dtype = None
         self._ranges = {}
+        self._size_range = None
         for name, spec in (ranges or {}).items():
+            if dyn_params and name in (SIZE_NAME, "size") and name not in kernel.int_constants:
+                self._size_range = range_values(spec)       # the size slider's values
+                continue
             if name not in kernel.int_constants:
+                names = list(kernel.int_constants) + ([SIZE_NAME] if dyn_params else [])
                 raise ExplorerOptionError(f"--range: {name} is not an int constant of {kernel.name}; "
-                                 f"expected one of {', '.join(kernel.int_constants) or 'none'}")
+                                 f"expected one of {', '.join(names) or 'none'}")
             self._ranges[name] = range_values(spec)
         # A default value outside a given range starts at the nearest value in range.
         for name, values in self._ranges.items():
@@ -243,7 +336,13 @@ class Explorer:
                 d = kernel.int_constants[name]
                 consts[name] = min(values, key=lambda v: (abs(math.log2(v) - math.log2(max(d, 1))), v))
         self._cast_args: dict = {}
-        self._results: dict[tuple, list] = {}     # configuration -> [ck, res]
+        self._sized: dict[tuple, tuple] = {}      # (dtype, size) -> arguments made at that size
+        self._own_size: int | None = None         # the rows of the arguments' dynamic dim
+        self._dyn_params: tuple = ()              # the parameters with the dynamic dim
+        self._size: int | None = None             # the size on display (None: not dynamic)
+        self._recompiled = True
+        # compile configuration -> _Config (the compiled kernel and its runs per size)
+        self._results: dict[tuple, _Config] = {}
         self._views: dict[tuple, object] = {}     # (configuration, tab, variant) -> rendered value
         self._rendered: dict[str, tuple] = {}     # tab -> what its widget shows
         self._error: Exception | None = None
@@ -257,10 +356,10 @@ class Explorer:
         self._cfg = (machine, dtype)
         try:
             # The first view may be shown statically (nbconvert): simulate with the trace once.
-            ck, res = self._compute(machine, dtype, consts, trace=True)
+            ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
         except PyptoError as e:
             raise e.with_traceback(None) from None   # nothing to show yet: say why, briefly
-        self._set_current(machine, dtype, ck, res)
+        self._set_current(machine, dtype, ck, res, n)
         self._dims = tiled_dims(kernel, self._args_for(dtype), self._consts) \
             if set(kernel.int_constants) - set(self._ranges) else {}
         self._build()
@@ -294,20 +393,55 @@ class Explorer:
 
     @property
     def args(self) -> tuple:
-        """The arguments the kernel on display was compiled and simulated with."""
-        return self._args_for(self._dtype)
+        """The arguments the kernel on display was compiled and simulated with (of a dynamic
+        kernel at a size other than the arrays' own: the arrays made at that size, `sized_args`)."""
+        return self._args_at(self._dtype, self._size)
+
+    @property
+    def size(self) -> int | None:
+        """The rows of the dynamic dim on display; None when the kernel has no pypto.DYNAMIC dim."""
+        return self._size
+
+    @property
+    def size_name(self) -> str | None:
+        """The keyword of the size in `update` and `text` (the dynamic dim's symbol, 'N'; 'size'
+        when a constant of the kernel has the symbol's name); None when the kernel is not dynamic."""
+        return self._size_words(self._ck.dynamic)[0]
+
+    @property
+    def size_label(self) -> str | None:
+        """The size slider's label: 'N (rows of x, out)'; None when the kernel is not dynamic."""
+        return self._size_words(self._ck.dynamic)[1]
+
+    def _size_words(self, info) -> tuple:
+        if info is None:
+            return None, None
+        name = info.symbol if info.symbol not in self.kernel.const_params else "size"
+        return name, f"{name} (rows of {', '.join(info.params)})"
 
     @property
     def error(self) -> Exception | None:
         """The error of the last update, or None when it succeeded."""
         return self._error
 
-    def update(self, machine=None, dtype=None, **consts) -> None:
+    def update(self, machine=None, dtype=None, size=None, **consts) -> None:
         """Apply changes exactly like a slider release (or a drop-down change); return once the
-        view is refreshed.  `dtype="fp32"|"fp16"|"bf16"` casts the float arguments."""
+        view is refreshed.  `dtype="fp32"|"fp16"|"bf16"` casts the float arguments.  Of a dynamic
+        kernel, `N=7` (the keyword is `size_name`, the dynamic dim's symbol) or `size=7` moves the
+        size slider: a re-simulation on 7 rows, never a recompile.  A bad value (an unknown or
+        illegal constant, a size that is not a positive integer) is shown in the status line and
+        kept in `error`, like a bad slider value; the view stays on the previous configuration."""
         self._cancel_pending()
+        name = self.size_name
+        if name is not None and name != "size" and name in consts:
+            value = consts.pop(name)
+            if size is not None and size != value:
+                self._fail(ExplorerOptionError(f"two sizes given: size={size!r} and {name}={value!r}",
+                                               expected="one of them", got=f"size={size!r}, {name}={value!r}"))
+                return
+            size = value
         cfg = (machine or self._machine_key, self._dtype if dtype is None else self._norm_dtype(dtype),
-               {**self._consts, **consts})
+               {**self._consts, **consts}, self._size if size is None else size)
         self._apply(cfg, reraise=True)
 
     def select(self, title: str) -> None:
@@ -324,14 +458,17 @@ class Explorer:
         """One deterministic line: configuration and result (what nbval compares)."""
         consts = "".join(f", {k}={v}" for k, v in self._consts.items())
         dtype = f", dtype={self._dtype}" if self._dtype else ""
-        head = f"Explorer({self._ck.name}, machine={self._ck.machine.name}{consts}{dtype}): "
+        size = f", {self.size_name}={self._size}" if self._size is not None else ""
+        head = f"Explorer({self._ck.name}, machine={self._ck.machine.name}{consts}{size}{dtype}): "
         res = self._res
         if res is None:
-            line = head + (f"not simulated (compile only), {len(self._ck.program)} instructions in "
-                           f"{len(self._ck.program.tasks)} tasks")
+            program = self._program()
+            line = head + (f"not simulated (compile only), {len(program)} instructions in "
+                           f"{len(program.tasks)} tasks")
         else:
             verdict = {True: "OK", False: "MISMATCH", None: "not checked"}[res.ok]
-            line = head + f"{res.cycles} cycles, {res.time_us:.3f} us, check {verdict}"
+            data = f" on {self._data_text()}" if self._size is not None else ""
+            line = head + f"{res.cycles} cycles, {res.time_us:.3f} us, check {verdict}{data}"
         if self._error is not None:
             line += f" [last update failed: {type(self._error).__name__}]"
         return line
@@ -355,17 +492,18 @@ class Explorer:
         from . import graphs
         from .static import img_html, scroll_box, svg_body
         from .timeline import timeline_png
-        key = self._key()
+        key = self._run_key()
         if self._static_cache and self._static_cache[0] == key:
             return self._static_cache[1]
         parts = [f"<div class='pypto-explorer-static'><div>{self._header_html()}</div>"]
         if self._res is not None:
             self._ensure_trace()
-            parts.append(stats_html(self._res))
+            parts.append(stats_html(self._res, self._size_rows()))
         else:
             parts.append(f"<p>{html.escape(_NO_SIM)}</p>")
         svg = graphs.to_svg(graphs.level_graph(self._ck, "tensor"))
-        parts.append("<h4 style='margin:6px 0 2px 0'>Tensor graph</h4>" + scroll_box(svg_body(svg), 480))
+        parts.append("<h4 style='margin:6px 0 2px 0'>Tensor graph</h4>" + self._dynamic_note_html()
+                     + scroll_box(svg_body(svg), 480))
         if self._res is not None:
             parts.append("<h4 style='margin:6px 0 2px 0'>Timeline</h4>" +
                          img_html(timeline_png(self._res, dpi=TIMELINE_DPI), alt="timeline"))
@@ -380,10 +518,20 @@ class Explorer:
         return self._cfg[0]
 
     def _key(self, machine=None, dtype=None, consts=None) -> tuple:
+        """The key of a compile configuration (the one on display by default)."""
         if consts is None:
             machine, dtype, consts = self._machine_key, self._dtype, self._consts
         m = machine if isinstance(machine, str) else getattr(machine, "name", str(machine))
         return (m, dtype, tuple(sorted(consts.items())))
+
+    def _run_key(self) -> tuple:
+        """The key of the run on display: its compile configuration and the size (None: static)."""
+        return self._key() + (self._size,)
+
+    def _view_key(self, title) -> tuple:
+        """What a tab's rendering depends on: the graph, PTO and Passes tabs show the compiled
+        levels (the same for every size), the simulation tabs the run on display."""
+        return self._run_key() if title in SIM_TABS else self._key()
 
     def _common_float_dtype(self) -> str | None:
         from .. import dtypes as dt
@@ -418,6 +566,54 @@ class Explorer:
             raise ExplorerOptionError(f"unknown dtype {dtype!r}; expected one of {', '.join(FLOAT_DTYPES)}")
         return None if dtype == self._float_dtype else dtype
 
+    def _args_at(self, dtype, n):
+        """The arguments of a run: `_args_for(dtype)` at the arrays' own size (or of a static
+        kernel), else the arrays made at n rows (`sized_args`; the last few sizes cached)."""
+        args = self._args_for(dtype)
+        if n is None or n == self._own_size:
+            return args
+        hit = self._sized.get((dtype, n))
+        if hit is None:
+            while len(self._sized) >= 4:      # large arrays: keep a few
+                del self._sized[next(iter(self._sized))]
+            hit = self._sized[(dtype, n)] = sized_args(args, self.kernel.tensor_params, self._dyn_params, n)
+        return hit
+
+    def _resolve_size(self, ck, size) -> int | None:
+        """The size of a run of `ck`: `size` checked (a positive int whose arrays can be made), the
+        arrays' own rows when None; None for a kernel without a dynamic dim."""
+        info = ck.dynamic
+        if info is None:
+            if size is not None:
+                raise ExplorerOptionError(f"{ck.name} has no pypto.DYNAMIC dim: a size does not apply",
+                                          expected="no size", got=f"size={size!r}")
+            return None
+        if self._own_size is None:
+            from ..frontend.kernel import as_array
+            self._dyn_params = info.params
+            k = list(self.kernel.tensor_params).index(info.params[0])
+            self._own_size = int(as_array(self._orig_args[k]).shape[0])
+        if size is None:
+            return self._own_size
+        n = check_size(size, self._size_words(info)[1])
+        if n != self._own_size:
+            from ..frontend.kernel import as_array
+            row_bytes = sum(as_array(a).nbytes // max(as_array(a).shape[0], 1)
+                            for name, a in zip(self.kernel.tensor_params, self._orig_args) if name in info.params)
+            if n * row_bytes > MAX_MADE_BYTES:
+                name = self._size_words(info)[0]
+                raise ExplorerOptionError(
+                    f"{name}={n}: the arrays made for that many rows would take "
+                    f"{n * row_bytes / 2 ** 30:.1f} GiB", expected=f"at most {MAX_MADE_BYTES // 2 ** 30} GiB, "
+                    f"{name} <= {MAX_MADE_BYTES // max(row_bytes, 1)}", got=f"{name}={n}")
+        return n
+
+    def _timing_run(self, ck, n, trace):
+        """The timing simulation of `ck` (of a dynamic kernel: of the call on n rows)."""
+        if n is None:
+            return ck.simulate(mode="timing", trace=trace)
+        return ck.simulate(mode="timing", trace=trace, size=n)
+
     def _args_for(self, dtype):
         """The arguments with every float array cast to `dtype` (None: as given); cached."""
         if dtype is None:
@@ -435,38 +631,52 @@ class Explorer:
             hit = self._cast_args[dtype] = tuple(out)
         return hit
 
-    def _compute(self, machine, dtype, consts, trace=False, check_now=True):
-        """Compile and time a configuration (cached); its numpy check runs now or, with
-        `check_now=False`, later through `_check` (a slider release shows cycles first)."""
+    def _compute(self, machine, dtype, consts, size=None, trace=False, check_now=True):
+        """Compile (cached per configuration) and time a run (cached per configuration and size;
+        a dynamic kernel compiles once for every size); the run's numpy check runs now or, with
+        `check_now=False`, later through `_check` (a slider release shows cycles first).
+        Returns (compiled kernel, result, size)."""
         key = self._key(machine, dtype, consts)
-        hit = self._results.get(key)
-        if hit is None:
-            args = self._args_for(dtype)
-            # the cyclic GC paused: with a few configurations cached, every collection walks a
-            # large heap (about 10% of a slider release)
-            with gc_paused():
-                t0 = time.perf_counter()
-                ck = self.kernel.compile(*args, machine=machine, snapshots=True, **consts)
-                t1 = time.perf_counter()
-                res = ck.simulate(mode="timing", trace=trace) if self.simulate else None
-            self._timing = [t1 - t0, time.perf_counter() - t1, 0.0]
-            hit = [ck, res, args]
-            self._results[key] = hit
-            # The compiler fills in defaults: remember the full configuration under both keys.
-            self._results[self._key(machine, dtype, ck.consts)] = hit
-            while len(self._results) > 2 * MAX_CACHED_RESULTS:      # drop the oldest
-                del self._results[next(iter(self._results))]
-        else:
-            self._timing = None
+        entry = self._results.get(key)
+        # the cyclic GC paused: with a few configurations cached, every collection walks a
+        # large heap (about 10% of a slider release)
+        with gc_paused():
+            t0 = time.perf_counter()
+            if entry is None:
+                ck = self.kernel.compile(*self._args_for(dtype), machine=machine, snapshots=True, **consts)
+                entry = _Config(ck)
+                self._results[key] = entry
+                # The compiler fills in defaults: remember the full configuration under both keys.
+                self._results[self._key(machine, dtype, ck.consts)] = entry
+                while len(self._results) > 2 * MAX_CACHED_RESULTS:      # drop the oldest
+                    del self._results[next(iter(self._results))]
+                recompiled = True
+            else:
+                recompiled = False
+            ck = entry.ck
+            n = self._resolve_size(ck, size)
+            run = entry.runs.get(n)
+            t1 = time.perf_counter()
+            if run is None:
+                res = self._timing_run(ck, n, trace) if self.simulate else None
+                run = entry.runs[n] = _Run(ck, res, dtype, n)
+                while len(entry.runs) > MAX_CACHED_SIZES:
+                    del entry.runs[next(iter(entry.runs))]
+                self._timing = [t1 - t0 if recompiled else 0.0, time.perf_counter() - t1, 0.0]
+                self._recompiled = recompiled
+            else:
+                self._timing = None
+        self._last_run = run
         if check_now:
-            self._check(hit)
-        return hit[0], hit[1]
+            self._check(run)
+        return ck, run.res, n
 
-    def _check(self, hit) -> bool:
+    def _check(self, run) -> bool:
         """Run the functional simulation and the numpy check of a result that has none yet."""
-        ck, res, args = hit
+        ck, res = run.ck, run.res
         if res is None or res.check is not None:
             return False
+        args = self._args_at(run.dtype, run.size)
         with gc_paused():
             t0 = time.perf_counter()
             done = ck.simulate(*args, mode="functional", check=True)
@@ -477,7 +687,7 @@ class Explorer:
     def _finish_check(self, hit):
         """The deferred check of the configuration on display: then its header and stats."""
         try:
-            if not self._check(hit) or hit[0] is not self._ck:
+            if not self._check(hit) or hit.res is not self._res:
                 return
             self.header.value = self._header_html()
             for key in [k for k in self._views if len(k) == 3 and k[1] == "Stats"]:
@@ -503,14 +713,14 @@ class Explorer:
         if res is None or res.trace or not res.stats.get("instructions"):
             return
         t0 = time.perf_counter()
-        res.trace = self._ck.simulate(*self.args, mode="timing", trace=True).trace
+        res.trace = self._timing_run(self._ck, self._size, trace=True).trace
         if self._timing is not None:
             self._timing[1] += time.perf_counter() - t0
 
-    def _set_current(self, machine, dtype, ck, res):
+    def _set_current(self, machine, dtype, ck, res, size=None):
         self._cfg = (machine, dtype)
         self._dtype = dtype
-        self._ck, self._res, self._consts = ck, res, dict(ck.consts)
+        self._ck, self._res, self._consts, self._size = ck, res, dict(ck.consts), size
 
     def _needs_trace(self) -> bool:
         if not hasattr(self, "tab"):
@@ -521,22 +731,27 @@ class Explorer:
         return list(dict.fromkeys([TABS[self.tab.selected_index or 0]] + self._eager))
 
     def _apply(self, cfg, reraise=False):
-        machine, dtype, consts = cfg
+        machine, dtype, consts, size = cfg
         try:
-            ck, res = self._compute(machine, dtype, consts, trace=self._needs_trace(), check_now=False)
+            ck, res, n = self._compute(machine, dtype, consts, size, trace=self._needs_trace(), check_now=False)
         except Exception as e:
-            # Keep the previous view; the controls go back to the configuration it shows.
-            self._error = e
-            self._sync_controls()
-            self._show_error(e)
+            self._fail(e)
             if reraise and not isinstance(e, PyptoError):
                 raise
             return
-        self._set_current(machine, dtype, ck, res)
+        run = self._last_run
+        self._set_current(machine, dtype, ck, res, n)
         self._error = None
         self._sync_controls()
         self._refresh()
-        self._schedule_check(self._results[self._key(machine, dtype, consts)])
+        self._schedule_check(run)
+
+    def _fail(self, e):
+        """Keep the previous view; the controls go back to the configuration it shows; the
+        status line says what went wrong."""
+        self._error = e
+        self._sync_controls()
+        self._show_error(e)
 
     # --- debounce ------------------------------------------------------------------------------
     def _schedule(self, cfg):
@@ -576,6 +791,15 @@ class Explorer:
         import ipywidgets as w   # lazily: importing pypto must not import ipywidgets
         from ..target.machine import MACHINES
         self.header = w.HTML()
+        self.size_slider = None
+        controls = []
+        if self._size is not None:        # a dynamic kernel: the rows of its dynamic dim
+            self.size_slider = w.SelectionSlider(
+                options=self._size_options(self._size), value=self._size, description=self.size_label,
+                continuous_update=False, style={"description_width": "initial"},
+                layout=w.Layout(width="420px"))
+            self.size_slider.observe(self._on_control, names="value")
+            controls.append(self.size_slider)
         self.sliders = {}
         for name in self.kernel.int_constants:
             value = self._consts[name]
@@ -589,7 +813,7 @@ class Explorer:
         self.machine_dropdown = w.Dropdown(options=names, value=self.machine, description="machine",
                                            layout=w.Layout(width="200px"))
         self.machine_dropdown.observe(self._on_control, names="value")
-        controls = list(self.sliders.values()) + [self.machine_dropdown]
+        controls += list(self.sliders.values()) + [self.machine_dropdown]
         self.dtype_dropdown = None
         if self._has_float_args():
             # never a list mixing (label, value) pairs and plain strings: ipywidgets reads it as
@@ -640,6 +864,11 @@ class Explorer:
             values = set(SLIDER_VALUES)
         return [(str(v), v) for v in sorted(values | {value})]
 
+    def _size_options(self, value):
+        values = size_values(self._own_size, value) if self._size_range is None else \
+            sorted(set(self._size_range) | {value})
+        return [(str(v), v) for v in values]
+
     def _sync_controls(self):
         self._syncing = True      # programmatic moves must not trigger another compile
         try:
@@ -648,6 +877,11 @@ class Explorer:
                 if v not in [o[1] for o in s.options]:
                     s.options = self._options(name, v)
                 s.value = v
+            s = self.size_slider
+            if s is not None:
+                if self._size not in [o[1] for o in s.options]:
+                    s.options = self._size_options(self._size)
+                s.value = self._size
             self.machine_dropdown.value = self.machine
             if self.dtype_dropdown is not None:
                 self.dtype_dropdown.value = self._dtype or self._float_dtype or "as given"
@@ -659,7 +893,8 @@ class Explorer:
         dtype = self._dtype
         if self.dtype_dropdown is not None:
             dtype = self._norm_dtype(self.dtype_dropdown.value)
-        return (self.machine_dropdown.value, dtype, consts)
+        size = self.size_slider.value if self.size_slider is not None else None
+        return (self.machine_dropdown.value, dtype, consts, size)
 
     def _on_control(self, change):
         if self._syncing:
@@ -702,6 +937,8 @@ class Explorer:
         for t in self._visible():
             self._render(t)
         cfg = ", ".join(f"{k}={v}" for k, v in self._consts.items()) or "no constants"
+        if self._size is not None:
+            cfg += f", {self.size_name}={self._size}"
         if self._dtype:
             cfg += f", dtype={self._dtype}"
         if self._timing is None:
@@ -709,8 +946,12 @@ class Explorer:
         else:
             self._timing[2] = time.perf_counter() - t0
             took = "compile {:.2f} s, simulate {:.2f} s, view {:.2f} s".format(*self._timing)
+            if not self._recompiled:         # another size of a dynamic kernel: its one compile
+                took = "no recompile, simulate {:.2f} s, view {:.2f} s".format(*self._timing[1:])
             if not self.simulate:
                 took = "compile {:.2f} s, not simulated, view {:.2f} s".format(self._timing[0], self._timing[2])
+                if not self._recompiled:
+                    took = "no recompile, not simulated, view {:.2f} s".format(self._timing[2])
         self.status.value = f"<span style='color:#555'>ready: {html.escape(cfg)} ({took})</span>"
 
     def _show_error(self, e):
@@ -726,7 +967,7 @@ class Explorer:
         return None
 
     def _render(self, title):
-        key = self._key()
+        key = self._view_key(title)
         variant = self._variant(title)
         if self._rendered.get(title) == (key, variant):
             return
@@ -762,7 +1003,7 @@ class Explorer:
         if title in GRAPH_TABS:
             return svg_body(graphs.to_svg(graphs.level_graph(ck, title.lower(), expand=bool(variant))))
         if title == "PTO":
-            return pto_legend_html() + pto_html(ck.program.text(max_tasks=PTO_TASKS))
+            return self._dynamic_note_html() + pto_legend_html() + pto_html(ck.program.text(max_tasks=PTO_TASKS))
         if title == "Passes":
             return passes_html(ck)
         if res is None:
@@ -777,8 +1018,8 @@ class Explorer:
             return scroll_box(svg_img_html(svg, alt="timeline"), 720)
         if title == "Roofline":
             from .roofline import roofline_png
-            return img_html(roofline_png(res, program=ck.program), alt="roofline")
-        return stats_html(res)
+            return img_html(roofline_png(res, program=ck.program if res.program is None else res.program), alt="roofline")
+        return stats_html(res, self._size_rows())
 
     def _graph_html(self, title, svg, expand, zoom):
         from . import graphs
@@ -793,7 +1034,7 @@ class Explorer:
                 note = ("folded view: repeated tiles/tasks are drawn once (\"x N\"); "
                         "tick 'expand all tiles' to draw them all")
         note_html = f"<div style='color:#555; font-size:11px'>{html.escape(note)}</div>" if note else ""
-        return note_html + scroll_box(zoom_svg(svg, zoom))
+        return self._dynamic_note_html() + note_html + scroll_box(zoom_svg(svg, zoom))
 
     def _sync_passes(self):
         """Fill the pass drop-down for the kernel on display (keeping the selected pass)."""
@@ -812,7 +1053,7 @@ class Explorer:
         self.pass_diff.value = self._pass_diff(old) if options else ""
 
     def _pass_diff(self, k) -> str:
-        key = (self._key(), "pass", k)
+        key = (self._key(), "pass", k)          # the compiled levels: the same for every size
         hit = self._views.get(key)
         if hit is None:
             hit = self._views[key] = pass_diff_html(self._ck, k)
@@ -822,17 +1063,76 @@ class Explorer:
         ck, res = self._ck, self._res
         dtype = f" ({html.escape(self._dtype)})" if self._dtype else ""
         head = f"<b>{html.escape(ck.name)}</b>{dtype} on {html.escape(ck.machine.name)} &nbsp;|&nbsp; "
+        if self._size is not None:      # the size on display and how the call runs it
+            head += (f"<b>{html.escape(self.size_name)} = {self._size}</b> rows "
+                     f"<span style='color:#555'>({html.escape(pieces_text(ck.dynamic, self._size))})</span>"
+                     f" &nbsp;|&nbsp; ")
         if res is None:
-            return head + (f"not simulated (compile only) &nbsp;|&nbsp; {len(ck.program)} instructions in "
-                           f"{len(ck.program.tasks)} tasks")
+            program = self._program()
+            return head + (f"not simulated (compile only) &nbsp;|&nbsp; {len(program)} instructions in "
+                           f"{len(program.tasks)} tasks")
         ok = res.ok
         verdict = ("<span style='color:#080'>check OK</span>" if ok else
                    "<span style='color:#c00'>check MISMATCH</span>" if ok is False else
                    "<span style='color:#888'>checking…</span>")
+        if self._size is not None:      # which data the numpy check ran on
+            verdict += f" <span style='color:#555'>on {html.escape(self._data_text())}</span>"
         bound = res.stats.get("bound")
         bound = f" &nbsp;|&nbsp; bound: {html.escape(bound)}" if bound else ""
         return (head + f"<b>{res.cycles}</b> cycles &nbsp;|&nbsp; {res.time_us:.3f} us{bound}"
                        f" &nbsp;|&nbsp; {verdict}")
+
+    # --- a dynamic kernel's size ------------------------------------------------------------------
+    def _program(self):
+        """The program of the run on display (of a dynamic kernel: the call on its size)."""
+        if self._size is None:
+            return self._ck.program
+        return self._ck.program_for(self._size)
+
+    def _data_text(self) -> str:
+        """The data the run on display simulated and checked (of a dynamic kernel)."""
+        n, own = self._size, self._own_size
+        if n == own:
+            return f"your arrays ({own} rows)"
+        if n < own:
+            return f"rows 0:{n} of your arrays"
+        return f"{n} rows made from your arrays: their {own}, then {n - own} drawn from them (seed {SIZE_SEED})"
+
+    def _size_rows(self) -> list[tuple[str, str]]:
+        """Rows of the Stats table of a dynamic kernel: the size, how the call runs, the data."""
+        if self._size is None:
+            return []
+        return [(self.size_name, f"{self._size} rows ({pieces_text(self._ck.dynamic, self._size)})"),
+                ("data", self._data_text() + ("" if self._size == self._own_size else
+                                              "; outputs not written to your arrays"))]
+
+    def _dynamic_note_html(self) -> str:
+        """The note of the compiled levels' tabs of a dynamic kernel (the same for every size)."""
+        info = self._ck.dynamic
+        if info is None:
+            return ""
+        note = (f"The levels of the program for {info.chunk} rows (the compiled chunk). {info.describe()}. "
+                f"Timeline, Stats and Roofline show the call on the chosen {self.size_name}.")
+        return f"<div class='pypto-dynamic-note' style='color:#555; font-size:11px'>{html.escape(note)}</div>"
+
+
+class _Config:
+    """A compile configuration: its compiled kernel and its runs (one per size of a dynamic kernel,
+    the one run None of a static kernel)."""
+    __slots__ = ("ck", "runs")
+
+    def __init__(self, ck):
+        self.ck = ck
+        self.runs: dict = {}
+
+
+class _Run:
+    """A simulated run: the compiled kernel, its SimResult (None: compile only), the dtype its
+    arguments are cast to and the size (None: not dynamic); the numpy check fills res later."""
+    __slots__ = ("ck", "res", "dtype", "size")
+
+    def __init__(self, ck, res, dtype, size):
+        self.ck, self.res, self.dtype, self.size = ck, res, dtype, size
 
 
 _NO_SIM = "not simulated: compiled only (--no-sim / simulate=False); no timeline, stats or roofline"
@@ -889,9 +1189,9 @@ def pass_diff_html(ck, k: int) -> str:
     return title + diff_html(a, b, f"before {name}", f"after {name}")
 
 
-def stats_html(res) -> str:
-    """The stats of a SimResult as an HTML table."""
-    rows = res.stats_rows()
+def stats_html(res, extra=()) -> str:
+    """The stats of a SimResult as an HTML table (`extra` (label, text) rows first)."""
+    rows = list(extra) + res.stats_rows()
     body = "".join(f"<tr><th style='text-align:left; padding-right:1em'>{html.escape(str(k))}</th>"
                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
