@@ -310,3 +310,19 @@ def test_command_line(tmp_path, capsys):
     assert "give the rows to simulate with --size N" in capsys.readouterr().err
     assert main(["compile", f"{f}:softmax", "--arg", "x=8x1024", "--arg", "out=8x1024", "--size", "3"]) == 2
     assert "has no pypto.DYNAMIC dim" in capsys.readouterr().err
+
+
+def test_an_annotation_that_cannot_be_read_is_an_error(tmp_path):
+    """With `from __future__ import annotations` an annotation naming a local alias cannot be
+    evaluated: a clear error at the parameter, not a kernel silently compiled for one size."""
+    import importlib.util
+    f = tmp_path / "fut.py"
+    f.write_text("from __future__ import annotations\nimport pypto\n\n\ndef make():\n    D = pypto.DYNAMIC\n\n"
+                 "    @pypto.jit\n    def k(x: pypto.Tensor([D, 64], pypto.DT_FP32), out):\n        out[:] = x\n"
+                 "    return k\n")
+    spec = importlib.util.spec_from_file_location("fut_annotations", f)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with pytest.raises(pypto.KernelSignatureError, match="the annotation of 'x' of k cannot be evaluated") as e:
+        mod.make()
+    assert e.value.loc.line == 9 and "define its names at module level" in str(e.value)

@@ -104,9 +104,11 @@ class DynamicInfo:
 
     def describe(self) -> str:
         s = self.symbol
+        small = sorted(self.programs)[:-1]
+        rest = (f", programs for {'/'.join(map(str, small))} rows the rest" if small
+                else f", the last time on rows padded to {self.chunk}")
         return (f"{', '.join(self.params)}: {s} rows known at the call; a program for {self.chunk} rows runs "
-                f"{s} // {self.chunk} times, programs for {'/'.join(map(str, sorted(self.programs)[:-1]))} rows "
-                f"the rest")
+                f"{s} // {self.chunk} times" + rest)
 
 
 # --- the analysis -------------------------------------------------------------------------

@@ -38,6 +38,7 @@ class JitKernel:
             elif p.kind == p.KEYWORD_ONLY:
                 self.const_params[p.name] = None if p.default is p.empty else p.default
         self.loc = SourceLoc(fn.__code__.co_filename, fn.__code__.co_firstlineno, fn.__name__)
+        self._def = None            # _DefInfo, parsed on the first error that needs it
         # parameters annotated with a pypto.Tensor spec: checked at every call; those with a
         # pypto.DYNAMIC dim make the kernel dynamic (one compile serves every size of the dim)
         self.annotations: dict[str, Tensor] = {}
@@ -46,13 +47,21 @@ class JitKernel:
             if isinstance(ann, str):
                 try:
                     ann = eval(ann, getattr(fn, "__globals__", {}))     # noqa: S307 - the user's own annotation
-                except Exception:  # noqa: BLE001 - not a spec: not ours to check
+                except Exception as e:  # noqa: BLE001 - not a spec, or one that cannot be read
+                    if "DYNAMIC" in ann or "Tensor(" in ann:
+                        raise KernelSignatureError(
+                            f"the annotation of '{p.name}' of {fn.__name__} cannot be evaluated: "
+                            f"{type(e).__name__}: {e}", loc=self.sig_loc(p.name),
+                            expected="a pypto.Tensor spec made of names of the kernel's module",
+                            got=repr(ann),
+                            hint="with `from __future__ import annotations` an annotation is a string read "
+                                 "in the module's globals: define its names at module level (or write "
+                                 "pypto.DYNAMIC in full)") from None
                     continue
             if isinstance(ann, Tensor) and ann._node is None and p.name in self.tensor_params:
                 self.annotations[p.name] = ann
         self._source_hash = _source_hash(fn)
         self._cache: dict = {}
-        self._def = None            # _DefInfo, parsed on the first error that needs it
 
     def _def_info(self) -> "_DefInfo":
         if self._def is None:

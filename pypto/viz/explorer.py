@@ -466,7 +466,7 @@ class Explorer:
             line = head + (f"not simulated (compile only), {len(program)} instructions in "
                            f"{len(program.tasks)} tasks")
         else:
-            verdict = {True: "OK", False: "MISMATCH", None: "not checked"}[res.ok]
+            verdict = {True: "OK", False: "MISMATCH", None: "not run yet"}[res.ok]
             data = f" on {self._data_text()}" if self._size is not None else ""
             line = head + f"{res.cycles} cycles, {res.time_us:.3f} us, check {verdict}{data}"
         if self._error is not None:
