@@ -639,3 +639,24 @@ def test_import_pypto_stays_light():
             "heavy = [m for m in ('IPython', 'ipywidgets', 'matplotlib', 'graphviz') if m in sys.modules]; "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_exec_graph_shows_the_loops_of_a_task():
+    """A task whose repeated instructions the loops pass wrote once says how many lines its
+    text has for the instructions it runs."""
+    import numpy as np
+    from pypto.ir.exec import loops_in, static_instrs
+
+    @pypto.jit
+    def sm(x, out):
+        out[:] = pypto.softmax(x, dim=-1)
+    x = np.zeros((4096, 1024), np.float32)
+    g = sm.compile(x, x).exec_graph
+    def text(tasks):
+        loops = sum(1 for t in tasks for _ in loops_in(t.code))
+        lines = sum(1 for t in tasks for _ in static_instrs(t.code))
+        assert loops and lines < sum(t.n_instrs for t in tasks)
+        return f"{loops} loop{'s' if loops > 1 else ''}: {lines:,} lines for {sum(t.n_instrs for t in tasks):,} instructions"
+    t = next(t for t in g.tasks if any(True for _ in loops_in(t.code)))
+    assert text([t]) in graphs.exec_graph(g, expand=True).source
+    assert text(g.tasks) in graphs.exec_graph(g).source          # one node for the group: in total

@@ -288,11 +288,12 @@ def written_gm(instrs) -> set[str]:
     return {i.dst.buf.name for i, _ in static_instrs(instrs) if isinstance(i.dst, GMRef)}
 
 
-def _loops(items):
+def loops_in(items):
+    """Every loop of a sequence of instructions and loops, inner ones included (outer first)."""
     for it in items:
         if isinstance(it, Loop):
             yield it
-            yield from _loops(it.body)
+            yield from loops_in(it.body)
 
 
 def _val(v):
@@ -360,7 +361,7 @@ class ExecGraph(TextForm):
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
             syncs = sum(i.op in SYNC_OPS for i in t.instrs)
             core = t.core_type + ("" if t.core is None else str(t.core))
-            loops = sum(1 for _ in _loops(t.code))
+            loops = sum(1 for _ in loops_in(t.code))
             lines.append(f"  launch task {t.id} on {core} after {list(t.deps)}: "
                          f"{t.n_instrs} instrs ({pc}; {syncs} sync)"
                          + (f" in {loops} loop{'s' if loops > 1 else ''}, {sum(1 for _ in static_instrs(t.code))} "

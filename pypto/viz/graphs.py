@@ -13,7 +13,7 @@ core, and the kernel source line it comes from.
 from __future__ import annotations
 
 from ..ir.core import fmt_shape, region_text
-from ..ir.exec import SYNC_OPS, static_instrs
+from ..ir.exec import SYNC_OPS, loops_in, static_instrs
 
 COLLAPSE_ABOVE = 32          # more tasks than this: one node per (group, wave)
 MAX_TILE_NODES = 160         # per group, so that a long inner (K) loop cannot swamp the view
@@ -252,15 +252,24 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
                     pipes[i.pipe] = pipes.get(i.pipe, 0) + 1
         return "  ".join(f"{p} {c}" for p, c in sorted(pipes.items())) + f"\n{syncs} sync"
 
+    def folded(tasks) -> str:
+        """'\n12 loops: 3,603 lines for 14,976 instructions' for tasks whose code has loops."""
+        loops = sum(1 for t in tasks for _ in loops_in(t.code))
+        if not loops:
+            return ""
+        text = sum(1 for t in tasks for _ in static_instrs(t.code))
+        runs = sum(t.n_instrs for t in tasks)
+        return f"\n{loops} loop{'s' if loops > 1 else ''}: {text:,} lines for {runs:,} instructions"
+
     def label(t):
         core = t.core_type + ("" if getattr(t, "core", None) is None else str(t.core))    # assign_cores
-        return f"task {t.id} on {core}\n{counts([t])}"
+        return f"task {t.id} on {core}\n{counts([t])}{folded([t])}"
 
     def merged(tasks):
         t = tasks[0]
         # Tasks of one group are usually isomorphic: per-task counts say more than totals.
         same = len({x.n_instrs for x in tasks}) == 1
-        body = f"per task: {counts([t])}" if same else f"in total: {counts(tasks)}"
+        body = f"per task: {counts([t])}{folded([t])}" if same else f"in total: {counts(tasks)}{folded(tasks)}"
         return f"group {t.group}: {len(tasks)} tasks on {t.core_type}, wave {t.level}\n{body}"
 
     def where(t):
