@@ -694,7 +694,10 @@ def _unobserved(buffers, instrs_of) -> frozenset[str]:
             w = i.dst
             box = _exact_box(w) if isinstance(w, GMRef) and w.buf.name not in seen else None
             if box is not None:
-                written.setdefault(w.buf.name, np.zeros(w.buf.shape, np.bool_))[tuple(slice(*b) for b in box)] = True
+                mask = written.get(w.buf.name)
+                if mask is None:        # (not setdefault: its default, a buffer-sized array, is made every call)
+                    mask = written[w.buf.name] = np.zeros(w.buf.shape, np.bool_)
+                mask[tuple(slice(*b) for b in box)] = True
     return frozenset(b.name for b in buffers if b.name not in seen and (
         b.role == "workspace" or (b.name in written and written[b.name].all())))
 
