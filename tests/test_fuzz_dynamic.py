@@ -1,8 +1,8 @@
 """The fuzzer's dynamic stage (tests/fuzz/runner.py, `Runner(dynamic_every=K)`).
 
 A case that ended correct is compiled again with pypto.DYNAMIC first dims for the parameters
-whose first dim is that of its first output, and simulated at a few sizes on its arrays with
-their rows cycled.  Here: a row-parallel kernel compiles and is right at every size, a kernel
+whose first dim is that of its first output, and simulated at a few sizes on its arrays' rows
+repeated to that size (its rows in order, then rows drawn at random: `worker.row_map`).  Here: a row-parallel kernel compiles and is right at every size, a kernel
 that reduces over the rows is refused at its line, and a wrong dynamic output (a result of the
 worker edited on its way back) is caught, so that the check cannot pass vacuously.
 """
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from fuzz.gen import Case, InputSpec, Node, Store, from_seed
-from fuzz.runner import Runner, dynamic_plan, report
+from fuzz.runner import Runner, dynamic_plan, report, rows_of
+from fuzz.worker import row_map
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,7 +72,7 @@ def rows_sum_case(rows: int = 40) -> Case:
 
 def test_plan_takes_the_parameters_with_the_rows_of_the_first_output():
     plan = dynamic_plan(softmax_case())
-    assert plan == {"params": ["x0", "out0"], "rows": 40, "big": True}
+    assert plan == {"params": ["x0", "out0"], "rows": 40, "big": True, "seed": 3}
     assert dynamic_plan(softmax_case(rows=1)) is None                  # one row: nothing to vary
     big = softmax_case()
     big.inputs[0].shape = (40, 4096)                                   # 2048 rows of it: 32 MiB
@@ -144,7 +145,7 @@ def _last_run(res):
 
 
 def test_a_wrong_dynamic_row_is_caught():
-    """Row 45 of the call on 2048 + 43 rows (a cycled row: row 5 of the case) made wrong."""
+    """Row 45 of the call on 2048 + 43 rows (one of the case's rows drawn at random) made wrong."""
     def edit(res):
         out = _last_run(res)["outputs"]["out0"]
         out[45] = out[45] + 0.5
@@ -206,10 +207,26 @@ def test_the_repro_of_a_dynamic_failure_runs_the_dynamic_stage(tmp_path):
     assert "res.ok True" in line and "program alone identical True" in line, line
 
 
-def test_cycled_reference_bounds_follow_the_rows():
+def test_a_piece_reading_rows_a_multiple_of_the_case_rows_off_is_caught():
+    """16 rows in the case, 2048 + 19 in the call: the second piece's rows made those of the first
+    piece (what a piece whose GM windows were not moved would compute).  Rows cycled with period
+    16 would be the same there; the rows drawn at random are not."""
+    def edit(res):
+        run = _last_run(res)
+        assert run["n"] == 2048 + 19
+        out = run["outputs"]["out0"]
+        out[2048:] = out[:19]
+    _, o = _with(edit, softmax_case(rows=16))
+    assert o.category == "wrong" and o.extra["what"] == "dynamic" and "N=2067" in o.detail, o.line()
+
+
+def test_row_map_and_the_reference_rows():
     from fuzz.reference import V
-    from fuzz.runner import cycled_value
+    idx = row_map(2048 + 19, 16, 5)
+    assert np.array_equal(idx[:16], np.arange(16)) and idx.min() >= 0 and idx.max() < 16
+    assert not np.array_equal(idx[2048:2064], np.arange(16))
+    assert np.array_equal(row_map(1, 16, 5), [0]) and np.array_equal(row_map(40, 16, 5), row_map(40, 16, 5))
     v = V(np.arange(6.0).reshape(3, 2), np.array([[0.0, 1.0]]))
-    c = cycled_value(v, 7)
-    assert c.v.shape == (7, 2) and np.array_equal(c.v[3], v.v[0]) and np.array_equal(c.v[5], v.v[2])
-    assert np.array_equal(c.e[:, 1], np.ones(7))
+    c = rows_of(v, np.array([0, 1, 2, 2, 0]))
+    assert c.v.shape == (5, 2) and np.array_equal(c.v[3], v.v[2]) and np.array_equal(c.v[4], v.v[0])
+    assert np.array_equal(c.e[:, 1], np.ones(5)) and np.array_equal(c.e[:, 0], np.zeros(5))

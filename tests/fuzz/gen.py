@@ -165,8 +165,9 @@ class Case:
         """A self-contained script: the kernel, its inputs, the compile and simulate calls.
         `dynamic` ({"params", "rows", "sizes"}, the runner's dynamic stage): then also the compile
         with pypto.DYNAMIC first dims for those parameters and, per size N, the simulation on the
-        arrays with their rows cycled to N, the program of the call run on its own, and how far
-        the outputs are from the static kernel's cycled the same way."""
+        arrays' rows taken to N rows (rows 0..R-1, then rows drawn at random, as the runner's
+        `worker.row_map`), the program of the call run on its own, and how far the outputs are
+        from the static kernel's rows taken the same way."""
         args = ", ".join(self.params)
         mk = []
         for i in self.inputs:
@@ -194,7 +195,8 @@ class Case:
                          if p in dyn else p)
         rows = dynamic["rows"]
         lines = [
-            f"# the dynamic stage: pypto.DYNAMIC first dims for {', '.join(dyn)}, the rows cycled to N",
+            f"# the dynamic stage: pypto.DYNAMIC first dims for {', '.join(dyn)}; row i of a call on N rows is",
+            f"# row idx[i] of the case: rows 0..{rows - 1}, then rows drawn at random",
             "from pypto.sim.run import simulate as run_program",
             "static = {k: np.asarray(v) for k, v in res.outputs.items()}",
             f"ckd = fuzz_kernel.compile({', '.join(specs)}, machine={self.machine!r})",
@@ -203,7 +205,8 @@ class Case:
         if dynamic.get("sizes"):
             lines += [
                 f"for n in {list(dynamic['sizes'])!r}:",
-                f"    idx = np.arange(n) % {rows}",
+                f"    idx = np.random.default_rng([{dynamic['seed']}, n]).integers(0, {rows}, n)",
+                f"    idx[:min(n, {rows})] = np.arange(min(n, {rows}))",
                 f"    args = [{', '.join(f'{p}[idx]' if p in dyn else f'{p}.copy()' for p in self.params)}]",
                 "    r = ckd.simulate(*args)",
                 "    alone = run_program(ckd.program_for(n), ckd._padded(ckd.bind(args), n), machine=ckd.machine,",
@@ -215,7 +218,7 @@ class Case:
                 "        with np.errstate(all='ignore'):",
                 "            far = np.nanmax(np.abs(v.astype(np.float64) - want.astype(np.float64))) if v.size else 0.0",
                 "        print(f'N={n} {k}: res.ok {r.ok}, program alone identical {np.array_equal(a, v, equal_nan=True)}, '",
-                "              f'max |dynamic - static cycled| {far:.3g}; first values {v.ravel()[:8]}')",
+                "              f'max |dynamic - static[idx]| {far:.3g}; first values {v.ravel()[:8]}')",
             ]
         return "".join(f"    {ln}\n" for ln in lines)
 

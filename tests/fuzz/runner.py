@@ -19,9 +19,9 @@ Separately, `Outcome.builtin` records pypto's own check (`res.ok`) disagreeing w
 The dynamic stage (`Runner(dynamic_every=K)`: a case in K, by its data seed, 0 none): a case that
 ended correct, whose parameters include some whose first dim is R, the first dim of its first
 output (R >= 2), is compiled again with `pypto.DYNAMIC` first dims for those (a second request to
-the worker, `worker.run_dynamic`) and simulated at a few sizes N on its arrays with their rows
-cycled to N (`a[np.arange(N) % R]`); the outputs must be the fuzz reference's, cycled the same
-way.  `Outcome.dynamic` says how it went: "" (not run), "refused" (a PyptoError naming the kernel
+the worker, `worker.run_dynamic`) and simulated at a few sizes N on its arrays' rows taken to N rows
+(`a[idx]`, idx = `worker.row_map`: rows 0..R-1, then rows drawn at random); the outputs must be
+the fuzz reference's rows taken the same way.  `Outcome.dynamic` says how it went: "" (not run), "refused" (a PyptoError naming the kernel
 line at the dynamic compile: the case stays correct), "correct", or the failure's category:
 "wrong" (what="dynamic": numbers; "dynamic program of a call differs": `ck.program_for(N)` run
 functionally on its own disagrees with `res.outputs`), "crash" (stage dynamic-compile, dynamic,
@@ -47,6 +47,7 @@ import numpy as np
 
 from . import reference
 from .gen import FLOATS, NP, Case, DataChooser, generate
+from .worker import row_map
 
 LIMIT = 30.0            # seconds to compile and simulate a kernel under 16 MiB
 CATEGORIES = ("correct", "clear", "wrong", "crash", "hang", "unlocated", "nondet")
@@ -177,7 +178,8 @@ def _located(msg: str, path: str, nlines: int) -> bool:
 
 def dynamic_plan(case: Case) -> dict | None:
     """The dynamic stage of a case: {"params": the parameters whose first dim is R, the first dim
-    of the first output; "rows": R; "big": whether a size above CHUNK is run}, or None (R < 2, a
+    of the first output; "rows": R; "big": whether a size above CHUNK is run; "seed": the data
+    seed, which `worker.row_map` draws the rows past R with}, or None (R < 2, a
     case that must fail, or CHUNK rows of the dynamic tensors over DYNAMIC_CHUNK_BYTES)."""
     if case.expect_error or not case.stores:
         return None
@@ -191,12 +193,12 @@ def dynamic_plan(case: Case) -> dict | None:
     row_bytes = sum(row_elems[p] * NP[shapes[p][1]].itemsize for p in params)
     if CHUNK * row_bytes > DYNAMIC_CHUNK_BYTES:
         return None
-    return {"params": params, "rows": rows, "big": max(row_elems.values()) <= DYNAMIC_BIG_ROW}
+    return {"params": params, "rows": rows, "big": max(row_elems.values()) <= DYNAMIC_BIG_ROW,
+            "seed": case.data_seed}
 
 
-def cycled_value(v: "reference.V", n: int) -> "reference.V":
-    """A reference value (float64 values and their bounds) with its rows cycled to n rows."""
-    idx = np.arange(n) % v.v.shape[0]
+def rows_of(v: "reference.V", idx) -> "reference.V":
+    """A reference value (float64 values and their bounds) with its rows taken by `idx`."""
     return reference.V(v.v[idx], np.broadcast_to(v.e, v.v.shape)[idx])
 
 
@@ -278,13 +280,14 @@ class Runner:
         runs = res["dynamic"]["runs"]
         for run in runs:                                    # the numbers, at every size
             n = run["n"]
+            idx = row_map(n, plan["rows"], plan["seed"])
             bad = []
             for name, exp in expected.items():
                 got = run["outputs"].get(name)
                 if got is None:
                     bad.append(f"{name}: missing from res.outputs")
                     continue
-                ok, why = reference.compare(cycled_value(exp, n) if name in dyn else exp, got, dtypes[name])
+                ok, why = reference.compare(rows_of(exp, idx) if name in dyn else exp, got, dtypes[name])
                 if not ok:
                     bad.append(f"{name} ({dtypes[name]}): {why}")
             if bad:
@@ -504,7 +507,7 @@ def report(case: Case, o: Outcome) -> str:
                     f"({dyn['rows']} rows in the case), sizes {dyn.get('sizes') or '(not reached)'}")
         sizes = [dyn["size"]] if dyn.get("size") else dyn.get("sizes") or None
         return "\n".join(head) + "\n" + case.repro(dynamic={"params": dyn["params"], "rows": dyn["rows"],
-                                                             "sizes": sizes})
+                                                             "seed": dyn["seed"], "sizes": sizes})
     return "\n".join(head) + "\n" + case.repro()
 
 

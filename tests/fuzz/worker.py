@@ -8,7 +8,7 @@ The first exception ends the case; it comes back as text (type, module, message,
 
 A request with "dynamic" (the runner's second request for a case, `run_dynamic`) compiles the
 kernel again with `pypto.DYNAMIC` first dims for the parameters named there, then simulates it
-at a few sizes N on the case's arrays with their rows cycled to N rows; each run also runs the
+at a few sizes N on the case's rows, repeated to N rows (`row_map`); each run also runs the
 program of the call (`ck.program_for(N)`) on its own, which must give the same outputs.
 """
 from __future__ import annotations
@@ -108,16 +108,23 @@ def dynamic_sizes(rows: int, chunk: int, big: bool) -> list[int]:
     return list(dict.fromkeys(sizes))
 
 
-def cycled(a, n: int):
-    """`a` with its rows (first dim) repeated in turn to n rows."""
+def row_map(n: int, rows: int, seed: int):
+    """Which row of the case each of the n rows of a call is: the case's rows in order, then rows
+    drawn at random (seeded by the case's data seed and n).  Not a plain cycle: rows cycled with
+    period `rows` would hide a piece or a tile reading rows off by a multiple of it (2048 rows
+    further on are the same rows when `rows` is a power of two)."""
     import numpy as np
-    return a[np.arange(n) % a.shape[0]]
+    idx = np.random.default_rng([seed, n]).integers(0, rows, n)
+    k = min(n, rows)
+    idx[:k] = np.arange(k)
+    return idx
 
 
 def run_dynamic(req: dict) -> dict:
     """The dynamic stage: compile with pypto.DYNAMIC first dims for req["dynamic"]["params"]
     (arrays for the other parameters), then, per size N of `dynamic_sizes`, ck.simulate on the
-    arrays cycled to N rows, and the program of the call run functionally on its own."""
+    arrays' rows taken to N rows by `row_map`, and the program of the call run functionally on
+    its own."""
     import numpy as np
     import pypto
     from pypto.dtypes import from_numpy
@@ -150,7 +157,8 @@ def run_dynamic(req: dict) -> dict:
     out["dynamic"]["sizes"] = sizes
     t1 = time.perf_counter()
     for n in sizes:
-        args = [cycled(a, n) if p in names else np.array(a, copy=True) for p, a in zip(req["params"], arrays)]
+        idx = row_map(n, rows, dyn["seed"])
+        args = [a[idx] if p in names else np.array(a, copy=True) for p, a in zip(req["params"], arrays)]
         try:
             res = ck.simulate(*args)
         except BaseException as e:  # noqa: BLE001
