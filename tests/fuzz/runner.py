@@ -25,7 +25,7 @@ the fuzz reference's rows taken the same way.  `Outcome.dynamic` says how it wen
 line at the dynamic compile: the case stays correct), "correct", or the failure's category:
 "wrong" (what="dynamic": numbers; "dynamic program of a call differs": `ck.program_for(N)` run
 functionally on its own disagrees with `res.outputs`), "crash" (stage dynamic-compile, dynamic,
-dynamic-program), "unlocated", "hang".  `res.ok` False on right dynamic outputs is a "false
+dynamic-program, dynamic-checked: checked mode on the largest size), "unlocated", "hang".  `res.ok` False on right dynamic outputs is a "false
 alarm" (True on wrong ones "missed") like the static check's.
 """
 from __future__ import annotations

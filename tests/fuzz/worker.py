@@ -9,7 +9,8 @@ The first exception ends the case; it comes back as text (type, module, message,
 A request with "dynamic" (the runner's second request for a case, `run_dynamic`) compiles the
 kernel again with `pypto.DYNAMIC` first dims for the parameters named there, then simulates it
 at a few sizes N on the case's rows, repeated to N rows (`row_map`); each run also runs the
-program of the call (`ck.program_for(N)`) on its own, which must give the same outputs.
+program of the call (`ck.program_for(N)`) on its own, which must give the same outputs; the
+largest size runs once more in checked mode.
 """
 from __future__ import annotations
 
@@ -156,9 +157,13 @@ def run_dynamic(req: dict) -> dict:
     sizes = dynamic_sizes(rows, ck.dynamic.chunk, dyn.get("big", False))
     out["dynamic"]["sizes"] = sizes
     t1 = time.perf_counter()
-    for n in sizes:
+
+    def args_for(n):
         idx = row_map(n, rows, dyn["seed"])
-        args = [a[idx] if p in names else np.array(a, copy=True) for p, a in zip(req["params"], arrays)]
+        return [a[idx] if p in names else np.array(a, copy=True) for p, a in zip(req["params"], arrays)]
+
+    for n in sizes:
+        args = args_for(n)
         try:
             res = ck.simulate(*args)
         except BaseException as e:  # noqa: BLE001
@@ -180,6 +185,13 @@ def run_dynamic(req: dict) -> dict:
             out["error"]["size"] = n
             return out
         out["dynamic"]["runs"].append(run)
+    n = max(sizes)
+    try:          # checked mode on the largest call (its pieces' tasks together on the cores)
+        ck.simulate(*args_for(n), checked=True, check=False)
+    except BaseException as e:  # noqa: BLE001
+        out["error"] = _exc("dynamic-checked", e)
+        out["error"]["size"] = n
+        return out
     out["times"]["simulate"] = time.perf_counter() - t1
     return out
 
