@@ -137,8 +137,8 @@ def main(argv=None) -> int:
           f"correct {counts['correct']}, clear errors {counts['clear']}, wrong results {counts['wrong']}, "
           f"crashes {counts['crash']}, hangs {counts['hang']}, unlocated errors {counts['unlocated']}, "
           f"nondeterministic {counts['nondet']}, false alarms {counts['false alarm']}, missed {counts['missed']}; "
-          f"dynamic stage {counts['dynamic']}: " + ", ".join(f"{k} {counts['dynamic: ' + k]}" for k in DYNAMIC_OUTCOMES),
-          flush=True)
+          f"dynamic stage {counts['dynamic']}: "
+          + ", ".join(f"{k} {counts['dynamic: ' + k]}" for k in DYNAMIC_OUTCOMES), flush=True)
     return 1 if any(counts[c] for c in ("wrong", "crash", "hang", "unlocated", "nondet")) else 0
 
 

@@ -2,9 +2,10 @@
 
 A case that ended correct is compiled again with pypto.DYNAMIC first dims for the parameters
 whose first dim is that of its first output, and simulated at a few sizes on its arrays' rows
-repeated to that size (its rows in order, then rows drawn at random: `worker.row_map`).  Here: a row-parallel kernel compiles and is right at every size, a kernel
-that reduces over the rows is refused at its line, and a wrong dynamic output (a result of the
-worker edited on its way back) is caught, so that the check cannot pass vacuously.
+repeated to that size (its rows in order, then rows drawn at random: `worker.row_map`).  Here:
+a row-parallel kernel compiles and is right at every size, a kernel that reduces over the rows
+is refused at its line, and a wrong dynamic output (a result of the worker edited on its way
+back) is caught, so that the check cannot pass vacuously.
 """
 from __future__ import annotations
 

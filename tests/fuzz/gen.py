@@ -216,8 +216,10 @@ class Case:
                 "        a = np.asarray(alone[k])[:n] if k in dyn else np.asarray(alone[k])",
                 "        want = static[k][idx] if k in dyn else static[k]",
                 "        with np.errstate(all='ignore'):",
-                "            far = np.nanmax(np.abs(v.astype(np.float64) - want.astype(np.float64))) if v.size else 0.0",
-                "        print(f'N={n} {k}: res.ok {r.ok}, program alone identical {np.array_equal(a, v, equal_nan=True)}, '",
+                "            d = np.abs(v.astype(np.float64) - want.astype(np.float64))",
+                "            far = np.nanmax(d) if v.size else 0.0",
+                "        same = np.array_equal(a, v, equal_nan=True)",
+                "        print(f'N={n} {k}: res.ok {r.ok}, program alone identical {same}, '",
                 "              f'max |dynamic - static[idx]| {far:.3g}; first values {v.ravel()[:8]}')",
             ]
         return "".join(f"    {ln}\n" for ln in lines)

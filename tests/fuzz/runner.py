@@ -16,17 +16,18 @@ Outcome categories (`Outcome.category`):
 Separately, `Outcome.builtin` records pypto's own check (`res.ok`) disagreeing with the verdict:
 "false alarm" (res.ok False on a correct kernel) or "missed" (res.ok True on wrong numbers).
 
-The dynamic stage (`Runner(dynamic_every=K)`: a case in K, by its data seed, 0 none): a case that
-ended correct, whose parameters include some whose first dim is R, the first dim of its first
-output (R >= 2), is compiled again with `pypto.DYNAMIC` first dims for those (a second request to
-the worker, `worker.run_dynamic`) and simulated at a few sizes N on its arrays' rows taken to N rows
-(`a[idx]`, idx = `worker.row_map`: rows 0..R-1, then rows drawn at random); the outputs must be
-the fuzz reference's rows taken the same way.  `Outcome.dynamic` says how it went: "" (not run), "refused" (a PyptoError naming the kernel
-line at the dynamic compile: the case stays correct), "correct", or the failure's category:
-"wrong" (what="dynamic": numbers; "dynamic program of a call differs": `ck.program_for(N)` run
-functionally on its own disagrees with `res.outputs`), "crash" (stage dynamic-compile, dynamic,
-dynamic-program, dynamic-checked: checked mode on the largest size), "unlocated", "hang".  `res.ok` False on right dynamic outputs is a "false
-alarm" (True on wrong ones "missed") like the static check's.
+The dynamic stage (`Runner(dynamic_every=K)`: a case in K, by its data seed; 0: none): a case
+that ended correct, whose parameters include some whose first dim is R, the first dim of its
+first output (R >= 2), is compiled again with `pypto.DYNAMIC` first dims for those (a second
+request to the worker, `worker.run_dynamic`) and simulated at a few sizes N on its arrays' rows
+taken to N rows (`a[idx]`, idx = `worker.row_map`: rows 0..R-1, then rows drawn at random); the
+outputs must be the fuzz reference's rows taken the same way.  `Outcome.dynamic` says how it
+went: "" (not run), "refused" (a PyptoError naming the kernel line at the dynamic compile: the
+case stays correct), "correct", or the failure's category: "wrong" (what="dynamic": numbers;
+"dynamic program of a call differs": `ck.program_for(N)` run functionally on its own disagrees
+with `res.outputs`), "crash" (stages dynamic-compile, dynamic, dynamic-program, dynamic-checked:
+checked mode on the largest size), "unlocated", "hang".  `res.ok` False on right dynamic
+outputs is a "false alarm" (True on wrong ones "missed"), as in the static stage.
 """
 from __future__ import annotations
 
@@ -262,15 +263,17 @@ class Runner:
         o.extra["dynamic"]["sizes"] = res.get("dynamic", {}).get("sizes", [])
         err = res.get("error")
         if err:
-            o.extra["tb"] = err["tb"]
             stage, msg = err["stage"], err["msg"]
-            at = f" (N={err['size']})" if "size" in err else ""
+            if stage == "dynamic-compile" and err["pypto"] and _located(msg, path, nlines):
+                o.dynamic = "refused"
+                o.extra["dynamic"]["refusal"] = msg
+                return
+            o.extra["tb"] = err["tb"]
+            if "size" in err:
+                o.extra["dynamic"]["size"] = err["size"]
             if stage == "dynamic-compile" and err["pypto"]:
-                if _located(msg, path, nlines):
-                    o.dynamic = "refused"
-                    o.extra["dynamic"]["refusal"] = msg
-                    return
                 return fail("unlocated", f"dynamic compile: {msg}", stage, err["type"])
+            at = f" (N={err['size']})" if "size" in err else ""
             return fail("crash", f"{stage}{at}: {err['type']}: {msg}", stage, err["type"])
         if times.get("compile", 0) > self.limit and case.nbytes() < 16 << 20:
             return fail("hang", f"the dynamic compile took {times['compile']:.1f} s (limit {self.limit:.0f} s)")

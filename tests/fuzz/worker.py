@@ -170,10 +170,10 @@ def run_dynamic(req: dict) -> dict:
             out["error"] = _exc("dynamic", e)
             out["error"]["size"] = n
             return out
+        check = {k: {kk: (bool(vv) if kk == "ok" else vv) for kk, vv in c.items()
+                     if kk in ("ok", "max_abs_err", "rtol", "atol")} for k, c in (res.check or {}).items()}
         run = {"n": n, "outputs": {k: np.asarray(v) for k, v in res.outputs.items()}, "ok": res.ok,
-               "cycles": res.cycles,
-               "check": {k: {kk: (bool(vv) if kk == "ok" else vv) for kk, vv in c.items()
-                             if kk in ("ok", "max_abs_err", "rtol", "atol")} for k, c in (res.check or {}).items()}}
+               "cycles": res.cycles, "check": check}
         try:      # the program of the call, run functionally on its own, computes the same
             program = ck.program_for(n)
             got = run_program(program, ck._padded(ck.bind(args), n), machine=ck.machine, mode="functional").outputs
