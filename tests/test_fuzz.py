@@ -2,7 +2,9 @@
 
 Every case must end correct (within the reference's bound of each step's rounding, same cycles
 twice, checked mode silent, the call form filling the same outputs, pypto's own check agreeing)
-or as a PyptoError naming the kernel's file and line.  Fixed seeds and a derandomized hypothesis
+or as a PyptoError naming the kernel's file and line; one case in four (by data seed) also runs
+the dynamic stage (compiled with pypto.DYNAMIC first dims, right at every size it runs, or
+refused at a kernel line: tests/test_fuzz_dynamic.py).  Fixed seeds and a derandomized hypothesis
 run, no example database: the same cases on every run.  Seeds failing because of a bug class
 being fixed are xfail (not strict) with the class in the reason.
 """

@@ -161,20 +161,68 @@ class Case:
         arrs += [make_data(rng, s.out_shape, s.dtype, -3, 3, 0) for s in self.stores]
         return arrs
 
-    def repro(self) -> str:
-        """A self-contained script: the kernel, its inputs, the compile and simulate calls."""
+    def repro(self, dynamic: dict | None = None) -> str:
+        """A self-contained script: the kernel, its inputs, the compile and simulate calls.
+        `dynamic` ({"params", "rows", "sizes"}, the runner's dynamic stage): then also the compile
+        with pypto.DYNAMIC first dims for those parameters and, per size N, the simulation on the
+        arrays' rows taken to N rows (rows 0..R-1, then rows drawn at random, as the runner's
+        `worker.row_map`), the program of the call run on its own, and how far the outputs are
+        from the static kernel's rows taken the same way."""
         args = ", ".join(self.params)
         mk = []
         for i in self.inputs:
             mk.append(f"{i.name} = make_data(rng, {tuple(i.shape)}, {i.dtype!r}, {i.lo!r}, {i.hi!r}, {i.specials})")
         for s in self.stores:
             mk.append(f"{s.out} = make_data(rng, {tuple(s.out_shape)}, {s.dtype!r}, -3, 3, 0)")
-        return (self.source() + "\n\n" + DATA_SRC + "\n\nif __name__ == '__main__':\n"
+        text = (self.source() + "\n\n" + DATA_SRC + "\n\nif __name__ == '__main__':\n"
                 f"    rng = np.random.default_rng({self.data_seed})\n"
                 + "".join(f"    {m}\n" for m in mk)
                 + f"    ck = fuzz_kernel.compile({args}, machine={self.machine!r})\n"
                 + f"    res = ck.simulate({args})\n"
                 + "    print(res.cycles, res.ok, {k: v.ravel()[:8] for k, v in res.outputs.items()})\n")
+        if dynamic:
+            text += self._dynamic_repro(dynamic)
+        return text
+
+    def _dynamic_repro(self, dynamic: dict) -> str:
+        dyn = list(dynamic["params"])
+        shapes = {i.name: (tuple(i.shape), i.dtype) for i in self.inputs}
+        shapes.update({s.out: (tuple(s.out_shape), s.dtype) for s in self.stores})
+        specs = []
+        for p in self.params:
+            shape, dt = shapes[p]
+            specs.append(f"pypto.Tensor([pypto.DYNAMIC{''.join(f', {d}' for d in shape[1:])}], {PY_DT[dt]})"
+                         if p in dyn else p)
+        rows = dynamic["rows"]
+        lines = [
+            f"# the dynamic stage: pypto.DYNAMIC first dims for {', '.join(dyn)}; row i of a call on N rows is",
+            f"# row idx[i] of the case: rows 0..{rows - 1}, then rows drawn at random",
+            "from pypto.sim.run import simulate as run_program",
+            "static = {k: np.asarray(v) for k, v in res.outputs.items()}",
+            f"ckd = fuzz_kernel.compile({', '.join(specs)}, machine={self.machine!r})",
+            f"dyn = {dyn!r}",
+        ]
+        if dynamic.get("sizes"):
+            lines += [
+                f"for n in {list(dynamic['sizes'])!r}:",
+                f"    idx = np.random.default_rng([{dynamic['seed']}, n]).integers(0, {rows}, n)",
+                f"    idx[:min(n, {rows})] = np.arange(min(n, {rows}))",
+                f"    args = [{', '.join(f'{p}[idx]' if p in dyn else f'{p}.copy()' for p in self.params)}]",
+                "    r = ckd.simulate(*args)",
+                "    alone = run_program(ckd.program_for(n), ckd._padded(ckd.bind(args), n), machine=ckd.machine,",
+                "                        mode='functional').outputs",
+                "    for k, v in r.outputs.items():",
+                "        v = np.asarray(v)",
+                "        a = np.asarray(alone[k])[:n] if k in dyn else np.asarray(alone[k])",
+                "        want = static[k][idx] if k in dyn else static[k]",
+                "        with np.errstate(all='ignore'):",
+                "            d = np.abs(v.astype(np.float64) - want.astype(np.float64))",
+                "            far = np.nanmax(d) if v.size else 0.0",
+                "        same = np.array_equal(a, v, equal_nan=True)",
+                "        print(f'N={n} {k}: res.ok {r.ok}, program alone identical {same}, '",
+                "              f'max |dynamic - static[idx]| {far:.3g}; first values {v.ravel()[:8]}')",
+            ]
+        return "".join(f"    {ln}\n" for ln in lines)
 
 
 # The data generator is source text so that a printed reproducer carries it verbatim.

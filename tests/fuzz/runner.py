@@ -15,10 +15,24 @@ Outcome categories (`Outcome.category`):
 
 Separately, `Outcome.builtin` records pypto's own check (`res.ok`) disagreeing with the verdict:
 "false alarm" (res.ok False on a correct kernel) or "missed" (res.ok True on wrong numbers).
+
+The dynamic stage (`Runner(dynamic_every=K)`: a case in K, by its data seed; 0: none): a case
+that ended correct, whose parameters include some whose first dim is R, the first dim of its
+first output (R >= 2), is compiled again with `pypto.DYNAMIC` first dims for those (a second
+request to the worker, `worker.run_dynamic`) and simulated at a few sizes N on its arrays' rows
+taken to N rows (`a[idx]`, idx = `worker.row_map`: rows 0..R-1, then rows drawn at random); the
+outputs must be the fuzz reference's rows taken the same way.  `Outcome.dynamic` says how it
+went: "" (not run), "refused" (a PyptoError naming the kernel line at the dynamic compile: the
+case stays correct), "correct", or the failure's category: "wrong" (what="dynamic": numbers;
+"dynamic program of a call differs": `ck.program_for(N)` run functionally on its own disagrees
+with `res.outputs`), "crash" (stages dynamic-compile, dynamic, dynamic-program, dynamic-checked:
+checked mode on the largest size), "unlocated", "hang".  `res.ok` False on right dynamic
+outputs is a "false alarm" (True on wrong ones "missed"), as in the static stage.
 """
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import pickle
 import re
@@ -33,11 +47,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import reference
-from .gen import FLOATS, Case, DataChooser, generate
+from .gen import FLOATS, NP, Case, DataChooser, generate
+from .worker import row_map
 
 LIMIT = 30.0            # seconds to compile and simulate a kernel under 16 MiB
 CATEGORIES = ("correct", "clear", "wrong", "crash", "hang", "unlocated", "nondet")
 FAILURES = ("wrong", "crash", "hang", "unlocated", "nondet")
+DYNAMIC_EVERY = 4       # the dynamic stage on one case in 4 (by data seed) unless told otherwise
+CHUNK = 2048            # the rows a dynamic kernel is compiled for (pypto.compiler.dynamic.CHUNK)
+DYNAMIC_CHUNK_BYTES = 16 << 20      # the dynamic stage only when CHUNK rows of its tensors fit this
+DYNAMIC_BIG_ROW = 256   # a size above CHUNK only when a row of every dynamic tensor is this small
 
 
 @dataclass
@@ -51,6 +70,7 @@ class Outcome:
     seconds: float = 0.0
     cycles: object = None
     extra: dict = field(default_factory=dict)
+    dynamic: str = ""           # the dynamic stage: "" not run | refused | correct | a failure category
 
     @property
     def failed(self) -> bool:
@@ -69,6 +89,8 @@ class Outcome:
 
     def line(self) -> str:
         s = f"{self.category}"
+        if self.dynamic:
+            s += f" [dynamic: {self.dynamic}]"
         if self.known:
             s += f" [known: {self.known}]"
         if self.builtin:
@@ -155,12 +177,45 @@ def _located(msg: str, path: str, nlines: int) -> bool:
     return False
 
 
+def dynamic_plan(case: Case) -> dict | None:
+    """The dynamic stage of a case: {"params": the parameters whose first dim is R, the first dim
+    of the first output; "rows": R; "big": whether a size above CHUNK is run; "seed": the data
+    seed, which `worker.row_map` draws the rows past R with}, or None (R < 2, a
+    case that must fail, or CHUNK rows of the dynamic tensors over DYNAMIC_CHUNK_BYTES)."""
+    if case.expect_error or not case.stores:
+        return None
+    shapes = {i.name: (tuple(i.shape), i.dtype) for i in case.inputs}
+    shapes.update({s.out: (tuple(s.out_shape), s.dtype) for s in case.stores})
+    rows = case.stores[0].out_shape[0] if case.stores[0].out_shape else 0
+    if rows < 2:
+        return None
+    params = [p for p in case.params if shapes[p][0] and shapes[p][0][0] == rows]
+    row_elems = {p: math.prod(shapes[p][0][1:]) for p in params}
+    row_bytes = sum(row_elems[p] * NP[shapes[p][1]].itemsize for p in params)
+    if CHUNK * row_bytes > DYNAMIC_CHUNK_BYTES:
+        return None
+    return {"params": params, "rows": rows, "big": max(row_elems.values()) <= DYNAMIC_BIG_ROW,
+            "seed": case.data_seed}
+
+
+def rows_of(v: "reference.V", idx) -> "reference.V":
+    """A reference value (float64 values and their bounds) with its rows taken by `idx`."""
+    return reference.V(v.v[idx], np.broadcast_to(v.e, v.v.shape)[idx])
+
+
 class Runner:
-    def __init__(self, limit: float = LIMIT, timeout: float | None = None):
+    def __init__(self, limit: float = LIMIT, timeout: float | None = None, dynamic_every: int = DYNAMIC_EVERY):
         self.worker = Worker()
         self.limit = limit
         self.timeout = timeout or 3 * limit
+        self.dynamic_every = dynamic_every
         self.memo: dict[str, Outcome] = {}
+
+    def wants_dynamic(self, case: Case) -> dict | None:
+        """The dynamic stage's plan for a case (see `dynamic_plan`) when this runner runs it."""
+        if not self.dynamic_every or case.data_seed % self.dynamic_every:
+            return None
+        return dynamic_plan(case)
 
     def close(self):
         self.worker.stop()
@@ -175,6 +230,94 @@ class Runner:
         return out
 
     def _run(self, case: Case) -> Outcome:
+        o = self._run_static(case)
+        plan = self.wants_dynamic(case) if o.category == "correct" else None
+        if plan is not None:
+            self._run_dynamic(case, plan, o)
+        return o
+
+    def _run_dynamic(self, case: Case, plan: dict, o: Outcome) -> None:
+        """The dynamic stage (see the module docstring): updates the static stage's outcome `o`."""
+        arrays = case.arrays()
+        path = kernel_path(case, self.worker.dir)
+        nlines = case.source().count("\n") + 1
+        req = {"source": case.source(), "path": path, "arrays": arrays, "machine": case.machine,
+               "params": case.params, "dynamic": plan}
+        o.extra["dynamic"] = dict(plan)
+        t0 = time.perf_counter()
+        res = self.worker.run(req, self.timeout)
+        dt = time.perf_counter() - t0
+        o.seconds += dt
+        o.extra["dynamic"]["seconds"] = dt
+
+        def fail(category, detail, stage="dynamic", exc_type="", what=""):
+            o.category, o.dynamic, o.stage, o.exc_type = category, category, stage, exc_type
+            o.detail = detail
+            if what:
+                o.extra["what"] = what
+
+        if res is None:
+            return fail("hang", f"dynamic stage: no answer after {self.timeout:.0f} s (child killed)")
+        times = res.get("times", {})
+        o.extra["dynamic"]["times"] = times
+        o.extra["dynamic"]["sizes"] = res.get("dynamic", {}).get("sizes", [])
+        err = res.get("error")
+        if err:
+            stage, msg = err["stage"], err["msg"]
+            if stage == "dynamic-compile" and err["pypto"] and _located(msg, path, nlines):
+                o.dynamic = "refused"
+                o.extra["dynamic"]["refusal"] = msg
+                return
+            o.extra["tb"] = err["tb"]
+            if "size" in err:
+                o.extra["dynamic"]["size"] = err["size"]
+            if stage == "dynamic-compile" and err["pypto"]:
+                return fail("unlocated", f"dynamic compile: {msg}", stage, err["type"])
+            at = f" (N={err['size']})" if "size" in err else ""
+            return fail("crash", f"{stage}{at}: {err['type']}: {msg}", stage, err["type"])
+        if times.get("compile", 0) > self.limit and case.nbytes() < 16 << 20:
+            return fail("hang", f"the dynamic compile took {times['compile']:.1f} s (limit {self.limit:.0f} s)")
+        expected = reference.evaluate(case, arrays)
+        dtypes = {s.out: s.dtype for s in case.stores}
+        dyn = set(plan["params"])
+        runs = res["dynamic"]["runs"]
+        for run in runs:                                    # the numbers, at every size
+            n = run["n"]
+            idx = row_map(n, plan["rows"], plan["seed"])
+            bad = []
+            for name, exp in expected.items():
+                got = run["outputs"].get(name)
+                if got is None:
+                    bad.append(f"{name}: missing from res.outputs")
+                    continue
+                ok, why = reference.compare(rows_of(exp, idx) if name in dyn else exp, got, dtypes[name])
+                if not ok:
+                    bad.append(f"{name} ({dtypes[name]}): {why}")
+            if bad:
+                fail("wrong", f"dynamic N={n}: " + "; ".join(bad), what="dynamic")
+                o.extra["dynamic"]["size"] = n
+                if run.get("ok"):
+                    o.builtin = "missed"
+                return
+        for run in runs:                                    # the program of the call, on its own
+            if run["program_differs"]:
+                fail("wrong", f"dynamic N={run['n']}: ck.program_for({run['n']}) run functionally on its own "
+                              f"gives other {', '.join(run['program_differs'])} than ck.simulate(...).outputs",
+                     what="dynamic program of a call differs")
+                o.extra["dynamic"]["size"] = run["n"]
+                return
+        o.dynamic = "correct"
+        for run in runs:
+            if run.get("ok") is False and not o.builtin:
+                o.builtin = "false alarm"
+                o.stage = "dynamic"
+                o.extra["dynamic"]["size"] = run["n"]
+                o.detail = f"dynamic N={run['n']}: res.ok is False: " + ", ".join(
+                    f"{k}: max abs err {c.get('max_abs_err'):.3g} (rtol {c.get('rtol')}, atol {c.get('atol')})"
+                    for k, c in run.get("check", {}).items() if not c.get("ok"))
+                return
+
+    def _run_static(self, case: Case) -> Outcome:
         arrays = case.arrays()
         path = kernel_path(case, self.worker.dir)
         src = case.source()
@@ -361,6 +504,13 @@ def report(case: Case, o: Outcome) -> str:
     if tb and o.category in ("crash", "unlocated"):
         head.append("# traceback (tail):")
         head += [f"#   {ln}" for ln in tb.strip().splitlines()[-12:]]
+    dyn = o.extra.get("dynamic")
+    if dyn and o.stage.startswith("dynamic"):       # a failure of the dynamic stage: reproduce that
+        head.append(f"# dynamic stage: pypto.DYNAMIC first dims for {', '.join(dyn['params'])} "
+                    f"({dyn['rows']} rows in the case), sizes {dyn.get('sizes') or '(not reached)'}")
+        sizes = [dyn["size"]] if dyn.get("size") else dyn.get("sizes") or None
+        return "\n".join(head) + "\n" + case.repro(dynamic={"params": dyn["params"], "rows": dyn["rows"],
+                                                             "seed": dyn["seed"], "sizes": sizes})
     return "\n".join(head) + "\n" + case.repro()
 
 

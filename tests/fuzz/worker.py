@@ -5,6 +5,12 @@ worker writes the file, imports it as a module (so that tracebacks and pypto's e
 real file and line), then runs in order: compile, simulate (full, with pypto's own check),
 simulate again (determinism), checked-mode simulation, and the call form `kernel(*arrays)`.
 The first exception ends the case; it comes back as text (type, module, message, traceback).
+
+A request with "dynamic" (the runner's second request for a case, `run_dynamic`) compiles the
+kernel again with `pypto.DYNAMIC` first dims for the parameters named there, then simulates it
+at a few sizes N on the case's rows, repeated to N rows (`row_map`); each run also runs the
+program of the call (`ck.program_for(N)`) on its own, which must give the same outputs; the
+largest size runs once more in checked mode.
 """
 from __future__ import annotations
 
@@ -25,20 +31,26 @@ def _exc(stage: str, e: BaseException) -> dict:
             "tb": "".join(traceback.format_exception(type(e), e, e.__traceback__))[-6000:]}
 
 
-def run_one(req: dict) -> dict:
-    import numpy as np
-    import pypto
+def _load(req: dict):
+    """The kernel of a request: its source written to the request's file, imported as a module."""
     path = req["path"]
     with open(path, "w") as f:
         f.write(req["source"])
-    out: dict = {"times": {}}
-    t0 = time.perf_counter()
     name = "fuzzcase_" + os.path.basename(path)[:-3]
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.fuzz_kernel
+
+
+def run_one(req: dict) -> dict:
+    if req.get("dynamic"):
+        return run_dynamic(req)
+    import numpy as np
+    out: dict = {"times": {}}
+    t0 = time.perf_counter()
     try:
-        spec.loader.exec_module(mod)
-        kernel = mod.fuzz_kernel
+        kernel = _load(req)
     except BaseException as e:  # noqa: BLE001 - a kernel file that does not even load
         out["error"] = _exc("load", e)
         return out
@@ -89,6 +101,101 @@ def run_one(req: dict) -> dict:
     return out
 
 
+def dynamic_sizes(rows: int, chunk: int, big: bool) -> list[int]:
+    """The sizes a dynamic stage runs: the case's own rows, one row, a few more rows than the
+    case (another program of the ladder, or a padded last piece), and with `big` one whole chunk
+    and then some (two pieces, the second one's rows moved)."""
+    sizes = [rows, 1, rows + 3] + ([chunk + rows + 3] if big else [])
+    return list(dict.fromkeys(sizes))
+
+
+def row_map(n: int, rows: int, seed: int):
+    """Which row of the case each of the n rows of a call is: the case's rows in order, then rows
+    drawn at random (seeded by the case's data seed and n).  Not a plain cycle: rows cycled with
+    period `rows` would hide a piece or a tile reading rows off by a multiple of it (2048 rows
+    further on are the same rows when `rows` is a power of two)."""
+    import numpy as np
+    idx = np.random.default_rng([seed, n]).integers(0, rows, n)
+    k = min(n, rows)
+    idx[:k] = np.arange(k)
+    return idx
+
+
+def run_dynamic(req: dict) -> dict:
+    """The dynamic stage: compile with pypto.DYNAMIC first dims for req["dynamic"]["params"]
+    (arrays for the other parameters), then, per size N of `dynamic_sizes`, ck.simulate on the
+    arrays' rows taken to N rows by `row_map`, and the program of the call run functionally on
+    its own."""
+    import numpy as np
+    import pypto
+    from pypto.dtypes import from_numpy
+    from pypto.sim.run import simulate as run_program
+    dyn = req["dynamic"]
+    names = list(dyn["params"])
+    out: dict = {"times": {}, "dynamic": {"params": names, "runs": []}}
+    t0 = time.perf_counter()
+    try:
+        kernel = _load(req)
+    except BaseException as e:  # noqa: BLE001
+        out["error"] = _exc("load", e)
+        return out
+    arrays = [np.array(a, copy=True) for a in req["arrays"]]
+    specs = [pypto.Tensor([pypto.DYNAMIC, *a.shape[1:]], from_numpy(a.dtype)) if p in names else a
+             for p, a in zip(req["params"], arrays)]
+    try:
+        ck = kernel.compile(*specs, machine=req["machine"])
+    except BaseException as e:  # noqa: BLE001 - a PyptoError here is a refusal (located or not)
+        out["error"] = _exc("dynamic-compile", e)
+        return out
+    out["times"]["compile"] = time.perf_counter() - t0
+    if ck.dynamic is None or set(ck.dynamic.params) != set(names):
+        out["error"] = {"stage": "dynamic-compile", "type": "NotDynamic", "module": "", "pypto": False,
+                        "msg": f"compiled with DYNAMIC specs for {names}, got a kernel whose dynamic params are "
+                               f"{None if ck.dynamic is None else list(ck.dynamic.params)}", "tb": ""}
+        return out
+    rows = dyn["rows"]
+    sizes = dynamic_sizes(rows, ck.dynamic.chunk, dyn.get("big", False))
+    out["dynamic"]["sizes"] = sizes
+    t1 = time.perf_counter()
+
+    def args_for(n):
+        idx = row_map(n, rows, dyn["seed"])
+        return [a[idx] if p in names else np.array(a, copy=True) for p, a in zip(req["params"], arrays)]
+
+    for n in sizes:
+        args = args_for(n)
+        try:
+            res = ck.simulate(*args)
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = _exc("dynamic", e)
+            out["error"]["size"] = n
+            return out
+        check = {k: {kk: (bool(vv) if kk == "ok" else vv) for kk, vv in c.items()
+                     if kk in ("ok", "max_abs_err", "rtol", "atol")} for k, c in (res.check or {}).items()}
+        run = {"n": n, "outputs": {k: np.asarray(v) for k, v in res.outputs.items()}, "ok": res.ok,
+               "cycles": res.cycles, "check": check}
+        try:      # the program of the call, run functionally on its own, computes the same
+            program = ck.program_for(n)
+            got = run_program(program, ck._padded(ck.bind(args), n), machine=ck.machine, mode="functional").outputs
+            got = {k: np.asarray(v)[:n] if k in ck.dynamic.params else np.asarray(v) for k, v in got.items()}
+            run["program_differs"] = [k for k, v in run["outputs"].items()
+                                      if k not in got or not np.array_equal(got[k], v, equal_nan=True)]
+        except BaseException as e:  # noqa: BLE001
+            out["error"] = _exc("dynamic-program", e)
+            out["error"]["size"] = n
+            return out
+        out["dynamic"]["runs"].append(run)
+    n = max(sizes)
+    try:          # checked mode on the largest call (its pieces' tasks together on the cores)
+        ck.simulate(*args_for(n), checked=True, check=False)
+    except BaseException as e:  # noqa: BLE001
+        out["error"] = _exc("dynamic-checked", e)
+        out["error"]["size"] = n
+        return out
+    out["times"]["simulate"] = time.perf_counter() - t1
+    return out
+
+
 def _send(f, obj) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     f.write(struct.pack("<Q", len(data)) + data)
@@ -107,6 +214,9 @@ def main() -> None:
     """Serve requests framed on stdin, answers on (the original) stdout, until stdin closes."""
     warnings.filterwarnings("ignore")
     sys.setrecursionlimit(10000)
+    # pypto from the tree this file is in (a git worktree's, not an installed copy's): the runner
+    # starts this script with that tree as its working directory
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     proto_in, proto_out = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                       # anything a kernel or pypto prints goes to stderr
     import pypto  # noqa: F401 - import once, before the first request is timed
