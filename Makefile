@@ -38,13 +38,15 @@ bench: install
 	$(PYTHON) benchmarks/compile_time.py
 	$(PYTHON) benchmarks/dynamic_shapes.py
 
-# Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first]`; SEEDS=0 runs
-# until the budget (seconds); without SEED a fresh random first seed.  Minimal failing kernels
-# go to artifacts/fuzz/.
+# Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first] [DYNAMIC_EVERY=K]`;
+# SEEDS=0 runs until the budget (seconds); without SEED a fresh random first seed; DYNAMIC_EVERY:
+# the dynamic-shape stage on one correct case in K (default 4; 1 = all, 0 = none).  Minimal
+# failing kernels go to artifacts/fuzz/.
 SEEDS  ?= 0
 BUDGET ?= 1800
 fuzz: install
-	$(PYTHON) scripts/fuzz.py --seeds $(SEEDS) --budget $(BUDGET) $(if $(SEED),--seed $(SEED))
+	$(PYTHON) scripts/fuzz.py --seeds $(SEEDS) --budget $(BUDGET) $(if $(SEED),--seed $(SEED)) \
+		$(if $(DYNAMIC_EVERY),--dynamic-every $(DYNAMIC_EVERY))
 
 clean:
 	rm -rf build dist artifacts .pytest_cache *.egg-info

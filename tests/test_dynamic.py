@@ -283,6 +283,15 @@ def test_errors_name_the_kernel_line():
     _error(second_dim, T(64, D), T(64, D), match="pypto.DYNAMIC as the first dim only")
 
 
+def test_a_tile_too_large_for_the_compiled_rows_says_so():
+    def big(x: T(D, 64), out: T(D, 64)):
+        pypto.set_vec_tile_shapes(4096, 64)
+        out[:] = pypto.exp(x)
+    e = _error(big, T(D, 64), T(D, 64), match="do not fit UB")
+    assert "the kernel is compiled for 2048 rows of its pypto.DYNAMIC dim" in e.hint
+    assert e.loc.line == big.__code__.co_firstlineno + 2
+
+
 def test_call_errors():
     x = np.zeros((10, 1024), np.float32)
     with pytest.raises(pypto.KernelSignatureError, match="does not fit its annotation"):

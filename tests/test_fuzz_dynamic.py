@@ -97,7 +97,8 @@ def test_row_parallel_kernel_is_right_at_every_size(runner):
     o = runner.run(case)
     assert o.category == "correct" and o.dynamic == "correct", o.line()
     assert not o.builtin, o.line()
-    assert o.extra["dynamic"]["sizes"] == [40, 1, 43, 2048 + 43]
+    # (its matmul by a static weight gives the kernel a chunk of 8192 rows: compiler.dynamic.chunk_for)
+    assert o.extra["dynamic"]["sizes"] == [40, 1, 43, 8192 + 43]
 
 
 @pytest.mark.parametrize("seed", ROW_PARALLEL_SEEDS)
@@ -146,13 +147,13 @@ def _last_run(res):
 
 
 def test_a_wrong_dynamic_row_is_caught():
-    """Row 45 of the call on 2048 + 43 rows (one of the case's rows drawn at random) made wrong."""
+    """Row 45 of the call on 8192 + 43 rows (the kernel's chunk: 8192 rows, it has a matmul) (one of the case's rows drawn at random) made wrong."""
     def edit(res):
         out = _last_run(res)["outputs"]["out0"]
         out[45] = out[45] + 0.5
     case, o = _with(edit)
     assert o.category == "wrong" and o.dynamic == "wrong" and o.stage == "dynamic", o.line()
-    assert o.extra["what"] == "dynamic" and "N=2091" in o.detail and "[45, " in o.detail, o.detail
+    assert o.extra["what"] == "dynamic" and "N=8235" in o.detail and "[45, " in o.detail, o.detail
     assert o.builtin == "missed"                   # res.ok was True on the numbers made wrong
     assert o.signature.startswith("wrong||dynamic|dynamic")
 
@@ -171,7 +172,7 @@ def test_the_program_of_a_call_differing_is_caught():
         _last_run(res)["program_differs"] = ["out0"]
     _, o = _with(edit)
     assert o.category == "wrong" and o.extra["what"] == "dynamic program of a call differs", o.line()
-    assert "program_for(2091)" in o.detail
+    assert "program_for(8235)" in o.detail
 
 
 def test_res_ok_false_on_right_dynamic_outputs_is_a_false_alarm():
@@ -179,7 +180,7 @@ def test_res_ok_false_on_right_dynamic_outputs_is_a_false_alarm():
         _last_run(res)["ok"] = False
     _, o = _with(edit)
     assert o.category == "correct" and o.dynamic == "correct" and o.builtin == "false alarm", o.line()
-    assert "N=2091" in o.detail
+    assert "N=8235" in o.detail
 
 
 def test_a_crash_in_the_dynamic_stage_is_a_crash():
@@ -197,28 +198,28 @@ def test_the_repro_of_a_dynamic_failure_runs_the_dynamic_stage(tmp_path):
     case, o = _with(edit)
     text = report(case, o)
     assert "pypto.Tensor([pypto.DYNAMIC, 64], pypto.DT_FP32), x1, pypto.Tensor([pypto.DYNAMIC, 16]" in text
-    assert "for n in [2091]:" in text
+    assert "for n in [8235]:" in text
     path = tmp_path / "repro.py"
     path.write_text(text)
     env = dict(os.environ, PYTHONPATH=ROOT)
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300,
                           cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
-    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("N=2091 out0"))
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("N=8235 out0"))
     assert "res.ok True" in line and "program alone identical True" in line, line
 
 
 def test_a_piece_reading_rows_a_multiple_of_the_case_rows_off_is_caught():
-    """16 rows in the case, 2048 + 19 in the call: the second piece's rows made those of the first
+    """16 rows in the case, 8192 + 19 in the call: the second piece's rows made those of the first
     piece (what a piece whose GM windows were not moved would compute).  Rows cycled with period
     16 would be the same there; the rows drawn at random are not."""
     def edit(res):
         run = _last_run(res)
-        assert run["n"] == 2048 + 19
+        assert run["n"] == 8192 + 19
         out = run["outputs"]["out0"]
-        out[2048:] = out[:19]
+        out[8192:] = out[:19]
     _, o = _with(edit, softmax_case(rows=16))
-    assert o.category == "wrong" and o.extra["what"] == "dynamic" and "N=2067" in o.detail, o.line()
+    assert o.category == "wrong" and o.extra["what"] == "dynamic" and "N=8211" in o.detail, o.line()
 
 
 def test_row_map_and_the_reference_rows():

@@ -157,7 +157,7 @@ class JitKernel:
 
     def _compile_dynamic(self, specs, dynamic, values, m, pipeline, options, snapshots):
         """Compile a kernel with pypto.DYNAMIC dims for one chunk of rows (`compiler.dynamic`)."""
-        from ..compiler import PassContext
+        from ..compiler import PassContext, Pipeline
         from ..compiler.dynamic import CHUNK, DynamicInfo, chunk_for, ladder, row_axes
         from ..sim.timing import timed
         from .kernel import CompiledKernel
@@ -166,13 +166,17 @@ class JitKernel:
         if chunk != CHUNK:
             traced = self._trace(specs, values, chunk=chunk)
         verify = "each" if self.debug else "levels"
-        levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
-                                          verify=verify, snapshots=snapshots)
-        row_axes(levels["tensor"], {name: 0 for name in dynamic})
+        # the rows of the dim kept apart: checked on the Tensor Graph the tensor passes make,
+        # before the rest of the pipeline (a refusal costs milliseconds, not a whole compile)
+        cut = next((i for i, p in enumerate(pipeline.passes) if p.level != "tensor"), len(pipeline.passes))
+        head, _, _ = Pipeline(pipeline.passes[:cut]).run(traced, PassContext(m, dict(options or {})), verify=False)
+        row_axes(head["tensor"], {name: 0 for name in dynamic})
+        levels, log, snaps = _for_chunk(pipeline.run, chunk, traced, PassContext(m, dict(options or {}), timing=timed),
+                                        verify=verify, snapshots=snapshots)
         programs = {chunk: levels["pto"]}
         for rows in ladder(max(self._loop_steps, default=1), chunk)[:-1]:
-            small, _, _ = pipeline.run(self._trace(specs, values, chunk=rows),
-                                       PassContext(m, dict(options or {}), timing=timed), verify=verify)
+            small, _, _ = _for_chunk(pipeline.run, rows, self._trace(specs, values, chunk=rows),
+                                     PassContext(m, dict(options or {}), timing=timed), verify=verify)
             programs[rows] = small["pto"]
         return CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                               levels["exec"], levels["pto"], log, snaps, kernel=self,
@@ -341,6 +345,21 @@ class JitKernel:
     @property
     def cache_size(self) -> int:
         return len(self._cache)
+
+
+def _for_chunk(run, rows: int, *args, **kw):
+    """`run(*args, **kw)` (a pipeline's) for a dynamic kernel's program of `rows` rows: an error
+    says that the rows are those of a compiled chunk, not of the user's arrays."""
+    try:
+        return run(*args, **kw)
+    except PyptoError as e:
+        note = (f"the kernel is compiled for {rows} rows of its pypto.DYNAMIC dim (the programs a call "
+                "runs in pieces); ")
+        if e.hint and note in e.hint:
+            raise
+        err = type(e)(e.message, loc=e.loc, expected=e.expected, got=e.got,
+                      hint=note + (e.hint or "a tile that fits a smaller number of rows may not fit these"))
+        raise err.with_traceback(e.__traceback__) from None
 
 
 def _dims(shape) -> str:

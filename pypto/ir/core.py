@@ -200,7 +200,9 @@ def broadcast_shapes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] 
     b = (1,) * (n - len(b)) + tuple(b)
     out = []
     for x, y in zip(a, b):
-        if x == y or y == 1:
+        if x == y:                  # (a dim that is not a plain int, the frontend's symbolic size
+            out.append(x if type(x) is not int else y)      # of a dynamic dim, is kept)
+        elif y == 1:
             out.append(x)
         elif x == 1:
             out.append(y)
