@@ -1,10 +1,13 @@
 """The notebook experience in a real JupyterLab, in a real (headless) browser.
 
 One JupyterLab server (tests/browser_support.py) serves a temporary directory holding a copy of
-tutorials/01_first_kernel.ipynb (outputs removed) and a small notebook with a mistake; Debian's
-/usr/bin/chromium, driven by Playwright, opens them, runs all cells through the Run menu and
-checks what a person sees: the explorer's tabs, the graphs, the timeline image, the stats, the
-header's cycle count following a slider, and short error messages without tracebacks.
+tutorials/01_first_kernel.ipynb (outputs removed), a small notebook with a mistake and a small
+notebook exploring a kernel with a pypto.DYNAMIC dim; Debian's /usr/bin/chromium, driven by
+Playwright, opens them, runs all cells through the Run menu and checks what a person sees: the
+explorer's tabs, the graphs, the timeline image, the stats, the header's cycle count following a
+slider (a tile size's, which recompiles, and the dynamic kernel's size slider, which only
+re-simulates: the cycles it shows are those the same kernel gives in the test process), and short
+error messages without tracebacks.
 
 Screenshots go to artifacts/browser/ (one per view; artifacts/browser/end-of-test/ holds one of
 each open page after every test, the first thing to look at when a test fails).  With
@@ -45,6 +48,7 @@ from browser_support import (JupyterLab, Notebook, copy_file, copy_notebook_with
 REPO = Path(__file__).resolve().parents[1]
 TUTORIAL = "01_first_kernel.ipynb"
 ERRORS = "mistakes.ipynb"
+DYNAMIC = "dynamic.ipynb"
 ARTIFACTS = REPO / "artifacts" / "browser"
 DOCS_SCREENSHOT = REPO / "docs" / "explorer.png"
 LEVEL_TABS = ("Tensor", "Tile", "Block", "Execution", "PTO", "Timeline", "Stats")
@@ -67,6 +71,24 @@ ERROR_CELLS = [
     "bad_softmax(x, out)",
 ]
 
+# A kernel with a pypto.DYNAMIC dim, explored on arrays of DYN_ROWS rows.  The test process runs
+# the same source (DYN_KERNEL) to know the cycles the explorer must show at each size.
+DYN_ROWS = 300
+DYN_KERNEL = f"""import numpy as np
+import pypto
+
+D, F = pypto.DYNAMIC, pypto.DT_FP32
+
+@pypto.jit
+def softmax(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F)):
+    out[:] = pypto.softmax(x, dim=-1)
+
+x = np.random.default_rng(0).standard_normal(({DYN_ROWS}, 256)).astype(np.float32)
+out = np.zeros_like(x)
+"""
+DYN_LABEL = "N (rows of x, out)"     # the size slider: the dim's symbol and the parameters having it
+DYN_CELLS = [DYN_KERNEL, "print(pypto.__file__)", "pypto.explore(softmax, x, out)"]
+
 
 # --- fixtures ------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
@@ -76,6 +98,7 @@ def lab(tmp_path_factory):
     server.root.mkdir(parents=True)
     copy_notebook_without_outputs(REPO / "tutorials" / TUTORIAL, server.root / TUTORIAL)
     write_notebook(server.root / ERRORS, ERROR_CELLS)
+    write_notebook(server.root / DYNAMIC, DYN_CELLS)
     with server:
         yield server
     # (server.stop() ran: kernels shut down, process group killed)
@@ -113,6 +136,42 @@ def explorer(tutorial):
     expect(box).to_be_visible()
     box.scroll_into_view_if_needed()
     return box
+
+
+@pytest.fixture(scope="module")
+def dynamic(lab, browser):
+    """The dynamic-kernel notebook, opened and run from top to bottom."""
+    nb = Notebook.open(browser, lab, DYNAMIC, workspace="dynamic", timeout=120_000)
+    nb.run_all(timeout=180_000)
+    yield nb
+    nb.page.close()
+
+
+@pytest.fixture(scope="module")
+def dyn_explorer(dynamic):
+    """The explorer shown by the dynamic notebook's last cell."""
+    box = dynamic.code_cell("pypto.explore(").locator(".jp-OutputArea-output .widget-vbox").filter(
+        has=dynamic.page.locator(".widget-tab")).first
+    expect(box).to_be_visible()
+    box.scroll_into_view_if_needed()
+    return box
+
+
+@pytest.fixture(scope="module")
+def dyn_cycles():
+    """N -> the cycles of the dynamic kernel's call on N rows, from this process's pypto (the
+    simulator is deterministic, so the explorer in the notebook's kernel must show the same)."""
+    ns: dict = {}
+    exec(compile(DYN_KERNEL, "<dynamic kernel>", "exec"), ns)
+    ck = ns["softmax"].compile(ns["x"], ns["out"])
+    assert ck.dynamic is not None, "the kernel of DYN_KERNEL is not dynamic"
+    cache: dict[int, int] = {}
+
+    def cycles(n: int) -> int:
+        if n not in cache:
+            cache[n] = ck.simulate(mode="timing", size=n).cycles
+        return cache[n]
+    return cycles
 
 
 @pytest.fixture(autouse=True)
@@ -163,8 +222,9 @@ def cycles_in(text: str) -> int:
 
 
 def slider(explorer, name):
+    """The slider whose label is exactly `name` ('TM', 'N (rows of x, out)')."""
     s = explorer.locator(".widget-slider").filter(
-        has=explorer.page.locator(".widget-label", has_text=re.compile(rf"^\s*{name}\s*$")))
+        has=explorer.page.locator(".widget-label", has_text=re.compile(rf"^\s*{re.escape(name)}\s*$")))
     expect(s).to_have_count(1)
     return s
 
@@ -182,6 +242,18 @@ def expect_stats_cycles(panel, cycles: int) -> None:
     row = panel.locator("tr").filter(has=panel.page.locator("th", has_text=re.compile(r"^\s*cycles\s*$")))
     expect(row).to_have_count(1)
     expect(row.locator("td")).to_have_text(re.compile(rf"^\s*({cycles:,}|{cycles})(\s+\(.*\))?\s*$"))
+
+
+def expect_timeline_cycles(explorer, cycles: int) -> None:
+    """The visible timeline image has loaded and is the one of a run of `cycles` cycles (its SVG's
+    title says 'softmax on a2a3: 476 cycles (0.257 us)').  Waits: a move re-renders it."""
+    contents = tab_bar(explorer).locator(":scope > .widget-tab-contents")
+    explorer.page.wait_for_function(
+        """([box, want]) => [...box.querySelectorAll('img')].some(el =>
+               el.offsetParent !== null && el.complete && el.naturalWidth > 100 && el.naturalHeight > 100
+               && el.src.startsWith('data:image/svg+xml;base64,')
+               && atob(el.src.slice(el.src.indexOf(',') + 1)).includes(want))""",
+        arg=[contents.element_handle(), f": {cycles} cycles ("], timeout=TIMEOUT, polling=200)
 
 
 # --- tests ---------------------------------------------------------------------------------------
@@ -308,3 +380,59 @@ def test_a_mistake_in_a_pypto_cell_shows_a_short_error_with_its_line(lab, browse
         save_screenshot(nb.page.locator(".jp-Notebook"), ARTIFACTS / "error_cells.png")
     finally:
         nb.page.close()
+
+
+# --- a kernel with a pypto.DYNAMIC dim: the size slider ---------------------------------------------
+def test_a_dynamic_kernel_shows_a_size_slider_at_the_rows_of_its_arrays(dynamic, dyn_explorer, dyn_cycles):
+    import pypto
+    # The notebook's kernel imports the pypto this process tests (and computes the expected cycles).
+    assert dynamic.output_text(dynamic.code_cell("print(pypto.__file__)")).strip() == pypto.__file__
+    size = slider(dyn_explorer, DYN_LABEL)
+    expect(size.locator(".widget-readout")).to_have_text(str(DYN_ROWS))
+    head = header(dyn_explorer)
+    expect(head).to_contain_text(re.compile(rf"\bN = {DYN_ROWS} rows\b.*\b{dyn_cycles(DYN_ROWS)} cycles\b"))
+    expect(head).to_contain_text(re.compile(rf"check OK\s+on your arrays \({DYN_ROWS} rows\)"))
+    expect(status(dyn_explorer)).to_contain_text(re.compile(rf"^\s*ready: .*\bN={DYN_ROWS} \(compile "))
+    save_screenshot(dyn_explorer, ARTIFACTS / f"explorer_dynamic_N{DYN_ROWS}.png")
+
+
+def test_moving_the_size_slider_resimulates_without_recompiling(dynamic, dyn_explorer, dyn_cycles):
+    readout = slider(dyn_explorer, DYN_LABEL).locator(".widget-readout")
+    if readout.inner_text().strip() != str(DYN_ROWS):        # the previous test failed half-way
+        pytest.skip(f"size slider not at {DYN_ROWS}")
+    head, line = header(dyn_explorer), status(dyn_explorer)
+    # Home / End: the slider's first and last values (1 and 8192, the largest power of two shown).
+    for key, n, data in (("Home", 1, "on rows 0:1 of your arrays"),
+                         ("End", 8192, f"on 8192 rows made from your arrays: their {DYN_ROWS}, then "
+                                       f"{8192 - DYN_ROWS} drawn from them")):
+        press(dyn_explorer, DYN_LABEL, key)
+        expect(readout).to_have_text(str(n))
+        # the header in one update: the size, the cycles of a call on n rows
+        expect(head).to_contain_text(re.compile(rf"\bN = {n} rows\b.*\b{dyn_cycles(n)} cycles\b"))
+        # the status line as after a TM move, but the one compile serves this size too
+        expect(line).to_contain_text(re.compile(rf"^\s*ready: .*\bN={n} \(no recompile, simulate "))
+        # the numpy check follows (deferred in a live kernel), on arrays made from the user's
+        expect(head).to_contain_text(re.compile(r"check OK\s+" + re.escape(data)))
+        dynamic.wait_ready()                           # the kernel is idle again
+        save_screenshot(dyn_explorer, ARTIFACTS / f"explorer_dynamic_N{n}.png")
+    # The Stats tab shows the same run and says which data it checked.
+    panel = show_tab(dyn_explorer, "Stats")
+    expect_stats_cycles(panel, dyn_cycles(8192))
+    data_row = panel.locator("tr").filter(has=panel.page.locator("th", has_text=re.compile(r"^\s*data\s*$")))
+    expect(data_row.locator("td")).to_contain_text("outputs not written to your arrays")
+
+
+def test_the_timeline_follows_the_size_slider(dyn_explorer, dyn_cycles):
+    readout = slider(dyn_explorer, DYN_LABEL).locator(".widget-readout")
+    if readout.inner_text().strip() != "8192":      # the previous test failed half-way
+        pytest.skip("size slider not at 8192")
+    show_tab(dyn_explorer, "Timeline")            # selected after a move: drawn for the size shown
+    expect_timeline_cycles(dyn_explorer, dyn_cycles(8192))
+    # A move while the Timeline is on display redraws it for the new size.
+    press(dyn_explorer, DYN_LABEL, "ArrowLeft")     # 8192 -> 4096
+    expect(readout).to_have_text("4096")
+    head = header(dyn_explorer)
+    expect(head).to_contain_text(re.compile(rf"\bN = 4096 rows\b.*\b{dyn_cycles(4096)} cycles\b"))
+    expect_timeline_cycles(dyn_explorer, dyn_cycles(4096))
+    expect(head).to_contain_text("check OK")
+    save_screenshot(dyn_explorer, ARTIFACTS / "explorer_dynamic_timeline_N4096.png")
