@@ -156,12 +156,14 @@ def test_graph_tabs_show_the_chunk_and_sim_tabs_the_call(ex):
     ex.update(N=5)
     stats = ex.view_value("Stats")
     assert f"<td style='text-align:left'>{ex.res.cycles}  (" in stats
-    assert "5 rows (runs 1 × 16 rows)" in stats and "rows 0:5 of your arrays" in stats
+    assert ex.ck.pieces_for(5) == [(0, 4), (4, 1)]             # the faster plan: a 4-row and a 1-row run
+    assert "5 rows (runs 1 × 4 + 1 × 1 rows)" in stats and "rows 0:5 of your arrays" in stats
     ex.select("Tensor")
     assert ex.view_value("Tensor") is tensor                   # the compiled levels: not redrawn
     ex.select("Timeline")
     assert ex.res.trace and "<img" in ex.view_value("Timeline")
     ex.update(N=2100)                                          # two pieces: 2048 + 64 rows
+    assert ex.ck.pieces_for(2100) == [(0, 2048), (2048, 64)]
     assert ex.res.trace and len(ex.res.program.tasks) > len(ex.ck.program.tasks)
     assert "runs 1 × 2048 + 1 × 64 rows" in ex.header.value
     ex.select("Roofline")
@@ -257,3 +259,14 @@ def test_pypto_magic_explores_a_dynamic_kernel(xo):
     ex.update(N=33)
     assert ex.res.ok and ex.res.cycles == ex.ck.simulate(mode="timing", size=33).cycles
     assert kernel.cache_size == 1
+
+
+def test_one_row_reads_right_and_the_timeline_names_its_size():
+    from pypto.viz.timeline import timeline_svg
+    x = np.random.default_rng(3).standard_normal((7, 256)).astype(np.float32)
+    ex = pypto.explore(dsoftmax, x, np.zeros_like(x), show=["tensor"])
+    ex.update(N=1)
+    assert "N = 1</b> row <span" in ex.header.value and "(runs 1 × 1 row)" in ex.header.value
+    assert "N = 1 row:" in timeline_svg(ex.res)
+    ex.update(N=7)
+    assert "N = 7 rows:" in timeline_svg(ex.res)

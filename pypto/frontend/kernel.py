@@ -227,7 +227,7 @@ class CompiledKernel:
                           engine=engine, races=check and not checked and mode == "full")
         else:
             res = SimResult(self.name, self.machine, None, program=program)
-        res.size = f"{self.dynamic.symbol} = {n} rows"
+        res.size = f"{self.dynamic.symbol} = {n} row{'s' if n != 1 else ''}"
         if mode != "timing":
             res.outputs = self._chunked_outputs(arrays, n, checked)
             if check:

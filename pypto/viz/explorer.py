@@ -152,12 +152,13 @@ def sized_args(args, names, dynamic, n: int, seed: int = SIZE_SEED) -> tuple:
     return tuple(np.take(a, idx, axis=0) if name in dynamic else a for name, a in zip(names, arrays))
 
 
-def pieces_text(info, n: int) -> str:
-    """How a call on n rows runs: 'runs 2 × 2048 + 1 × 1024 rows' (`DynamicInfo.pieces`)."""
+def pieces_text(ck, n: int) -> str:
+    """How a call on n rows runs: 'runs 2 × 2048 + 1 × 1024 rows' (`CompiledKernel.pieces_for`)."""
     counts: dict[int, int] = {}
-    for _, rows in info.pieces(n):
+    for _, rows in ck.pieces_for(n):
         counts[rows] = counts.get(rows, 0) + 1
-    return "runs " + " + ".join(f"{k} \u00d7 {rows}" for rows, k in counts.items()) + " rows"
+    return "runs " + " + ".join(f"{k} \u00d7 {rows}" for rows, k in counts.items()) + (
+        " row" if list(counts) == [1] else " rows")
 
 
 def _dynamic_params(kernel, args) -> tuple[str, ...]:
@@ -1064,8 +1065,8 @@ class Explorer:
         dtype = f" ({html.escape(self._dtype)})" if self._dtype else ""
         head = f"<b>{html.escape(ck.name)}</b>{dtype} on {html.escape(ck.machine.name)} &nbsp;|&nbsp; "
         if self._size is not None:      # the size on display and how the call runs it
-            head += (f"<b>{html.escape(self.size_name)} = {self._size}</b> rows "
-                     f"<span style='color:#555'>({html.escape(pieces_text(ck.dynamic, self._size))})</span>"
+            head += (f"<b>{html.escape(self.size_name)} = {self._size}</b> row{'s' if self._size != 1 else ''} "
+                     f"<span style='color:#555'>({html.escape(pieces_text(ck, self._size))})</span>"
                      f" &nbsp;|&nbsp; ")
         if res is None:
             program = self._program()
@@ -1102,7 +1103,7 @@ class Explorer:
         """Rows of the Stats table of a dynamic kernel: the size, how the call runs, the data."""
         if self._size is None:
             return []
-        return [(self.size_name, f"{self._size} rows ({pieces_text(self._ck.dynamic, self._size)})"),
+        return [(self.size_name, f"{self._size} rows ({pieces_text(self._ck, self._size)})"),
                 ("data", self._data_text() + ("" if self._size == self._own_size else
                                               "; outputs not written to your arrays"))]
 

@@ -203,7 +203,8 @@ def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggr
     ax.legend(handles=[Patch(color=CLASSES[c][1], label=CLASSES[c][0]) for c in sorted(bars)],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title is None:
-        title = f"{res.kernel} on {res.machine.name}: {res.cycles} cycles ({res.time_us} us)"
+        title = (f"{res.kernel} on {res.machine.name}" + (f", {res.size}" if getattr(res, "size", None) else "")
+                 + f": {res.cycles} cycles ({res.time_us} us)")
     if hidden:
         title += f"  ({hidden} more cores not shown)"
     ax.set_title(title, fontsize=10)
@@ -247,7 +248,8 @@ def timeline_svg(res, cores=None, max_cores: int = 8, width: int = 1000, title=N
     height = SVG_TOP + SVG_BOTTOM + SVG_ROW * max(len(rows), 1)
     sx = plot_w / end
     if title is None:
-        title = f"{res.kernel} on {res.machine.name}: {res.cycles} cycles ({res.time_us} us)"
+        title = (f"{res.kernel} on {res.machine.name}" + (f", {res.size}" if getattr(res, "size", None) else "")
+                 + f": {res.cycles} cycles ({res.time_us} us)")
     if hidden:
         title += f"  ({hidden} more cores not shown)"
     out = [f'<svg class="pypto-timeline" xmlns="http://www.w3.org/2000/svg" width="{width}" '
