@@ -335,3 +335,14 @@ def test_an_annotation_that_cannot_be_read_is_an_error(tmp_path):
     with pytest.raises(pypto.KernelSignatureError, match="the annotation of 'x' of k cannot be evaluated") as e:
         mod.make()
     assert e.value.loc.line == 9 and "define its names at module level" in str(e.value)
+
+
+def test_dynamic_params_without_compiling():
+    x = np.zeros((3, 1024), np.float32)
+    assert softmax.dynamic_params(x, x) == ("x", "out")
+    assert softmax.dynamic_params(x) == ()                   # does not fit: the compile says why
+
+    @pypto.jit
+    def neg(x, out):
+        out[:] = -x
+    assert neg.dynamic_params(x, x) == () and neg.dynamic_params(T(D, 1024), x) == ("x",)

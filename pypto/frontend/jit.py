@@ -88,10 +88,15 @@ class JitKernel:
     def __repr__(self):
         return f"<pypto.jit kernel {self.name}({', '.join(self.tensor_params)})>"
 
-    @property
-    def dynamic_params(self) -> tuple[str, ...]:
-        """The parameters annotated with a pypto.DYNAMIC dim."""
-        return tuple(k for k, a in self.annotations.items() if DYNAMIC in a.shape)
+    def dynamic_params(self, *args) -> tuple[str, ...]:
+        """The parameters whose first dim is pypto.DYNAMIC for these arguments (annotated so, or a
+        pypto.Tensor spec with it), without compiling; () when the arguments do not fit the kernel
+        (its compile says why)."""
+        try:
+            specs = self._specs(args)
+        except PyptoError:
+            return ()
+        return tuple(s.name for s in specs if s.shape and s.shape[0] is DYNAMIC)
 
     # --- compile ----------------------------------------------------------------------------
     def compile(self, *args, machine="a2a3", snapshots: bool = False, pipeline=None, options=None, **consts):

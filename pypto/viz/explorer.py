@@ -161,16 +161,6 @@ def pieces_text(ck, n: int) -> str:
         " row" if list(counts) == [1] else " rows")
 
 
-def _dynamic_params(kernel, args) -> tuple[str, ...]:
-    """The parameters of `kernel` whose first dim is pypto.DYNAMIC for these arguments (no compile)."""
-    from ..frontend.dynamic import DYNAMIC
-    try:
-        specs = kernel._specs(args)
-    except Exception:          # noqa: BLE001 -- the compile says what is wrong with the arguments
-        return ()
-    return tuple(s.name for s in specs if s.shape and s.shape[0] is DYNAMIC)
-
-
 def tiled_dims(kernel, args, consts) -> dict[str, tuple[int, int]]:
     """For each int constant that sets a tile size: (smallest legal value, dim it tiles).
 
@@ -290,7 +280,7 @@ class Explorer:
                     size = value
                 else:
                     simulate = bool(value)
-        dyn_params = _dynamic_params(kernel, args)
+        dyn_params = kernel.dynamic_params(*args)
         if dyn_params and SIZE_NAME in consts and SIZE_NAME not in kernel.const_params:
             value = consts.pop(SIZE_NAME)        # the size by its symbol: pypto.explore(k, x, out, N=7)
             if size is not None and size != value:
