@@ -52,6 +52,10 @@ def forget(ex):
     ex.kernel.cache_clear()
 
 
+def ms(s: float) -> float:
+    return 1e3 * s
+
+
 def pct(values, q):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
@@ -94,10 +98,9 @@ def make_dynamic():
                     out: pypto.Tensor([pypto.DYNAMIC, 1024], pypto.DT_FP32)):
         out[:] = pypto.softmax(x, dim=-1)
 
-    assert softmax_dyn.dynamic_params == ("x", "out"), softmax_dyn.annotations
-
     rng = np.random.default_rng(0)
     x = rng.random((1024, 1024), dtype=np.float32)
+    assert softmax_dyn.dynamic_params(x, x) == ("x", "out"), softmax_dyn.annotations
     return softmax_dyn, x, np.zeros_like(x)
 
 
@@ -115,6 +118,29 @@ def forget_sizes(ex):
     ex._sized.clear()
     ex._static_cache = None
     ex.ck._instances.clear()
+
+
+def report_tab(figures, tab, times, cpu, parts, checked, name, values, compile_: bool, check_what: str):
+    """Print the figures of one tab's updates (median, p90, per value, check, CPU) into `figures`."""
+    med, p90 = statistics.median(times), pct(times, 0.9)
+    sim = statistics.median(p[1] for p in parts)
+    view = statistics.median(p[2] for p in parts)
+    figures[tab] = (med, p90)
+    verdict = "within" if ms(med) <= BUDGET_MS else "OVER"
+    comp = f"median compile {ms(statistics.median(p[0] for p in parts)):.0f} ms, " if compile_ else "no compile, median "
+    print(f"  {tab + ' tab selected':<22} median {ms(med):7.1f} ms   p90 {ms(p90):7.1f} ms   "
+          f"({verdict} the {BUDGET_MS:.0f} ms budget; {comp}simulate {ms(sim):.0f} ms, view {ms(view):.0f} ms)")
+    per_value = {v: [] for v in values}
+    for k, t in enumerate(times):
+        per_value[values[k % len(values)]].append(t)
+    print("      per value: " + ", ".join(f"{name}={v} {ms(statistics.median(ts)):.0f} ms"
+                                       for v, ts in per_value.items()))
+    print(f"      numpy check shown: median {ms(statistics.median(checked)):.1f} ms, "
+          f"p90 {ms(pct(checked, 0.9)):.1f} ms after the release ({check_what})")
+    figures[tab + " checked"] = (statistics.median(checked), pct(checked, 0.9))
+    print(f"      CPU time of this process: median {ms(statistics.median(cpu)):.1f} ms, "
+          f"p90 {ms(pct(cpu, 0.9)):.1f} ms (less sensitive to other processes than wall time)")
+    figures[tab + " cpu"] = (statistics.median(cpu), pct(cpu, 0.9))
 
 
 def measure_sizes(ex, tab, rounds=ROUNDS):
@@ -161,7 +187,6 @@ def main_dynamic() -> dict:
     ex.update(N=512)                     # warm up
     ex.select("Timeline")
     ex.update(N=64)
-    ms = lambda s: 1e3 * s              # noqa: E731
     load = _load()
     print("pypto explorer latency: dynamic softmax [N, 1024] fp32 on a2a3 (arrays of 1024 rows), "
           f"update(N=v) over never-seen sizes {N_VALUES} x {ROUNDS} rounds, no recompile"
@@ -169,27 +194,8 @@ def main_dynamic() -> dict:
     print(f"  first view (construct, compile, simulate with trace, render)  {ms(first):7.1f} ms")
     figures = {}
     for tab in ("Tensor", "Timeline"):
-        times, cpu, parts, checked = measure_sizes(ex, tab)
-        med, p90 = statistics.median(times), pct(times, 0.9)
-        sim = statistics.median(p[1] for p in parts)
-        view = statistics.median(p[2] for p in parts)
-        figures[tab] = (med, p90)
-        verdict = "within" if ms(med) <= BUDGET_MS else "OVER"
-        print(f"  {tab + ' tab selected':<22} median {ms(med):7.1f} ms   p90 {ms(p90):7.1f} ms   "
-              f"({verdict} the {BUDGET_MS:.0f} ms budget; no compile, median simulate {ms(sim):.0f} ms, "
-              f"view {ms(view):.0f} ms)")
-        per_value = {v: [] for v in N_VALUES}
-        for k, t in enumerate(times):
-            per_value[N_VALUES[k % len(N_VALUES)]].append(t)
-        print("      per value: " + ", ".join(f"N={v} {ms(statistics.median(ts)):.0f} ms"
-                                           for v, ts in per_value.items()))
-        print(f"      numpy check shown: median {ms(statistics.median(checked)):.1f} ms, "
-              f"p90 {ms(pct(checked, 0.9)):.1f} ms after the release (arrays made at N, functional "
-              f"simulation of each piece + reference)")
-        figures[tab + " checked"] = (statistics.median(checked), pct(checked, 0.9))
-        print(f"      CPU time of this process: median {ms(statistics.median(cpu)):.1f} ms, "
-              f"p90 {ms(pct(cpu, 0.9)):.1f} ms")
-        figures[tab + " cpu"] = (statistics.median(cpu), pct(cpu, 0.9))
+        report_tab(figures, tab, *measure_sizes(ex, tab), "N", N_VALUES, compile_=False,
+                   check_what="arrays made at N, functional simulation of each piece + reference")
     for v in N_VALUES:                   # see every size once
         ex.update(N=v)
     cached = []
@@ -251,7 +257,6 @@ def main(profile: bool = False) -> dict:
     ex.select("Timeline")
     ex.update(TM=16)
 
-    ms = lambda s: 1e3 * s              # noqa: E731
     load = _load()
     print("pypto explorer latency: softmax 1024x1024 fp32 on a2a3, update(TM=v) over never-seen "
           f"values {TM_VALUES} x {ROUNDS} rounds" + (f" (load average {load:.2f})" if load is not None else ""))
@@ -263,27 +268,8 @@ def main(profile: bool = False) -> dict:
         prof = cProfile.Profile()
         prof.enable()
     for tab in ("Tensor", "Timeline"):
-        times, cpu, parts, checked = measure(ex, tab)
-        med, p90 = statistics.median(times), pct(times, 0.9)
-        comp = statistics.median(p[0] for p in parts)
-        sim = statistics.median(p[1] for p in parts)
-        view = statistics.median(p[2] for p in parts)
-        figures[tab] = (med, p90)
-        verdict = "within" if ms(med) <= BUDGET_MS else "OVER"
-        print(f"  {tab + ' tab selected':<22} median {ms(med):7.1f} ms   p90 {ms(p90):7.1f} ms   "
-              f"({verdict} the {BUDGET_MS:.0f} ms budget; median compile {ms(comp):.0f} ms, "
-              f"simulate {ms(sim):.0f} ms, view {ms(view):.0f} ms)")
-        per_value = {v: [] for v in TM_VALUES}
-        for k, t in enumerate(times):
-            per_value[TM_VALUES[k % len(TM_VALUES)]].append(t)
-        print("      per value: " + ", ".join(f"TM={v} {ms(statistics.median(ts)):.0f} ms"
-                                           for v, ts in per_value.items()))
-        print(f"      numpy check shown: median {ms(statistics.median(checked)):.1f} ms after the release "
-              f"(functional simulation + reference, right after the view)")
-        figures[tab + " checked"] = (statistics.median(checked), pct(checked, 0.9))
-        print(f"      CPU time of this process: median {ms(statistics.median(cpu)):.1f} ms, "
-              f"p90 {ms(pct(cpu, 0.9)):.1f} ms (less sensitive to other processes than wall time)")
-        figures[tab + " cpu"] = (statistics.median(cpu), pct(cpu, 0.9))
+        report_tab(figures, tab, *measure(ex, tab), "TM", TM_VALUES, compile_=True,
+                   check_what="functional simulation + reference, right after the view")
     if prof is not None:
         prof.disable()
     cached = cached_revisit(ex, "Timeline")

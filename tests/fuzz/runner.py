@@ -163,6 +163,20 @@ class Worker:
         return pickle.loads(body)
 
 
+def _mismatches(expected: dict, outputs: dict, dtypes: dict) -> list[str]:
+    """What differs between the reference's outputs (V values) and a run's, one line each."""
+    bad = []
+    for name, exp in expected.items():
+        got = outputs.get(name)
+        if got is None:
+            bad.append(f"{name}: missing from res.outputs")
+            continue
+        ok, why = reference.compare(exp, got, dtypes[name])
+        if not ok:
+            bad.append(f"{name} ({dtypes[name]}): {why}")
+    return bad
+
+
 def kernel_path(case: Case, directory: str) -> str:
     h = hashlib.sha1((case.source() + case.describe()).encode()).hexdigest()[:10]
     return os.path.join(directory, f"fuzzk_{h}.py")
@@ -284,15 +298,8 @@ class Runner:
         for run in runs:                                    # the numbers, at every size
             n = run["n"]
             idx = row_map(n, plan["rows"], plan["seed"])
-            bad = []
-            for name, exp in expected.items():
-                got = run["outputs"].get(name)
-                if got is None:
-                    bad.append(f"{name}: missing from res.outputs")
-                    continue
-                ok, why = reference.compare(rows_of(exp, idx) if name in dyn else exp, got, dtypes[name])
-                if not ok:
-                    bad.append(f"{name} ({dtypes[name]}): {why}")
+            bad = _mismatches({k: rows_of(v, idx) if k in dyn else v for k, v in expected.items()},
+                              run["outputs"], dtypes)
             if bad:
                 fail("wrong", f"dynamic N={n}: " + "; ".join(bad), what="dynamic")
                 o.extra["dynamic"]["size"] = n
@@ -358,15 +365,7 @@ class Runner:
             return o
         expected = reference.evaluate(case, arrays)
         dtypes = {s.out: s.dtype for s in case.stores}
-        bad = []
-        for name, exp in expected.items():
-            got = res["outputs"].get(name)
-            if got is None:
-                bad.append(f"{name}: missing from res.outputs")
-                continue
-            ok, why = reference.compare(exp, got, dtypes[name])
-            if not ok:
-                bad.append(f"{name} ({dtypes[name]}): {why}")
+        bad = _mismatches(expected, res["outputs"], dtypes)
         builtin_ok = res.get("ok")
         if bad:
             special = re.search(r"(got|expected) np\.float64\(-?(nan|inf)\)", bad[0])
