@@ -408,7 +408,7 @@ def test_moving_the_size_slider_resimulates_without_recompiling(dynamic, dyn_exp
         press(dyn_explorer, DYN_LABEL, key)
         expect(readout).to_have_text(str(n))
         # the header in one update: the size, the cycles of a call on n rows
-        expect(head).to_contain_text(re.compile(rf"\bN = {n} {"row" if n == 1 else "rows"}\b.*\b{dyn_cycles(n)} cycles\b"))
+        expect(head).to_contain_text(re.compile(rf"\bN = {n} {'row' if n == 1 else 'rows'}\b.*\b{dyn_cycles(n)} cycles\b"))
         # the status line as after a TM move, but the one compile serves this size too
         expect(line).to_contain_text(re.compile(rf"^\s*ready: .*\bN={n} \(no recompile, simulate "))
         # the numpy check follows (deferred in a live kernel), on arrays made from the user's
