@@ -251,6 +251,10 @@ def test_errors_name_the_kernel_line():
     e = _error(div, T(D, 64), T(D, 64), match="known only when the kernel is called")
     assert e.loc.line == div.__code__.co_firstlineno + 1 and "div(tensor, N)" in str(e)
 
+    def per_element(x: T(D, 64), out: T(D, 64)):
+        out[:] = x / x.numel()
+    _error(per_element, T(D, 64), T(D, 64), match="`x.numel()`: the size N of a pypto.DYNAMIC dim")
+
     def branch(x: T(D, 64), out: T(D, 64)):
         if x.shape[0] > 4:
             out[:] = x

@@ -165,7 +165,14 @@ class Tensor:
     def size(self) -> int:
         n = 1
         for s in self.shape:
-            n *= s
+            n *= int(s)
+        sym = next((s for s in self.shape if isinstance(s, SymbolicScalar)), None)
+        if sym is not None:             # x.numel() depends on N: a number the user may not use
+            f = sys._getframe(1)
+            while f is not None and f.f_code.co_filename == __file__:
+                f = f.f_back
+            if f is not None and not in_package(f.f_code.co_filename):
+                sym._refuse("x.numel()")
         return n
 
     def __repr__(self):
