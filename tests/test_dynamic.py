@@ -255,6 +255,14 @@ def test_errors_name_the_kernel_line():
         out[:] = x / x.numel()
     _error(per_element, T(D, 64), T(D, 64), match="`x.numel()`: the size N of a pypto.DYNAMIC dim")
 
+    def by_len(x: T(D, 64), out: T(D, 64)):
+        out[:] = x * len(x)
+    _error(by_len, T(D, 64), T(D, 64), match="`len(x)`: the size N")
+
+    def by_int(x: T(D, 64), out: T(D, 64)):
+        out[:] = x * float(int(x.shape[0]))
+    _error(by_int, T(D, 64), T(D, 64), match="`int(N)`: the size N")
+
     def branch(x: T(D, 64), out: T(D, 64)):
         if x.shape[0] > 4:
             out[:] = x

@@ -42,13 +42,22 @@ DYNAMIC = _Dynamic()
 SIZE_NAME = "N"
 
 
-def _from_user() -> bool:
-    """Whether the code that called an operator of SymbolicScalar is the user's: the package's
-    own shape arithmetic sees plain ints."""
-    f = sys._getframe(1)
-    while f is not None and f.f_code.co_filename == __file__:
+def called_by_user(own_file: str, depth: int = 2) -> bool:
+    """Whether the code that called into module `own_file` (the first frame past its own, from
+    `depth` frames up) is the user's: the package's own shape arithmetic sees plain ints."""
+    f = sys._getframe(depth)
+    while f is not None and f.f_code.co_filename == own_file:
         f = f.f_back
     return f is not None and not in_package(f.f_code.co_filename)
+
+
+def _from_user() -> bool:
+    return called_by_user(__file__)
+
+
+def _v(n) -> int:
+    """The plain int of `n` (a SymbolicScalar's value), without the check `int()` makes."""
+    return int.__int__(n)
 
 
 class SymbolicScalar(int):
@@ -64,7 +73,7 @@ class SymbolicScalar(int):
 
     def __new__(cls, value: int, base: str = SIZE_NAME, kind: str = "size", shift: int = 0,
                 step: int | None = None):
-        self = super().__new__(cls, int(value))
+        self = super().__new__(cls, _v(value))
         self.base, self.kind, self.shift, self.step = base, kind, shift, step
         return self
 
@@ -79,55 +88,60 @@ class SymbolicScalar(int):
     __str__ = __repr__
 
     def _moved(self, by: int) -> "SymbolicScalar":
-        return SymbolicScalar(int(self) + by, self.base, self.kind, self.shift + by, self.step)
+        return SymbolicScalar(_v(self) + by, self.base, self.kind, self.shift + by, self.step)
 
     def __add__(self, o):
         if isinstance(o, int) and not isinstance(o, (bool, SymbolicScalar)):
             return self._moved(o)
-        return int(self) + o if not _from_user() else self._refuse(f"{self.expr} + {o!r}")
+        return _v(self) + o if not _from_user() else self._refuse(f"{self.expr} + {o!r}")
 
     __radd__ = __add__
 
     def __sub__(self, o):
         if isinstance(o, int) and not isinstance(o, (bool, SymbolicScalar)):
             return self._moved(-o)
-        return int(self) - o if not _from_user() else self._refuse(f"{self.expr} - {o!r}")
+        return _v(self) - o if not _from_user() else self._refuse(f"{self.expr} - {o!r}")
 
     def __rsub__(self, o):
-        return o - int(self) if not _from_user() else self._refuse(f"{o!r} - {self.expr}")
+        return o - _v(self) if not _from_user() else self._refuse(f"{o!r} - {self.expr}")
 
     def __mul__(self, o):
         if _from_user():
             return self._refuse(f"{self.expr} * {o!r}")
-        return int(self) * o
+        return _v(self) * o
 
     __rmul__ = __mul__
 
     def __floordiv__(self, o):
-        return int(self) // o if not _from_user() else self._refuse(f"{self.expr} // {o!r}")
+        return _v(self) // o if not _from_user() else self._refuse(f"{self.expr} // {o!r}")
 
     def __rfloordiv__(self, o):
-        return o // int(self) if not _from_user() else self._refuse(f"{o!r} // {self.expr}")
+        return o // _v(self) if not _from_user() else self._refuse(f"{o!r} // {self.expr}")
 
     def __truediv__(self, o):
-        return int(self) / o if not _from_user() else self._refuse(f"{self.expr} / {o!r}")
+        return _v(self) / o if not _from_user() else self._refuse(f"{self.expr} / {o!r}")
 
     def __rtruediv__(self, o):
-        return o / int(self) if not _from_user() else self._refuse(f"{o!r} / {self.expr}")
+        return o / _v(self) if not _from_user() else self._refuse(f"{o!r} / {self.expr}")
 
     def __mod__(self, o):
-        return int(self) % o if not _from_user() else self._refuse(f"{self.expr} % {o!r}")
+        return _v(self) % o if not _from_user() else self._refuse(f"{self.expr} % {o!r}")
+
+    def __int__(self):
+        if _from_user():
+            self._refuse(f"int({self.expr})")
+        return int.__int__(self)
 
     def __float__(self):
-        return float(int(self)) if not _from_user() else self._refuse(f"float({self.expr})")
+        return float(_v(self)) if not _from_user() else self._refuse(f"float({self.expr})")
 
     def __neg__(self):
-        return -int(self) if not _from_user() else self._refuse(f"-{self.expr}")
+        return -_v(self) if not _from_user() else self._refuse(f"-{self.expr}")
 
     def _compare(self, o, op: str, fn):
         if _from_user():
             self._refuse(f"{self.expr} {op} {o!r}", control=True)
-        return fn(int(self), o)
+        return fn(_v(self), o)
 
     def __lt__(self, o): return self._compare(o, "<", int.__lt__)
     def __le__(self, o): return self._compare(o, "<=", int.__le__)
@@ -146,7 +160,7 @@ class SymbolicScalar(int):
     def __bool__(self):
         if _from_user():
             self._refuse(f"if {self.expr}", control=True)
-        return int(self) != 0
+        return _v(self) != 0
 
     def _refuse(self, what: str, control: bool = False):
         from .tracer import user_loc
@@ -171,7 +185,7 @@ def plain(v):
     """`v` with every SymbolicScalar (also inside tuples and lists) its int value: what graph
     nodes and attributes hold."""
     if isinstance(v, SymbolicScalar):
-        return int(v)
+        return _v(v)
     if isinstance(v, tuple):
         return tuple(plain(x) for x in v)
     if isinstance(v, list):
@@ -201,16 +215,16 @@ def loop(*args):
         raise UnsupportedError("a pypto.loop over a dynamic dim must start at 0", loc=user_loc(),
                                expected="pypto.loop(0, N, step)", got=f"start {start!r}",
                                hint="skip rows with a mask (pypto.where) rather than a shifted loop")
-    if isinstance(step, SymbolicScalar) or not isinstance(step, int) or step < 1 or int(stop) % step:
+    if isinstance(step, SymbolicScalar) or not isinstance(step, int) or step < 1 or _v(stop) % step:
         raise UnsupportedError("the step of a pypto.loop over a dynamic dim must divide the chunk the kernel "
                                "is compiled for", loc=user_loc(),
-                               expected=f"a power of two (dividing {int(stop)}, the rows it is compiled for)",
+                               expected=f"a power of two (dividing {_v(stop)}, the rows it is compiled for)",
                                got=f"step {step!r}")
     from .tracer import TraceContext
     steps = TraceContext.current("pypto.loop over a dynamic dim").loop_steps
     steps.append(step)
     name = "i" if len(steps) == 1 else f"i{len(steps)}"
-    return (SymbolicScalar(v, name, "index", 0, step) for v in range(0, int(stop), step))
+    return (SymbolicScalar(v, name, "index", 0, step) for v in range(0, _v(stop), step))
 
 
 def check_slice(x_shape, d: int, k):

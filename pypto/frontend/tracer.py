@@ -13,7 +13,7 @@ from .. import dtypes as dt
 from ..errors import DTypeError, ShapeError, SourceLoc, UnsupportedError, PyptoError, code_loc, in_package
 from ..ir.core import Attrs, fmt_shape
 from ..ir.tensor import OPS, Param, TileSpec, TNode, TensorGraph, infer_shape
-from .dynamic import DYNAMIC, SymbolicScalar, plain
+from .dynamic import DYNAMIC, SymbolicScalar, called_by_user, plain
 
 def user_loc() -> SourceLoc | None:
     """The innermost stack frame outside the pypto package: the user's kernel line, with the
@@ -65,6 +65,11 @@ def _check_dims(shape) -> tuple[int, ...]:
                              loc=user_loc(), expected="at least one element along every dim", got=list(dims),
                              hint="a kernel over no data has nothing to compute; skip the call")
     return tuple(d if d is DYNAMIC else int(d) for d in dims)
+
+
+def _user_calls() -> bool:
+    """Whether the code calling into this module (past its own frames) is the user's."""
+    return called_by_user(__file__)
 
 
 class TraceContext:
@@ -167,12 +172,8 @@ class Tensor:
         for s in self.shape:
             n *= int(s)
         sym = next((s for s in self.shape if isinstance(s, SymbolicScalar)), None)
-        if sym is not None:             # x.numel() depends on N: a number the user may not use
-            f = sys._getframe(1)
-            while f is not None and f.f_code.co_filename == __file__:
-                f = f.f_back
-            if f is not None and not in_package(f.f_code.co_filename):
-                sym._refuse("x.numel()")
+        if sym is not None and _user_calls():   # x.numel() depends on N: not a number for the kernel
+            sym._refuse("x.numel()")
         return n
 
     def __repr__(self):
@@ -183,6 +184,8 @@ class Tensor:
         if not self.shape:
             raise UnsupportedError("len() of a 0-d tensor", loc=user_loc(),
                                    expected="a tensor with at least one dim", got="shape []")
+        if isinstance(self.shape[0], SymbolicScalar) and _user_calls():
+            self.shape[0]._refuse("len(x)")     # (len() would hand the kernel the chunk's rows)
         return self.shape[0]
 
     def __bool__(self):
