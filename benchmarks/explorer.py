@@ -61,9 +61,10 @@ def pct(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
-def measure(ex, tab, rounds=ROUNDS):
-    """Wall and CPU times (s) of update(TM=v) over never-seen values with `tab` selected, the
-    breakdown (compile, simulate, view) of each, and the time until the numpy check is shown.
+def measure(ex, tab, rounds=ROUNDS, name="TM", values=TM_VALUES, forget_=forget):
+    """Wall and CPU times (s) of update(name=v) over never-seen `values` (`forget_` makes them so)
+    with `tab` selected, the breakdown (compile, simulate, view) of each, and the time until the
+    numpy check is shown.
 
     Runs inside an asyncio event loop, as in a live Jupyter kernel: there update() returns once
     the view is refreshed and the functional simulation + numpy check follow right after (they
@@ -74,13 +75,14 @@ def measure(ex, tab, rounds=ROUNDS):
         ex.select(tab)
         times, cpu, parts, checked = [], [], [], []
         for _ in range(rounds):
-            for v in TM_VALUES:
-                forget(ex)
+            for v in values:
+                forget_(ex)
                 c0, t0 = time.process_time(), time.perf_counter()
-                ex.update(TM=v)
+                ex.update(**{name: v})
                 times.append(time.perf_counter() - t0)
                 cpu.append(time.process_time() - c0)
-                assert ex.error is None and ex.consts["TM"] == v, ex.error
+                now = ex.size if name == ex.size_name else ex.consts.get(name)
+                assert ex.error is None and now == v, ex.error
                 parts.append(tuple(ex._timing))
                 while ex.res.check is None:          # let the deferred check run
                     await asyncio.sleep(0)
@@ -144,33 +146,14 @@ def report_tab(figures, tab, times, cpu, parts, checked, name, values, compile_:
 
 
 def measure_sizes(ex, tab, rounds=ROUNDS):
-    """Like `measure`, over update(N=v) for the never-seen sizes N_VALUES: wall and CPU times,
-    the (compile, simulate, view) breakdown and the time until the numpy check is shown."""
-    import asyncio
+    """`measure` over update(N=v) for the never-seen sizes N_VALUES, asserting that none of the
+    moves compiles."""
     kernel, ck = ex.kernel, ex.ck
     calls = []
     compile_ = kernel._compile
     kernel._compile = lambda *a, **k: calls.append(1) or compile_(*a, **k)
-
-    async def run():
-        ex.select(tab)
-        times, cpu, parts, checked = [], [], [], []
-        for _ in range(rounds):
-            for v in N_VALUES:
-                forget_sizes(ex)
-                c0, t0 = time.process_time(), time.perf_counter()
-                ex.update(N=v)
-                times.append(time.perf_counter() - t0)
-                cpu.append(time.process_time() - c0)
-                assert ex.error is None and ex.size == v, ex.error
-                parts.append(tuple(ex._timing))
-                while ex.res.check is None:          # let the deferred check run
-                    await asyncio.sleep(0)
-                checked.append(time.perf_counter() - t0)
-                assert ex.res.ok, ex.res.check
-        return times, cpu, parts, checked
     try:
-        out = asyncio.run(run())
+        out = measure(ex, tab, rounds, ex.size_name, N_VALUES, forget_sizes)
     finally:
         del kernel._compile
     assert not calls and ex.ck is ck and kernel.cache_size == 1, (len(calls), kernel.cache_size)

@@ -118,43 +118,45 @@ def browser(tmp_path_factory):
         pw.stop()
 
 
+def _opened_and_run(browser, lab, name, workspace, timeout):
+    """A notebook opened in JupyterLab and run from top to bottom (a fixture's body)."""
+    nb = Notebook.open(browser, lab, name, workspace=workspace, timeout=120_000)
+    nb.run_all(timeout=timeout)
+    yield nb
+    nb.page.close()
+
+
+def _explorer_of(nb, source):
+    """The explorer (a VBox holding a Tab) in the output of the code cell containing `source`."""
+    box = nb.code_cell(source).locator(".jp-OutputArea-output .widget-vbox").filter(
+        has=nb.page.locator(".widget-tab")).first
+    expect(box).to_be_visible()
+    box.scroll_into_view_if_needed()
+    return box
+
+
 @pytest.fixture(scope="module")
 def tutorial(lab, browser):
     """The tutorial, opened in JupyterLab and run from top to bottom."""
-    nb = Notebook.open(browser, lab, TUTORIAL, workspace="tutorial", timeout=120_000)
-    nb.run_all(timeout=240_000)
-    yield nb
-    nb.page.close()
+    yield from _opened_and_run(browser, lab, TUTORIAL, "tutorial", 240_000)
 
 
 @pytest.fixture(scope="module")
 def explorer(tutorial):
     """The explorer shown by the tutorial's %%pypto cell (a VBox holding a Tab)."""
-    cell = tutorial.code_cell("%%pypto")
-    box = cell.locator(".jp-OutputArea-output .widget-vbox").filter(
-        has=tutorial.page.locator(".widget-tab")).first
-    expect(box).to_be_visible()
-    box.scroll_into_view_if_needed()
-    return box
+    return _explorer_of(tutorial, "%%pypto")
 
 
 @pytest.fixture(scope="module")
 def dynamic(lab, browser):
     """The dynamic-kernel notebook, opened and run from top to bottom."""
-    nb = Notebook.open(browser, lab, DYNAMIC, workspace="dynamic", timeout=120_000)
-    nb.run_all(timeout=180_000)
-    yield nb
-    nb.page.close()
+    yield from _opened_and_run(browser, lab, DYNAMIC, "dynamic", 180_000)
 
 
 @pytest.fixture(scope="module")
 def dyn_explorer(dynamic):
     """The explorer shown by the dynamic notebook's last cell."""
-    box = dynamic.code_cell("pypto.explore(").locator(".jp-OutputArea-output .widget-vbox").filter(
-        has=dynamic.page.locator(".widget-tab")).first
-    expect(box).to_be_visible()
-    box.scroll_into_view_if_needed()
-    return box
+    return _explorer_of(dynamic, "pypto.explore(")
 
 
 @pytest.fixture(scope="module")

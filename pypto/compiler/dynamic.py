@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..errors import UnsupportedError
 from ..ir.core import ceil_div, prod
-from ..ir.exec import ExecTask, Instr, Loop
+from ..ir.exec import GM_STEP, ExecTask, Instr, Loop, static_instrs
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.ops import OPS
 from ..ir.program import Program
@@ -408,16 +408,8 @@ def instantiate(info: DynamicInfo, n: int, n_aic: int, n_aiv: int, pieces=None) 
                     out.append(it)
             return out
 
-        new_id: dict[int, int] = {}
-        past = _past(prog, n - start, size, dyn, row_elems)
-        for t in prog.tasks:
-            if t.id in past:
-                continue
-            new_id[t.id] = len(tasks)
-            tasks.append(ExecTask(len(tasks), t.group, t.core_type,
-                                  tuple(new_id[d] for d in t.deps if d in new_id), t.level, tuple(mapped(t.code)),
-                                  None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
-                                  _turned(t, turn, n_aic, n_aiv)))
+        _kept(prog, _past(prog, n - start, size, dyn, row_elems), tasks,
+              lambda t: tuple(mapped(t.code)), lambda t: _turned(t, turn, n_aic, n_aiv))
         # the runs take turns over the cores: the next one's tasks run `turn` cube cores (twice
         # as many vector cores) further on, so that a cube task and its vector partners stay a
         # pair (AIV 2c + slot of AIC c) and a call on many rows spreads over the machine
@@ -431,15 +423,22 @@ def _dropped(prog: Program, n: int, size: int, dyn: set, row_elems: dict) -> Pro
     past = _past(prog, n, size, dyn, row_elems)
     if not past:
         return prog
+    return Program(prog.name, prog.buffers, tuple(_kept(prog, past, [], lambda t: t.code, lambda t: t.core)))
+
+
+def _kept(prog: Program, past: set, tasks: list, code_of, core_of) -> list:
+    """`tasks` with the tasks of `prog` not in `past` appended, numbered on from its end (their
+    dependencies and pairs renumbered, those on tasks left out dropped), their code and core
+    `code_of(t)` and `core_of(t)`."""
     new_id: dict[int, int] = {}
-    tasks = []
     for t in prog.tasks:
-        if t.id not in past:
-            new_id[t.id] = len(tasks)
-            tasks.append(ExecTask(len(tasks), t.group, t.core_type, tuple(new_id[d] for d in t.deps if d in new_id),
-                                  t.level, t.code, None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
-                                  t.core))
-    return Program(prog.name, prog.buffers, tuple(tasks))
+        if t.id in past:
+            continue
+        new_id[t.id] = len(tasks)
+        tasks.append(ExecTask(len(tasks), t.group, t.core_type, tuple(new_id[d] for d in t.deps if d in new_id),
+                              t.level, code_of(t), None if t.pair is None else (new_id[t.pair[0]], t.pair[1]),
+                              core_of(t)))
+    return tasks
 
 
 def _past(prog: Program, valid: int, size: int, dyn: set, row_elems: dict) -> set[int]:
@@ -467,7 +466,6 @@ def _turned(t: ExecTask, by: int, n_aic: int, n_aiv: int) -> int | None:
 def _past_end(task: ExecTask, dyn: set, row_elems: dict, valid: int) -> bool:
     """Whether every GM window the task writes lies on rows >= `valid` of a dynamic tensor
     (in the chunk's own coordinates), so that nothing it computes is kept."""
-    from ..ir.exec import static_instrs, GM_STEP
     wrote = False
     for ins, depth in static_instrs(task.code):
         o = ins.dst
