@@ -94,7 +94,9 @@ class OpSteps:
             fn = c.pick(["logical_and", "logical_or", "logical_xor"])
             sym = {"logical_and": "&", "logical_or": "|", "logical_xor": "^"}[fn]
             text = f"{m.name} {sym} {m2.name}" if c.chance(0.5) else f"pypto.{fn}({m.name}, {m2.name})"
-            m = self.add("logic", [m.id, m2.id], {"fn": fn}, _bshape(m.shape, m2.shape), "bool", 0, 1, text)
+            both = _bshape(m.shape, m2.shape)
+            if both is not None:                 # (y's mask may be broadcast further than y)
+                m = self.add("logic", [m.id, m2.id], {"fn": fn}, both, "bool", 0, 1, text)
         if c.chance(0.15):
             text = f"~{m.name}" if c.chance(0.5) else f"pypto.logical_not({m.name})"
             m = self.add("logic", [m.id], {"fn": "logical_not"}, m.shape, "bool", 0, 1, text)
