@@ -210,7 +210,7 @@ def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[floa
                 continue
             rate = bpc.get(path)
             if rate is None:
-                rate = bpc[path] = machine.dma_bytes_per_cycle(*path)
+                rate = bpc[path] = machine.gm_load_bytes_per_cycle(*path)
             lv[0] += nbytes / rate
     factor = {}
     for level, (path, hbm, l2, kinds) in levels.items():

@@ -166,8 +166,10 @@ def _estimate(mn, m, k, n, kl1, dtype: DType, machine, batch) -> float:
     if shared:
         kept = min(nk1, max(2, (machine.l1_kib * 1024 - 2 * other) // shared)) * shared
     loaded = nk1 * (a_chunk + b_chunk) - kept
+    dmas = 2 * nk1 - (kept // shared if shared else 0)      # each chunk loaded is a DMA
+    fixed = dmas * machine.dma_burst_cycles if machine.cost_model == "calibrated" else 0
     tile = max(nk1 * cube_cycles(ml0, kl1, nl0, dtype.itemsize, machine),
-               loaded / machine.dma_bytes_per_cycle("GM", "L1"))
+               loaded / machine.gm_load_bytes_per_cycle("GM", "L1") + fixed)
     drain = 0.0
     if 2 * _acc_bytes(mn) > machine.l0c_kib * 1024:
         drain = ml0 * nl0 * dtype.itemsize / machine.dma_bytes_per_cycle("L0C", "GM")

@@ -35,7 +35,7 @@ from ..gcpause import gc_paused
 from ..ir.exec import AIC_PIPES, AIV_PIPES, SIM_CACHE, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
-from ..target.cost import base_cycles, dma_bytes, dma_path, is_vector
+from ..target.cost import base_cycles, dma_bytes, dma_path, gm_fixed_cycles, is_vector
 from ..target.machine import Machine
 
 # instruction kinds of the decoded program
@@ -169,10 +169,12 @@ class Decoder:
         sd = dma_path(ins)
         path = self.gm_paths.get(sd)
         if path is None:
-            path = self.gm_paths[sd] = (f"{sd[0]}->{sd[1]}", self.machine.dma_bytes_per_cycle(*sd))
-        # no base cycles: GM transfers are timed when they run (L2, HBM)
+            path = self.gm_paths[sd] = (f"{sd[0]}->{sd[1]}", self.machine.gm_load_bytes_per_cycle(*sd))
+        # only the fixed cycles (a calibrated DMA's startup): the bytes are timed when they run
+        # (L2, HBM)
         if ins.op == "TLOAD":
-            return (GM_LOAD, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.srcs[0])
+            return (GM_LOAD, ins.pipe, gm_fixed_cycles(ins, self.machine), None, dma_bytes(ins), path[0], path[1],
+                    ins.srcs[0])
         return (GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.dst)
 
     def _rows(self, task) -> list[tuple]:
@@ -504,15 +506,17 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
                 heapq.heappush(heap, (t0 + dur, seq, 2, waiter))
                 seq += 1
         elif ikind == GM_LOAD or ikind == GM_STORE:
+            # `dur` is the transfer's fixed cycles (calibrated DMA startup); its bytes move after
+            t1 = t0 + dur
             hit = l2.touch(window, nbytes)
             if ikind == GM_LOAD and hit:
-                s0 = l2_free if l2_free > t0 else float(t0)
+                s0 = l2_free if l2_free > t1 else float(t1)
                 l2_free = s0 + nbytes / l2_bpc
                 served, latency = l2_free, hit_latency
                 l2.hits += 1
                 l2.hit_bytes += nbytes
             else:
-                s0 = hbm_free if hbm_free > t0 else float(t0)
+                s0 = hbm_free if hbm_free > t1 else float(t1)
                 hbm_free = s0 + nbytes / hbm_bpc
                 served = hbm_free
                 hbm_bytes += nbytes
@@ -522,7 +526,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
                     l2.miss_bytes += nbytes
                 else:
                     latency = 0      # stores are posted: the pipe moves on once the data left
-            path_end = t0 + nbytes / bpc
+            path_end = t1 + nbytes / bpc
             dur = max(1, math.ceil(max(path_end, served)) - t0)
             data_ready = t0 + dur + latency
             if data_ready > r.ready[pipe]:
@@ -530,8 +534,8 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
             bytes_by_path[path] = bytes_by_path.get(path, 0) + nbytes
         else:
             if ikind == VECTOR:
-                if r.last_vector_end == t0:
-                    dur -= machine.vec_head
+                if r.last_vector_end == t0:     # shares the startup of the vector op before it
+                    dur = dur - machine.vec_head if dur > machine.vec_head else 1
                 r.last_vector_end = t0 + dur
             if path is not None:
                 bytes_by_path[path] = bytes_by_path.get(path, 0) + nbytes

@@ -175,9 +175,11 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
         else:
             shared, gm_at, cross_wait = known
             task_cols = list(shared)
+            task_cols[2] = shared[2].copy()
             task_cols[4], task_cols[5], task_cols[6] = shared[4].copy(), shared[5].copy(), shared[6].copy()
             if len(gm_at):
                 gm = [rows[k] for k in gm_at.tolist()]
+                task_cols[2][gm_at] = [r[2] for r in gm]
                 task_cols[4][gm_at] = [r[4] for r in gm]
                 task_cols[5][gm_at] = [path_ids[r[5]] for r in gm]
                 task_cols[6][gm_at] = [win_ids[r[7]] for r in gm]
@@ -545,15 +547,16 @@ def _run(e, s, budget, checked):
                 _push(s, t0 + dur, EV_STEP + 4 * w)
         elif kind == GM_LOAD or kind == GM_STORE:
             nb = e.nbytes[gi]
+            t1 = t0 + dur                       # the fixed cycles (calibrated DMA startup) first
             hit = _l2_touch(s, e.window[gi], nb, capacity)
             if kind == GM_LOAD and hit:
-                s0 = f[F_L2_FREE] if f[F_L2_FREE] > t0 else float(t0)
+                s0 = f[F_L2_FREE] if f[F_L2_FREE] > t1 else float(t1)
                 f[F_L2_FREE] = s0 + nb / l2_bpc
                 served, latency = f[F_L2_FREE], hit_lat
                 g[G_HITS] += 1
                 g[G_HIT_BYTES] += nb
             else:
-                s0 = f[F_HBM_FREE] if f[F_HBM_FREE] > t0 else float(t0)
+                s0 = f[F_HBM_FREE] if f[F_HBM_FREE] > t1 else float(t1)
                 f[F_HBM_FREE] = s0 + nb / hbm_bpc
                 served = f[F_HBM_FREE]
                 g[G_HBM_BYTES] += nb
@@ -564,7 +567,7 @@ def _run(e, s, budget, checked):
                 else:
                     latency = 0                 # stores are posted
             pid = e.path[gi]
-            path_end = t0 + nb / e.path_bpc[pid]
+            path_end = t1 + nb / e.path_bpc[pid]
             dur = np.int64(np.ceil(path_end if path_end > served else served)) - t0
             if dur < 1:
                 dur = 1
@@ -577,7 +580,7 @@ def _run(e, s, budget, checked):
         else:
             if kind == VECTOR:
                 if s.lve[slot] == t0:           # shares the startup of the vector op before it
-                    dur -= vec_head
+                    dur = dur - vec_head if dur > vec_head else 1
                 s.lve[slot] = t0 + dur
             pid = e.path[gi]
             if pid >= 0:

@@ -7,7 +7,15 @@
 - sync: the row's fixed `cycles`.
 
 There is one cost model: `base_cycles(instr, machine)`; which rule applies is the row's `cost`
-class (`isa.KINDS`).  `pypto.sim.cost(op, machine, **shape)` builds a synthetic instruction and
+class (`isa.KINDS`) and the machine's `cost_model`: "public" is the formulas above, "calibrated"
+(a2a3's default) refines the vector and GM-load rules with constants fitted to hardware-measured
+cycles of single instructions (`isa.CALIBRATED`, docs/cost_model.md):
+
+- vector: per-op startup + slope x repeats (divisions per element in fp32), row reductions and
+  row broadcasts per row, column reductions a chain of dependent steps;
+- GM loads: DMAs x `dma_burst_cycles` + bytes / `gm_load_peak_gibps` (one DMA per 2-D slice of
+  the window); `gm_fixed_cycles` is that overhead as the timing engines add it before the bytes
+  move (the L2 latency, which they add after, taken out).  `pypto.sim.cost(op, machine, **shape)` builds a synthetic instruction and
 asks it.
 
 The target sits below the IR, so the operands are read by duck typing, not by isinstance: a GM
@@ -19,10 +27,12 @@ from __future__ import annotations
 import math
 
 from ..errors import PyptoError
-from .isa import INDEXED_KINDS, INDEXED_SECTOR, INSTRUCTIONS, is_vector
+from .isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_MAX_REPEAT, CAL_ROW_STEP, CAL_ROWEXPAND_STEP, INDEXED_KINDS,
+                  INDEXED_SECTOR, INSTRUCTIONS, is_vector)
 from .machine import Machine
 
-__all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "is_vector", "vector_repeats"]
+__all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "gm_fixed_cycles", "is_vector",
+           "vector_repeats"]
 
 
 def _is_gm(o) -> bool:
@@ -48,6 +58,52 @@ def vector_repeats(ins, m: Machine) -> int:
             row_bytes = _ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32
             best = max(best, rows * row_bytes)
     return max(1, _ceil_div(best, m.vec_repeat_bytes))
+
+
+def _largest(ins):
+    """The tile operand with the most elements (the one a vector instruction iterates over)."""
+    tiles = [t for t in (ins.dst,) + tuple(ins.srcs) if _is_tile(t)]
+    return max(tiles, key=lambda t: math.prod(t.valid))
+
+
+def calibrated_vector_cycles(ins, row, m: Machine) -> float:
+    """The calibrated rule of a vector instruction (see the module docstring and isa.CALIBRATED)."""
+    startup, slope = row.cal
+    reps = vector_repeats(ins, m)
+    t = _largest(ins)
+    rows_ = math.prod(t.valid[:-1])
+    if rows_ > CAL_MAX_REPEAT:         # beyond the 8-bit repeat count, a repeat covers one row at most
+        reps = max(reps, rows_ * _ceil_div(_ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32, m.vec_repeat_bytes))
+    if row.fn in CAL_FP32_FNS:         # per element, in fp32
+        reps = max(1, _ceil_div(math.prod(t.valid) * 4, m.vec_repeat_bytes))
+        half = t.dtype.itemsize == 2
+        return startup + slope * reps + (CAL_HALF_CONVERT if half else 0) + (
+            _ceil_div(math.prod(t.valid[:-1]), 8) if row.form == "ROWEXPAND" else 0)
+    if row.kind == "reduce":
+        src = ins.srcs[0]
+        rows = math.prod(src.valid[:-1])
+        if row.form == "ROW":
+            return startup + CAL_ROW_STEP * rows + slope * max(0, reps - rows)
+        steps = max(0, rows - 1) if row.fn != "SUM" else math.ceil(math.log2(rows)) if rows > 1 else 0
+        return startup + slope * reps + CAL_COL_STEP * steps
+    if row.kind == "expand" and row.form == "ROWEXPAND":
+        return startup + CAL_ROWEXPAND_STEP * math.prod(ins.dst.valid[:-1])
+    extra = _ceil_div(math.prod(ins.dst.valid[:-1]), 8) if row.form == "ROWEXPAND" else 0
+    return startup + slope * reps + extra
+
+
+def gm_dmas(o) -> int:
+    """The 2-D DMAs a GM window is moved in: one per index of its dims before the last two."""
+    return max(1, math.prod(o.shape[:-2]))
+
+
+def gm_fixed_cycles(ins, m: Machine) -> int:
+    """Cycles a GM transfer occupies its pipe before its bytes move: under the calibrated rules a
+    load's DMAs x burst cycles, less the L2 miss latency the engines add after the transfer (so a
+    lone cold load takes what `base_cycles` says); 0 for stores and under the public rules."""
+    if m.cost_model != "calibrated" or ins.op != "TLOAD" or not _is_gm(ins.srcs[0]):
+        return 0
+    return max(0, gm_dmas(ins.srcs[0]) * m.dma_burst_cycles - m.l2_hit_cycles - m.l2_miss_extra_cycles)
 
 
 def cube_cycles(m_: int, k: int, n: int, itemsize: int, machine: Machine) -> int:
@@ -90,10 +146,16 @@ def base_cycles(ins, m: Machine) -> int:
         raise PyptoError(f"no cost rule for instruction {ins.op}: it has no row in the instruction table",
                          expected="an instruction of pypto.target.isa.INSTRUCTIONS", got=ins.op)
     rule = row.cost
+    calibrated = m.cost_model == "calibrated"
     if rule == "vector":
+        if calibrated:
+            return max(1, math.ceil(calibrated_vector_cycles(ins, row, m)))
         return m.vec_head + row.slope * vector_repeats(ins, m) + m.vec_tail
     if rule == "dma":
         src, dst = dma_path(ins)
+        if calibrated and ins.op == "TLOAD" and src == "GM":
+            return math.ceil(gm_dmas(ins.srcs[0]) * m.dma_burst_cycles
+                             + dma_bytes(ins) / m.gm_load_bytes_per_cycle(src, dst))
         return dma_cycles(dma_bytes(ins), src, dst, m)
     if rule == "cube":
         a, b = ins.srcs[-2], ins.srcs[-1]

@@ -17,6 +17,7 @@ and cycles per repeat); the table, the parser, both simulators and docs/instruct
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -89,6 +90,8 @@ class Instruction:
     cycles: int = 0                     # sync: fixed cycles
     doc: str = ""
     modes: tuple = ()                   # (attr, {value: numpy function}): the math is chosen by an attr
+    # the calibrated rule's constants (vector: startup cycles, cycles per repeat; see CALIBRATED)
+    cal: tuple = ()
 
     def math(self, attrs) -> Callable | None:
         """The numpy function of this instruction with these attrs (TCMP: by its cmp= mode)."""
@@ -149,6 +152,53 @@ EXPAND_FORMS = ("ROWEXPAND", "COLEXPAND")
 REDUCE_FORMS = ("ROW", "COL")
 
 
+# ---------------------------------------------------------------------------------------------
+# The calibrated vector costs (machines with cost_model = "calibrated"; pypto.target.cost reads
+# them), fitted to hardware-measured cycles of single instructions on an A2/A3 core
+# (docs/cost_model.md, benchmarks/cost_fidelity.py).  Per math fn and form: (startup cycles,
+# cycles per repeat).  A repeat is 256 bytes of the largest operand, except for the divisions,
+# which run per element in fp32 (CAL_FP32_FNS: a repeat is 64 elements whatever the dtype, and a
+# 2-byte dtype pays CAL_HALF_CONVERT cycles of conversion).  The forms' rules:
+#   element-wise, scalar, select, fill, cvt:  startup + slope x repeats (a tile of more rows than
+#                   the 8-bit repeat count holds, CAL_MAX_REPEAT, takes at least a repeat per row)
+#   ROW reductions: startup + CAL_ROW_STEP per row + slope per repeat beyond one a row
+#   COL reductions: startup + slope x repeats, + CAL_COL_STEP per row after the first (a chain
+#                   of dependent steps; SUM adds rows pairwise: CAL_COL_STEP per halving)
+#   TROWEXPAND: startup + CAL_ROWEXPAND_STEP per row; TROWEXPAND<op>: the op's element-wise
+#               cost plus one repeat per 8 rows (the broadcast of the row values)
+CAL_ROW_STEP = 7.5
+CAL_MAX_REPEAT = 255
+CAL_COL_STEP = 34.4
+CAL_ROWEXPAND_STEP = 14.5
+CAL_HALF_CONVERT = 16
+CAL_FP32_FNS = ("DIV", "RECIP", "REM", "FMOD")
+CALIBRATED: dict[tuple[str, str], tuple[float, float]] = {
+    # unary
+    ("ABS", ""): (4, 1), ("NEG", ""): (4, 1), ("RELU", ""): (4, 1), ("NOT", ""): (4, 1),
+    ("EXP", ""): (31, 2), ("LOG", ""): (31, 2), ("SQRT", ""): (38, 2), ("RSQRT", ""): (26, 1),
+    ("RECIP", ""): (10, 4), ("CVT", ""): (29, 1), ("CI", ""): (26, 1), ("FILL", ""): (26, 1),
+    # tile op tile (also the element-wise part of the ROWEXPAND / COLEXPAND forms)
+    **{(fn, ""): (26, 2) for fn in ("ADD", "SUB", "MUL", "MAX", "MIN", "AND", "OR", "XOR", "CMP", "SEL")},
+    ("DIV", ""): (32, 4), ("REM", ""): (32, 4), ("FMOD", ""): (32, 4),
+    # tile op scalar
+    **{(fn, "S"): (26, 1) for fn in ("ADD", "SUB", "MUL", "MAX", "MIN", "AND", "OR", "XOR", "CMP", "SEL")},
+    ("DIV", "S"): (70, 4), ("REM", "S"): (70, 4), ("FMOD", "S"): (70, 4),   # the scalar made a tile first
+    # reductions and broadcasts
+    **{(fn, "ROW"): (6, 2) for fn in ("SUM", "MAX", "MIN", "PROD")},
+    **{(fn, "COL"): (294, 2) for fn in ("SUM", "MAX", "MIN", "PROD")},
+    ("", "ROWEXPAND"): (5, 0), ("", "COLEXPAND"): (26, 1),
+}
+
+
+def calibrated(fn: str, form: str) -> tuple:
+    """(startup, slope) of the calibrated rule of math `fn` in operand form `form`; the expand
+    forms of a binary op (TROWEXPANDSUB) take the op's tile-op-tile constants."""
+    c = CALIBRATED.get((fn, form))
+    if c is None and form in ("ROWEXPAND", "COLEXPAND"):
+        c = CALIBRATED.get((fn, ""))
+    return c if c is not None else ()
+
+
 def _rows() -> list[Instruction]:
     rows = [
         Instruction("TLOAD", "load", doc="GM window -> tile"),
@@ -201,7 +251,9 @@ def _rows() -> list[Instruction]:
     return rows
 
 
-INSTRUCTIONS: dict[str, Instruction] = {r.name: r for r in _rows()}
+INSTRUCTIONS: dict[str, Instruction] = {r.name: (r if r.cost != "vector" else
+                                                  dataclasses.replace(r, cal=calibrated(r.fn, r.form)))
+                                        for r in _rows()}
 _BY_MATH: dict[tuple[str, str], Instruction] = {(r.fn, r.form): r for r in INSTRUCTIONS.values() if r.fn or r.form}
 _FORMS: dict[str, dict[str, str]] = {}      # math -> form -> opcode (the tiling asks per tile)
 for (_fn, _form), _r in _BY_MATH.items():

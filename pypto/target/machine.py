@@ -61,6 +61,16 @@ class Machine:
     # L2 read bandwidth shared by all cores, GB/s: CANN's A2A3 platform file gives ~110 bytes
     # read from L2 per core and cycle: 24 cores x 110 B x 1.85 GHz = 4884 GB/s (~4.9 TB/s).
     l2_gbps: float = 4884.0
+    # Which cost rules the instructions follow (`pypto.target.cost`): "calibrated" fits hardware-
+    # measured cycles of single instructions on an A2/A3 core (docs/cost_model.md), "public" is
+    # the plain public formulas (every vector op head + slope x repeats + tail, GM at the path's
+    # bandwidth).  The two fields below are read by the calibrated rules only.
+    cost_model: str = "calibrated"
+    # calibrated GM loads (GM -> UB / L1): each 2-D DMA of a load (one per index of the window's
+    # dims before the last two) costs this many cycles before its bytes move, at the peak below;
+    # a lone cold load takes DMAs x burst + bytes / peak, its L2 miss latency included
+    dma_burst_cycles: int = 264
+    gm_load_peak_gibps: float = 220.55   # about 128 bytes per cycle at 1.85 GHz
 
     def __post_init__(self):
         bw = {}
@@ -108,6 +118,13 @@ class Machine:
                              got=f"{src}->{dst}") from None
         return bw * 2 ** 30 / (self.clock_ghz * 1e9)
 
+    def gm_load_bytes_per_cycle(self, src: str, dst: str) -> float:
+        """The bandwidth a GM load (or store) moves its bytes at: the path's figure, or under the
+        calibrated rules the measured load peak (GM -> UB / L1)."""
+        if self.cost_model == "calibrated" and src == "GM":
+            return self.gm_load_peak_gibps * 2 ** 30 / (self.clock_ghz * 1e9)
+        return self.dma_bytes_per_cycle(src, dst)
+
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
 
@@ -146,10 +163,11 @@ class Machine:
 FIELDS = tuple(f.name for f in dataclasses.fields(Machine))
 REQUIRED = tuple(f.name for f in dataclasses.fields(Machine)
                  if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
-_FLOAT_FIELDS = ("clock_ghz", "hbm_gbps", "l2_gbps")
+_FLOAT_FIELDS = ("clock_ghz", "hbm_gbps", "l2_gbps", "gm_load_peak_gibps")
+COST_MODELS = ("calibrated", "public")
 # fields that may be 0 (an overhead that can be switched off; l2_mib = 0: no L2 cache)
 _ZERO_OK = ("vec_head", "vec_tail", "cube_startup", "dispatch_cycles", "l2_mib", "l2_hit_cycles",
-            "l2_miss_extra_cycles")
+            "l2_miss_extra_cycles", "dma_burst_cycles")
 
 
 def _path_key(k, what: str) -> tuple[str, str]:
@@ -169,6 +187,11 @@ def _check_field(name: str, v):
     if name == "name":
         if not isinstance(v, str) or not v:
             raise PyptoError("machine field 'name' must be a non-empty string", expected="a string", got=repr(v))
+        return v
+    if name == "cost_model":
+        if v not in COST_MODELS:
+            raise PyptoError("machine field 'cost_model' must name a cost model",
+                             expected=" or ".join(repr(c) for c in COST_MODELS), got=repr(v))
         return v
     if name == "bandwidth_gibps":
         for k, bw in v.items():
@@ -283,15 +306,17 @@ A2A3 = Machine("a2a3", n_aic=24, n_aiv=48, clock_ghz=1.85, ub_kib=192, l1_kib=51
                l0b_kib=64, l0c_kib=128, hbm_gbps=1600.0)
 # A small machine with the same per-core rules: 2 cube + 4 vector cores, a quarter of the HBM
 # (and of the L2 bandwidth), so that tutorial timelines stay readable.
-TEACH = A2A3.replace(name="teach", n_aic=2, n_aiv=4, hbm_gbps=400.0, l2_gbps=1221.0)
+# It keeps the public cost formulas, whose numbers a student can work out by hand.
+TEACH = A2A3.replace(name="teach", n_aic=2, n_aiv=4, hbm_gbps=400.0, l2_gbps=1221.0, cost_model="public")
 # Ascend 950-class "a5" (public figures): 32 AIC + 64 AIV at 1.65 GHz; UB 256 KiB per AIV and
 # L0C 256 KiB per AIC (CANN ops-transformer gmm arch.h: L0C_SIZE = 256 KiB for Ascend910_95,
 # __NPU_ARCH__ 3101; L0A/L0B 64 KiB and L1 512 KiB as a2a3).  HBM 1.6 TB/s (Huawei's announced
 # figure for the 950PR; the 950DT's is 4 TB/s).  Per-path DMA bandwidths, vector and cube
 # timings and the L2 size/latencies as a2a3 (no public figures found); L2 bandwidth from the
 # same 110 bytes per core and cycle: 32 x 110 B x 1.65 GHz = 5808 GB/s.
+# The calibration measured an A2/A3 core: a5 keeps the public formulas.
 A5 = A2A3.replace(name="a5", n_aic=32, n_aiv=64, clock_ghz=1.65, ub_kib=256, l0c_kib=256,
-                  hbm_gbps=1600.0, l2_gbps=5808.0)
+                  hbm_gbps=1600.0, l2_gbps=5808.0, cost_model="public")
 
 MACHINES = {m.name: m for m in (A2A3, TEACH, A5)}
 
