@@ -127,7 +127,7 @@ def test_softmax_8192x4096_efficiency():
     ck = softmax_auto.compile(*softmax_specs(8192, 4096), machine="a2a3")
     res = ck.simulate(mode="timing", trace=False)
     assert [g.tile for g in ck.tile_graph.groups] == [(2, 4096)]
-    assert res.cycles == 311274
+    assert res.cycles == 311207
     assert res.stats["hbm_bytes"] == must_move(ck) == 2 * 8192 * 4096 * 4
     assert efficiency_pct(ck, res.cycles) >= 90.0
     assert round(efficiency_pct(ck, res.cycles), 1) == 99.7
@@ -139,10 +139,10 @@ def test_layernorm_2048x4096_efficiency():
     ck = layernorm_auto.compile(*layernorm_specs(2048, 4096), machine="a2a3")
     res = ck.simulate(mode="timing", trace=False)
     assert [g.tile for g in ck.tile_graph.groups] == [(2, 4096)]
-    assert res.cycles == 80589
+    assert res.cycles == 81088
     assert res.stats["hbm_bytes"] == must_move(ck)
     assert efficiency_pct(ck, res.cycles) >= 90.0
-    assert round(efficiency_pct(ck, res.cycles), 1) == 96.3
+    assert round(efficiency_pct(ck, res.cycles), 1) == 95.7
 
 
 # --- values -----------------------------------------------------------------------------------------

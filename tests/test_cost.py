@@ -1,5 +1,7 @@
 """The cost API: one instruction alone on its pipe, checked against hand formulas written here
-from the public figures (DESIGN section 4), and the generated instruction table."""
+from the public figures (DESIGN section 4) on machines with cost_model="public", and from the
+calibrated rules (docs/cost_model.md) on a2a3; the generated instruction table; the fidelity of
+the calibrated rules to hardware-measured cycles (benchmarks/data/)."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,7 +16,9 @@ import pypto
 from pypto.ir.exec import TileRef
 from pypto.sim.cost import cost, instruction_table, instruction_table_markdown, vocabulary
 from pypto.target.cost import base_cycles
-from pypto.target.machine import A2A3, A5
+from pypto.target.machine import A2A3, A5, TEACH
+
+PUB = A2A3.replace(name="a2a3-public", cost_model="public")     # a2a3 with the public formulas
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -101,27 +105,27 @@ def test_vector_costs(op, dtype):
         if op == "TCVT":                                   # counts the wider of the two sides
             to = "fp16" if dtype == "fp32" else "fp32"
             nbytes = max(nbytes, padded_bytes(shape, ITEM[to]))
-            got = cost(op, shape=shape, dtype=dtype, to=to)
+            got = cost(op, PUB, shape=shape, dtype=dtype, to=to)
         else:
-            got = cost(op, shape=shape, dtype=dtype)
+            got = cost(op, PUB, shape=shape, dtype=dtype)
         assert got == vec(op, nbytes), (op, shape, dtype)
 
 
 def test_vector_examples_by_hand():
     # 64 x 256 fp32 = 64 KiB = 256 repeats
-    assert cost("TEXP", shape=(64, 256), dtype="fp32") == 12 + 4 * 256 + 16 == 1052
-    assert cost("TADD", shape=(64, 256), dtype="fp32") == 12 + 256 + 16
-    assert cost("TROWSUM", shape=(64, 256), dtype="fp32") == 12 + 2 * 256 + 16
-    assert cost("TADDS", shape=(8, 64), dtype="fp32") == 12 + 8 + 16 == 36          # as in test_sim
+    assert cost("TEXP", PUB, shape=(64, 256), dtype="fp32") == 12 + 4 * 256 + 16 == 1052
+    assert cost("TADD", PUB, shape=(64, 256), dtype="fp32") == 12 + 256 + 16
+    assert cost("TROWSUM", PUB, shape=(64, 256), dtype="fp32") == 12 + 2 * 256 + 16
+    assert cost("TADDS", PUB, shape=(8, 64), dtype="fp32") == 12 + 8 + 16 == 36          # as in test_sim
     # rows are padded to 32 bytes: 5 rows of 40 bytes take 5 x 64 bytes = 2 repeats
-    assert cost("TMUL", shape=(5, 10), dtype="fp32") == 12 + 2 + 16
+    assert cost("TMUL", PUB, shape=(5, 10), dtype="fp32") == 12 + 2 + 16
     # a tail tile costs its valid part only
-    assert cost("TMUL", shape=(64, 256), valid=(3, 10), dtype="fp32") == 12 + math.ceil(3 * 64 / 256) + 16
-    assert cost("TEXP", shape=(64, 256), valid=(64, 256), dtype="fp32") == 1052
+    assert cost("TMUL", PUB, shape=(64, 256), valid=(3, 10), dtype="fp32") == 12 + math.ceil(3 * 64 / 256) + 16
+    assert cost("TEXP", PUB, shape=(64, 256), valid=(64, 256), dtype="fp32") == 1052
 
 
 def test_vector_costs_follow_the_machine():
-    m = A2A3.replace(name="v", vec_head=0, vec_tail=2, vec_repeat_bytes=512)
+    m = PUB.replace(name="v", vec_head=0, vec_tail=2, vec_repeat_bytes=512)
     assert cost("TEXP", m, shape=(64, 256), dtype="fp32") == 0 + 4 * 128 + 2
     assert cost("TEXP", "a5", shape=(64, 256), dtype="fp32") == 1052       # same vector unit figures
 
@@ -134,23 +138,24 @@ def test_vector_costs_follow_the_machine():
                                           ((1, 1), "fp32"), ((100, 300), "bf16"), ((3, 7), "int8")])
 def test_dma_costs(machine, shape, dtype):
     nbytes = math.prod(shape) * ITEM[dtype]       # GM side: no padding
-    assert cost("TLOAD", machine, shape=shape, dtype=dtype, src="GM", dst="UB") == dma(nbytes, ("GM", "UB"), machine)
-    assert cost("TLOAD", machine, shape=shape, dtype=dtype, dst="L1") == dma(nbytes, ("GM", "L1"), machine)
-    assert cost("TSTORE", machine, shape=shape, dtype=dtype) == dma(nbytes, ("UB", "GM"), machine)
-    assert cost("TSTORE", machine, shape=shape, dtype=dtype, src="UB", dst="GM") == dma(nbytes, ("UB", "GM"), machine)
+    m = PUB if machine == "a2a3" else machine
+    assert cost("TLOAD", m, shape=shape, dtype=dtype, src="GM", dst="UB") == dma(nbytes, ("GM", "UB"), machine)
+    assert cost("TLOAD", m, shape=shape, dtype=dtype, dst="L1") == dma(nbytes, ("GM", "L1"), machine)
+    assert cost("TSTORE", m, shape=shape, dtype=dtype) == dma(nbytes, ("UB", "GM"), machine)
+    assert cost("TSTORE", m, shape=shape, dtype=dtype, src="UB", dst="GM") == dma(nbytes, ("UB", "GM"), machine)
     # from L0C: the bytes written to GM, in the GM dtype
-    assert cost("TSTORE", machine, shape=shape, dtype=dtype, src="L0C") == dma(nbytes, ("L0C", "GM"), machine)
-    assert cost("TEXTRACT", machine, shape=shape, dtype=dtype, src="L1", dst="L0A") == dma(nbytes, ("L1", "L0A"), machine)
-    assert cost("TEXTRACT", machine, shape=shape, dtype=dtype, dst="L0B") == dma(nbytes, ("L1", "L0B"), machine)
+    assert cost("TSTORE", m, shape=shape, dtype=dtype, src="L0C") == dma(nbytes, ("L0C", "GM"), machine)
+    assert cost("TEXTRACT", m, shape=shape, dtype=dtype, src="L1", dst="L0A") == dma(nbytes, ("L1", "L0A"), machine)
+    assert cost("TEXTRACT", m, shape=shape, dtype=dtype, dst="L0B") == dma(nbytes, ("L1", "L0B"), machine)
 
 
 def test_dma_examples_by_hand():
-    assert cost("TLOAD", shape=(8, 64), dtype="fp32") == 35       # as in test_sim
-    assert cost("TSTORE", shape=(8, 64), dtype="fp32") == 19
-    assert cost("TLOAD", shape=(64, 256), dtype="fp32", src="GM", dst="UB") == math.ceil(
+    assert cost("TLOAD", PUB, shape=(8, 64), dtype="fp32") == 35       # as in test_sim
+    assert cost("TSTORE", PUB, shape=(8, 64), dtype="fp32") == 19
+    assert cost("TLOAD", PUB, shape=(64, 256), dtype="fp32", src="GM", dst="UB") == math.ceil(
         65536 / (100.9 * GIB) * 1.85e9)
     # a tail tile moves its valid part only
-    assert cost("TLOAD", shape=(64, 256), valid=(10, 10), dtype="fp32") == dma(400, ("GM", "UB"))
+    assert cost("TLOAD", PUB, shape=(64, 256), valid=(10, 10), dtype="fp32") == dma(400, ("GM", "UB"))
 
 
 def test_sync_costs():
@@ -255,7 +260,7 @@ def test_cost_errors(call, words):
 def test_cost_accepts_dtypes_machines_and_files(tmp_path):
     assert cost("TEXP", shape=(64, 256), dtype=pypto.DT_FP32) == cost("TEXP", shape=(64, 256), dtype=np.float32)
     p = tmp_path / "m.toml"
-    p.write_text('base = "a2a3"\nclock_ghz = 3.7\n')
+    p.write_text('base = "a2a3"\nclock_ghz = 3.7\ncost_model = "public"\n')
     assert cost("TLOAD", p, shape=(64, 256)) == math.ceil(65536 / (100.9 * GIB) * 3.7e9)
     assert cost("tload", A5, shape=(64, 256)) == dma(65536, ("GM", "UB"), "a5")
 
@@ -298,7 +303,7 @@ def test_table_ops_appear_in_compiled_programs(rng):
 
 
 def test_table_rows_pipes_and_cycles():
-    rows = instruction_table("a2a3")
+    rows = instruction_table(PUB)
     by = {}
     for r in rows:
         by.setdefault(r.op, []).append(r)
@@ -346,3 +351,120 @@ def test_gen_script_check_detects_stale_file(tmp_path):
     assert mod.main(["--out", str(out)]) == 0
     assert mod.main(["--check", "--out", str(out)]) == 0
     assert out.read_text() == instruction_table_markdown()
+
+
+# ---------------------------------------------------------------------------------------
+# the calibrated rules (a2a3's default), by hand from docs/cost_model.md
+
+def test_machines_cost_models():
+    assert A2A3.cost_model == "calibrated"
+    assert TEACH.cost_model == A5.cost_model == "public"
+    with pytest.raises(pypto.PyptoError) as e:
+        A2A3.replace(cost_model="fitted")
+    assert "cost_model" in e.value.message and "'calibrated' or 'public'" in e.value.expected
+
+
+def test_calibrated_vector_rules_by_hand():
+    r = lambda b: math.ceil(b / 256)                          # repeats
+    # element-wise: startup + slope x repeats (64 x 256 fp32 = 256 repeats)
+    assert cost("TEXP", shape=(64, 256), dtype="fp32") == 31 + 2 * 256
+    assert cost("TADD", shape=(64, 256), dtype="fp32") == 26 + 2 * 256
+    assert cost("TADDS", shape=(8, 64), dtype="fp32") == 26 + 1 * 8
+    assert cost("TABS", shape=(5, 10), dtype="fp32") == 4 + r(5 * 64)      # rows padded to 32 bytes
+    assert cost("TRSQRT", shape=(64, 64), dtype="fp16") == 26 + 32
+    assert cost("TCVT", shape=(4, 64), dtype="fp32", to="fp16") == 29 + 4
+    # divisions per element in fp32; a 2-byte dtype converts
+    assert cost("TDIV", shape=(64, 64), dtype="fp32") == 32 + 4 * 64
+    assert cost("TDIV", shape=(64, 64), dtype="fp16") == 32 + 4 * 64 + 16
+    assert cost("TDIVS", shape=(32, 64), dtype="fp32") == 70 + 4 * 32
+    assert cost("TRECIP", shape=(63, 64), dtype="fp16") == 10 + 4 * 63 + 16
+    # more rows than the 8-bit repeat count: a repeat per row
+    assert cost("TADDS", shape=(256, 16), dtype="fp32") == 26 + 256
+    assert cost("TADDS", shape=(255, 16), dtype="fp32") == 26 + r(255 * 64)
+    # reductions: a row costs 7.5 cycles; columns a chain of 34.4-cycle steps (SUM: halvings)
+    assert cost("TROWSUM", shape=(64, 256), dtype="fp32") == math.ceil(6 + 7.5 * 64 + 2 * (256 - 64))
+    assert cost("TROWMAX", shape=(3, 64), dtype="fp32") == math.ceil(6 + 7.5 * 3)
+    assert cost("TCOLMAX", shape=(64, 64), dtype="fp32") == math.ceil(294 + 2 * 64 + 34.4 * 63)
+    assert cost("TCOLSUM", shape=(64, 64), dtype="fp32") == math.ceil(294 + 2 * 64 + 34.4 * 6)
+    assert cost("TCOLSUM", shape=(1, 3072), dtype="fp32") == 294 + 2 * 48
+    # broadcasts: 14.5 cycles a row; a row-broadcast op adds a repeat per 8 rows
+    assert cost("TROWEXPAND", shape=(64, 64), dtype="fp16") == math.ceil(5 + 14.5 * 64)
+    assert cost("TROWEXPANDSUB", shape=(64, 256), dtype="fp32") == 26 + 2 * 256 + 8
+    assert cost("TCOLEXPANDSUB", shape=(64, 256), dtype="fp32") == 26 + 2 * 256
+    # the cube keeps the public formula
+    assert cost("TMATMUL", m=120, k=110, n=50, dtype="fp32") == cube(120, 110, 50, 4) == 902
+
+
+def test_calibrated_load_rules_by_hand():
+    peak = 220.55 * GIB / 1.85e9                              # bytes per cycle, about 128
+    assert cost("TLOAD", shape=(128, 128), dtype="fp32") == math.ceil(264 + 65536 / peak) == 776
+    assert cost("TLOAD", shape=(2, 2, 2, 32, 64), dtype="fp32") == math.ceil(8 * 264 + 65536 / peak)
+    assert cost("TLOAD", shape=(64, 256), dtype="fp16", dst="L1") == math.ceil(264 + 32768 / peak)
+    # stores and on-chip moves keep the public path bandwidths
+    assert cost("TSTORE", shape=(8, 64), dtype="fp32") == dma(2048, ("UB", "GM"))
+    assert cost("TEXTRACT", shape=(128, 64), dtype="fp16", dst="L0B") == dma(16384, ("L1", "L0B"))
+    # the fields are the machine's
+    m = A2A3.replace(name="slow-dma", dma_burst_cycles=1000, gm_load_peak_gibps=100.0)
+    assert cost("TLOAD", m, shape=(128, 128), dtype="fp32") == math.ceil(1000 + 65536 / (100.0 * GIB / 1.85e9))
+
+
+def test_calibrated_table_rows():
+    by = {(r.op, r.operands): r for r in instruction_table("a2a3")}
+    assert by[("TEXP", "UB <- UB")].rule == "31 + 2 x ceil(bytes / 256)"
+    assert by[("TEXP", "UB <- UB")].cycles == 31 + 2 * 256
+    assert by[("TLOAD", "UB <- GM")].cycles == 776 and "DMAs x 264" in by[("TLOAD", "UB <- GM")].rule
+    assert "7.5 x rows" in by[("TROWSUM", "UB <- UB (dim=)")].rule
+
+
+# ---------------------------------------------------------------------------------------
+# fidelity to the hardware measurements (benchmarks/data/*.md; benchmarks/cost_fidelity.py
+# prints the tables)
+
+DATA = ROOT / "benchmarks" / "data"
+
+
+def _report(cases):
+    from pypto.sim.calibration import summary
+    for c in cases:
+        print(f"{c.test:50s} hw {c.hw:5d}  calibrated {c.calibrated:5d} ({c.error:6.1%})  public {c.public:5d} "
+              f"({c.public_error:6.1%})  pto-isa {c.pto_isa_error:6.1%}")
+    fams = summary(cases)
+    for f in fams:
+        print(f"  {f.family:18s} {f.cases:2d} cases: calibrated {f.calibrated:6.1%} (capped {f.calibrated_capped:6.1%}),"
+              f" public {f.public:6.1%}, pto-isa {f.pto_isa:6.1%}")
+    return {f.family: f for f in fams}
+
+
+def test_fidelity_on_the_calibration_set():
+    from pypto.sim.calibration import fidelity
+    cases = fidelity(str(DATA / "hw_cycles_train.md"))
+    assert len(cases) == 30
+    fams = _report(cases)
+    assert fams["all"].calibrated <= 0.10                     # the issue's bound; today 0.8%
+    assert fams["all"].public > 0.30                           # the plain formulas are far off
+    for f in fams.values():                                    # no family worse than pto-isa's own model
+        assert f.calibrated_capped <= f.pto_isa + 1e-9, f
+
+
+def test_fidelity_on_held_out_measurements():
+    """Cases the constants were not fitted to: the rules must hold there too."""
+    from pypto.sim.calibration import fidelity
+    cases = fidelity(str(DATA / "hw_cycles_holdout.md"))
+    assert len(cases) >= 40
+    fams = _report(cases)
+    assert fams["all"].calibrated <= 0.10                      # today 6.1%
+    for f in fams.values():
+        assert f.calibrated_capped <= f.pto_isa + 1e-9, f
+
+
+def test_calibration_table_errors(tmp_path):
+    from pypto.sim.calibration import fidelity
+    p = tmp_path / "t.md"
+    p.write_text("| a | TADD | `len(3)` | 10 | 0.5 | |\n")
+    with pytest.raises(pypto.PyptoError) as e:
+        fidelity(str(p))
+    assert "cost(...)" in e.value.message
+    p.write_text("no table here\n")
+    with pytest.raises(pypto.PyptoError) as e:
+        fidelity(str(p))
+    assert "no cases" in e.value.message

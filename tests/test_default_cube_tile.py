@@ -20,15 +20,19 @@ def test_default_cube_tile_per_machine():
     a2a3 = get_machine("a2a3")
     # without a machine: 128 x 128, K in 64-element (128-byte) steps, 4 steps per L1 chunk
     assert default_cube_tile(4096, 4096, 4096, F16) == ((128, 128), (64, 256), (128, 128))
-    # 4096^3 on 24 cube cores: 256 x 128 tiles load fewer operand bytes per FLOP, and 128-deep K
-    # chunks leave room in L1 for 7 chunks of the A panel the next tile of the row reuses
-    assert default_cube_tile(4096, 4096, 4096, F16, a2a3) == ((256, 256), (64, 128), (128, 128))
+    # 4096^3 on 24 cube cores: 128 x 256 tiles load fewer operand bytes per FLOP, and under the
+    # calibrated loads (264 cycles a DMA, then 128 B/cycle) 256-deep K chunks, half the DMAs
+    assert default_cube_tile(4096, 4096, 4096, F16, a2a3) == ((128, 128), (64, 256), (256, 256))
+    # with the public formulas (no DMA startup, 135 GiB/s) 128-deep K chunks leave room in L1 for
+    # 7 chunks of the A panel the next tile of the row reuses
+    assert default_cube_tile(4096, 4096, 4096, F16, a2a3.replace(cost_model="public")) == (
+        (256, 256), (64, 128), (128, 128))
     # 1024^3: 128 x 256 tiles give 32 tiles for 24 cores, no faster than 64 smaller ones
     assert default_cube_tile(1024, 1024, 1024, F16, a2a3) == ((128, 128), (64, 256), (128, 128))
     # fp32 runs the cube at half rate: compute-bound already, the smaller tile is as fast
     assert default_cube_tile(4096, 4096, 4096, F32, a2a3) == ((128, 128), (32, 128), (128, 128))
     # a 128 x 256 fp32 accumulator must fit L0C
-    assert default_cube_tile(4096, 4096, 4096, F16, a2a3.replace(l0c_kib=64)) == ((128, 128), (64, 128), (128, 128))
+    assert default_cube_tile(4096, 4096, 4096, F16, a2a3.replace(l0c_kib=64)) == ((128, 128), (64, 256), (128, 128))
     # small matmuls are clipped to the matrix
     assert default_cube_tile(40, 50, 60, F16, a2a3) == ((48, 48), (64, 64), (64, 64))
 

@@ -16,7 +16,7 @@ from pypto.ir.core import Attrs
 from pypto.ir.exec import SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef
 from pypto.ir.gm import GMBuffer, GMRef
 from pypto.ir.program import Program
-from pypto.target.cost import base_cycles
+from pypto.target.cost import pipe_cycles
 from pypto.target.machine import get_machine
 from pypto.sim.timing import run_timing
 from common import byte_accesses, layernorm, matmul, matmul_bias_gelu, softmax
@@ -201,7 +201,7 @@ def _tiny_matmul(order=(0, 1, 2, 3, 4, 5)):
 
 def test_estimates_and_flag_batching_exactly():
     bufs, s = _tiny_matmul()
-    la, lb, xa, xb, mm, st = (base_cycles(i, A2) for i in s)
+    la, lb, xa, xb, mm, st = (pipe_cycles(i, A2) for i in s)      # a load: its pipe time, latency after
     L = A2.l2_hit_cycles + A2.l2_miss_extra_cycles            # both loads touch their windows first
     lat = (L, L, 0, 0, 0, 0)
     # original order: a flag after each load; MTE2 stalls L after each (SET_FLAG waits for the data)

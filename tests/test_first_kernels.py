@@ -88,8 +88,10 @@ def moe_router():
 KERNELS = {f.__name__: f for f in (causal_attention, rope_interleaved, merge_heads, kv_cache_decode, conv_stride2,
                                    moe_router)}
 # simulated cycles on a2a3 (see the module docstring)
-CYCLES = {"causal_attention": 8454, "rope_interleaved": 1352, "merge_heads": 2025, "kv_cache_decode": 1969,
-          "conv_stride2": 2159, "moe_router": 2990}
+# (calibrated cost rules; under the public ones they were 8454, 1352, 2025, 1969, 2159, 2990: small
+# loads now pay a 264-cycle DMA startup, row reductions and broadcasts 7.5 / 14.5 cycles a row)
+CYCLES = {"causal_attention": 9894, "rope_interleaved": 1697, "merge_heads": 2060, "kv_cache_decode": 2161,
+          "conv_stride2": 3393, "moe_router": 9444}
 
 
 @pytest.mark.parametrize("name", list(KERNELS))

@@ -12,8 +12,11 @@ from pypto.ir.block import BlockGraph, Task
 from pypto.target.machine import get_machine
 
 T, F16 = pypto.Tensor, pypto.DT_FP16
-# two cube cores: a 256 x 512 output in 128 x 128 tiles is one row of four tiles per task
-TWO_CORES = get_machine("a2a3").replace(name="a2a3-2", n_aic=2, n_aiv=4)
+# two cube cores: a 256 x 512 output in 128 x 128 tiles is one row of four tiles per task; the
+# public cost rules, where every shape below is load-bound, so the loads the pass drops show in
+# the cycles (under a2a3's calibrated loads, 264 cycles a DMA then 128 B/cycle, the 128 x 256
+# tile of 512x1024x512 is cube-bound: the pass saves its bytes, not its time)
+TWO_CORES = get_machine("a2a3").replace(name="a2a3-2", n_aic=2, n_aiv=4, cost_model="public")
 OFF = {"l1_reuse": False}
 
 
@@ -126,7 +129,7 @@ def test_matmul_bias_gelu_on_a2a3_is_faster_with_reuse():
     for name, opts in (("on", {}), ("off", OFF)):
         ck = matmul_bias_gelu.compile(*specs, options=opts)
         cyc[name] = pypto.sim.simulate(ck.program, machine=ck.machine, mode="timing", trace=False).cycles
-    assert cyc == {"on": 23692, "off": 27870}
+    assert cyc == {"on": 21708, "off": 22424}
 
 
 def test_a_task_reading_another_tasks_tile_fails_verification():

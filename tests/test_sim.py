@@ -12,6 +12,8 @@ from pypto.target.cost import cube_cycles
 from pypto.target.machine import A2A3, TEACH
 from common import byte_accesses
 
+PUB = A2A3.replace(name="a2a3-public", cost_model="public")     # the public formulas, by hand below
+
 # public figures (DESIGN section 4), written out here rather than read from pypto
 CLOCK_HZ = 1.85e9
 GIB = 2 ** 30
@@ -91,7 +93,7 @@ L2_MISS_LATENCY = 50 + 150    # DESIGN.md: ~50-cycle L2 hit latency, ~+150 cycle
 def test_single_tile_cycles_by_hand():
     """TLOAD -> flag -> TADDS -> flag -> TSTORE on one AIV core, computed from the public figures."""
     x = np.ones((8, 64), np.float32)
-    ck = add_const.compile(x, np.zeros_like(x))
+    ck = add_const.compile(x, np.zeros_like(x), machine=PUB)
     ops = [i.op for t in ck.program.tasks for i in t.instrs]
     assert len(ck.program.tasks) == 1
     assert ops == ["TLOAD", "SET_FLAG", "WAIT_FLAG", "TADDS", "SET_FLAG", "WAIT_FLAG", "TSTORE"]
@@ -122,7 +124,7 @@ def test_single_tile_cycles_by_hand():
 def test_back_to_back_vector_ops_share_the_startup():
     """TEXP then TADDS on a busy V pipe: the second one has no head."""
     x = np.ones((8, 64), np.float32)
-    ck = exp_add.compile(x, np.zeros_like(x))
+    ck = exp_add.compile(x, np.zeros_like(x), machine=PUB)
     nbytes = 8 * 64 * 4
     res = ck.simulate(x, np.zeros_like(x))
     ev = {e.op: e for e in res.trace}
@@ -132,6 +134,38 @@ def test_back_to_back_vector_ops_share_the_startup():
     want = (DISPATCH + dma(nbytes, BW_GM_UB) + L2_MISS_LATENCY + 2 + vec(nbytes, 4) + vec(nbytes, head=False)
             + 2 + dma(nbytes, BW_UB_GM))
     assert res.cycles == want
+
+
+def test_single_tile_cycles_by_hand_calibrated():
+    """The same kernel on a2a3 (calibrated rules, docs/cost_model.md): the load's pipe time is
+    its DMA startup less the L2 miss latency, then its bytes at 128 B/cycle; TADDS costs 26 + 1
+    per repeat; the store keeps the public UB->GM figure."""
+    x = np.ones((8, 64), np.float32)
+    ck = add_const.compile(x, np.zeros_like(x))
+    assert ck.machine.cost_model == "calibrated"
+    nbytes = 8 * 64 * 4
+    peak = 220.55 * GIB / CLOCK_HZ
+    load = 264 - L2_MISS_LATENCY + math.ceil(nbytes / peak)
+    want = DISPATCH + load + L2_MISS_LATENCY + 2 + (26 + 8) + 2 + dma(nbytes, BW_UB_GM)
+    assert want == 100 + 80 + 200 + 2 + 34 + 2 + 19
+    res = ck.simulate(x, np.zeros_like(x))
+    assert res.cycles == want
+    by_op = {e.op: e.end - e.start for e in res.trace if not e.op.endswith("FLAG")}
+    assert by_op == {"TLOAD": 80, "TADDS": 34, "TSTORE": 19}
+    # a lone cold load ends when pypto.sim.cost says
+    ld = next(e for e in res.trace if e.op == "TLOAD")
+    assert ld.ready - ld.start == pypto.sim.cost("TLOAD", shape=(8, 64), dtype="fp32")
+
+
+def test_back_to_back_vector_ops_share_the_startup_calibrated():
+    """TEXP (31 + 2 per repeat) then TADDS: the second one starts vec_head cycles early; an op
+    shorter than the shared startup still takes a cycle."""
+    x = np.ones((8, 64), np.float32)
+    res = exp_add.compile(x, np.zeros_like(x)).simulate(x, np.zeros_like(x))
+    ev = {e.op: e for e in res.trace}
+    assert ev["TEXP"].end - ev["TEXP"].start == 31 + 2 * 8
+    assert ev["TADDS"].start == ev["TEXP"].end
+    assert ev["TADDS"].end - ev["TADDS"].start == 26 + 8 - VEC_HEAD
 
 
 def test_cube_formula():
@@ -146,7 +180,7 @@ def test_cube_formula():
 def test_matmul_single_tile_cycles_by_hand():
     a = np.ones((40, 50), np.float16)
     b = np.ones((50, 60), np.float16)
-    ck = mm.compile(a, b, np.zeros((40, 60), np.float16))
+    ck = mm.compile(a, b, np.zeros((40, 60), np.float16), machine=PUB)
     res = ck.simulate(a, b, np.zeros((40, 60), np.float16))
     np.testing.assert_array_equal(res.outputs["out"], np.full((40, 60), 50, np.float16))
     ev = {}

@@ -13,7 +13,7 @@ from typing import NamedTuple
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
-from ..target.cost import base_cycles, is_vector
+from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
@@ -26,7 +26,7 @@ class DynamicScheduler(OptimizationPass):
     Per task: the dependence DAG of its instructions (read after write, write after read and
     write after write on on-chip byte ranges and on the GM windows the task writes); the longest
     path from every instruction to the task's end (its critical path: cycles of
-    `pypto.target.cost.base_cycles`, a GM load's data ready an L2 hit or miss latency after its
+    `pypto.target.cost.pipe_cycles`, a GM load's data ready an L2 hit or miss latency after its
     transfer (see `load_latencies`), FLAG_CYCLES for a flag between pipes); then a list schedule
     on the core's pipes, one instruction at a time per pipe: the instruction that can start
     first, the longest path to the end among equals.  The new program order is the order of
@@ -225,21 +225,21 @@ def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[floa
     return [factor.get(t.level, 1.0) for t in graph.tasks]
 
 
-def _base_cycles(instrs, machine: Machine, known: dict | None = None) -> list[int]:
-    """`base_cycles` of each instruction; those without a GM operand are worked out once per
+def _pipe_cycles(instrs, machine: Machine, known: dict | None = None) -> list[int]:
+    """`pipe_cycles` of each instruction; those without a GM operand are worked out once per
     (op, operand objects) in `known` (a dict that outlives them: its keys are object ids)."""
     if known is None:
-        return [base_cycles(i, machine) for i in instrs]
+        return [pipe_cycles(i, machine) for i in instrs]
     out = []
     for ins in instrs:
         dst, srcs = ins.dst, ins.srcs
         if isinstance(dst, GMRef) or any(isinstance(o, GMRef) for o in srcs):
-            out.append(base_cycles(ins, machine))
+            out.append(pipe_cycles(ins, machine))
             continue
         key = (ins.op, id(dst), *map(id, srcs))
         c = known.get(key)
         if c is None:
-            c = known[key] = base_cycles(ins, machine)
+            c = known[key] = pipe_cycles(ins, machine)
         out.append(c)
     return out
 
@@ -258,7 +258,7 @@ class _Stream:
 
     def __init__(self, instrs, machine: Machine, latency=None, slowdown=None, cycles: dict | None = None,
                  same: tuple | None = None):
-        """`cycles`: see `_base_cycles`; `same`: (plans, preds) of a stream of the same shape key
+        """`cycles`: see `_pipe_cycles`; `same`: (plans, preds) of a stream of the same shape key
         (`_shape_key`), which has the same dependences and, in the same order, the same flags:
         they are shared, whatever the two streams' load latencies."""
         self.instrs = instrs
@@ -267,7 +267,7 @@ class _Stream:
         self.pipe = [i.pipe for i in instrs]
         self.latency = list(latency) if latency is not None else \
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
-        self.cycles = [_gm_cycles(i, c, slowdown) for i, c in zip(instrs, _base_cycles(instrs, machine, cycles))]
+        self.cycles = [_gm_cycles(i, c, slowdown) for i, c in zip(instrs, _pipe_cycles(instrs, machine, cycles))]
         self.vector = [is_vector(i.op) for i in instrs]
         # each instruction's entry in `_relax`'s queues (the same in every candidate order)
         self.entry = [(0, c, la, v) for c, la, v in zip(self.cycles, self.latency, self.vector)]
@@ -306,7 +306,7 @@ def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=Non
     if preds is None:
         preds = dependences(instrs)
     if cycles is None:
-        cycles = [base_cycles(i, machine) for i in instrs]
+        cycles = [pipe_cycles(i, machine) for i in instrs]
     if latency is None:
         latency = [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
     pipe = [i.pipe for i in instrs]
@@ -486,7 +486,7 @@ def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:
     Each pipe runs its instructions in order; a WAIT_FLAG waits for its SET_FLAG (first in,
     first out per pipe pair and event id); a SET_FLAG waits until the data of its pipe's
     earlier loads is ready; a vector instruction right behind another shares its startup.
-    Durations are `base_cycles` (a GM transfer at its path's bandwidth: no other core competes
+    Durations are `pipe_cycles` (a GM transfer at its path's bandwidth: no other core competes
     for the HBM or the L2 here); a GM load's data is ready `latency` cycles after its transfer
     (a sequence with one entry per instruction; default: an L2 hit).  None when the flags
     deadlock.
@@ -500,7 +500,7 @@ def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:
             lat = 0
             if _is_gm_load(ins):
                 lat = latency[k] if latency is not None else machine.l2_hit_cycles
-            e = (0, base_cycles(ins, machine), lat, is_vector(ins.op))
+            e = (0, pipe_cycles(ins, machine), lat, is_vector(ins.op))
         queues.setdefault(ins.pipe, []).append(e)
     return _relax(queues, machine)
 

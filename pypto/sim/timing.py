@@ -506,17 +506,19 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
                 heapq.heappush(heap, (t0 + dur, seq, 2, waiter))
                 seq += 1
         elif ikind == GM_LOAD or ikind == GM_STORE:
-            # `dur` is the transfer's fixed cycles (calibrated DMA startup); its bytes move after
+            # `dur` is the transfer's fixed cycles (calibrated DMA startup): its bytes leave the pipe
+            # after it; the shared HBM / L2 are booked from the start (booking them from the end of
+            # the startup would hold back transfers the engine handles later but that start earlier)
             t1 = t0 + dur
             hit = l2.touch(window, nbytes)
             if ikind == GM_LOAD and hit:
-                s0 = l2_free if l2_free > t1 else float(t1)
+                s0 = l2_free if l2_free > t0 else float(t0)
                 l2_free = s0 + nbytes / l2_bpc
                 served, latency = l2_free, hit_latency
                 l2.hits += 1
                 l2.hit_bytes += nbytes
             else:
-                s0 = hbm_free if hbm_free > t1 else float(t1)
+                s0 = hbm_free if hbm_free > t0 else float(t0)
                 hbm_free = s0 + nbytes / hbm_bpc
                 served = hbm_free
                 hbm_bytes += nbytes

@@ -547,16 +547,17 @@ def _run(e, s, budget, checked):
                 _push(s, t0 + dur, EV_STEP + 4 * w)
         elif kind == GM_LOAD or kind == GM_STORE:
             nb = e.nbytes[gi]
-            t1 = t0 + dur                       # the fixed cycles (calibrated DMA startup) first
+            t1 = t0 + dur                       # the fixed cycles (calibrated DMA startup) first; the
+            # shared HBM / L2 are booked from t0 (see timing.py)
             hit = _l2_touch(s, e.window[gi], nb, capacity)
             if kind == GM_LOAD and hit:
-                s0 = f[F_L2_FREE] if f[F_L2_FREE] > t1 else float(t1)
+                s0 = f[F_L2_FREE] if f[F_L2_FREE] > t0 else float(t0)
                 f[F_L2_FREE] = s0 + nb / l2_bpc
                 served, latency = f[F_L2_FREE], hit_lat
                 g[G_HITS] += 1
                 g[G_HIT_BYTES] += nb
             else:
-                s0 = f[F_HBM_FREE] if f[F_HBM_FREE] > t1 else float(t1)
+                s0 = f[F_HBM_FREE] if f[F_HBM_FREE] > t0 else float(t0)
                 f[F_HBM_FREE] = s0 + nb / hbm_bpc
                 served = f[F_HBM_FREE]
                 g[G_HBM_BYTES] += nb

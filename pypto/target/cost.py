@@ -32,7 +32,7 @@ from .isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_MAX_REPEAT, 
 from .machine import Machine
 
 __all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "gm_fixed_cycles", "is_vector",
-           "vector_repeats"]
+           "pipe_cycles", "vector_repeats"]
 
 
 def _is_gm(o) -> bool:
@@ -93,8 +93,10 @@ def calibrated_vector_cycles(ins, row, m: Machine) -> float:
 
 
 def gm_dmas(o) -> int:
-    """The 2-D DMAs a GM window is moved in: one per index of its dims before the last two."""
-    return max(1, math.prod(o.shape[:-2]))
+    """The 2-D DMAs a GM window is moved in: one per index of its dims before the last two, its
+    dims of size 1 left out."""
+    dims = [d for d in o.shape if d != 1]
+    return max(1, math.prod(dims[:-2]))
 
 
 def gm_fixed_cycles(ins, m: Machine) -> int:
@@ -164,3 +166,14 @@ def base_cycles(ins, m: Machine) -> int:
         return row.cycles
     raise PyptoError(f"instruction {ins.op}: unknown cost rule {rule!r}", expected="vector, dma, cube or sync",
                      got=rule)
+
+
+def pipe_cycles(ins, m: Machine) -> int:
+    """Cycles an instruction alone occupies its pipe, as the timing engines charge it with no
+    other core competing: `base_cycles`, except a calibrated GM load, whose L2 latency comes
+    after the pipe is free again (its fixed cycles, then its bytes at the load peak)."""
+    fixed = gm_fixed_cycles(ins, m)
+    if not fixed and not (m.cost_model == "calibrated" and ins.op == "TLOAD" and _is_gm(ins.srcs[0])):
+        return base_cycles(ins, m)
+    src, dst = dma_path(ins)
+    return fixed + max(1, math.ceil(dma_bytes(ins) / m.gm_load_bytes_per_cycle(src, dst)))
