@@ -35,6 +35,9 @@ from ..ir.tensor import TensorGraph
 # fp16 matmul on 8192 rows: 80,098 cycles in chunks of 2048, 68,189 of 4096, 60,753 of 8192,
 # as the kernel compiled for 8192 rows).
 CHUNK = 2048
+# a batched matmul over the dynamic dim (its batches its rows) is at least a cube task per batch:
+# a chunk of 256 batches keeps every cube core busy and its programs small
+BATCH_CHUNK = 256
 CUBE_CHUNKS = (8192, 4096)
 CUBE_CHUNK_MACS = 2 ** 32
 LADDER = (1, 4, 16, 64, 256, 1024, 4096)
@@ -44,9 +47,13 @@ def chunk_for(g: TensorGraph, rows: int) -> int:
     """The chunk for a kernel traced (`g`) with `rows` rows of its dynamic dim."""
     macs = 0
     for n in g.nodes:
-        if n.op == "matmul":
-            a = g.node(n.inputs[0]).shape
-            macs += prod(n.shape) * (a[-2] if n.attrs.get("a_trans") else a[-1])
+        if n.op != "matmul":
+            continue
+        if len(n.shape) > 2:        # batched: the batches share no weights, see BATCH_CHUNK
+            return BATCH_CHUNK
+        # a 2-D matmul's rows share its weights' tiles
+        a = g.node(n.inputs[0]).shape
+        macs += prod(n.shape) * (a[-2] if n.attrs.get("a_trans") else a[-1])
     if macs:
         for c in CUBE_CHUNKS:
             if macs * c <= CUBE_CHUNK_MACS * rows:

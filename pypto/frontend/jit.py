@@ -167,7 +167,7 @@ class JitKernel:
         from ..sim.timing import timed
         from .kernel import CompiledKernel
         traced = self._trace(specs, values, chunk=CHUNK)
-        chunk = chunk_for(traced, CHUNK)
+        chunk = max(chunk_for(traced, CHUNK), max(self._loop_steps, default=1))   # a loop's step divides it
         if chunk != CHUNK:
             traced = self._trace(specs, values, chunk=chunk)
         verify = "each" if self.debug else "levels"
