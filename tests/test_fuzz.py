@@ -102,3 +102,15 @@ def test_reference_follows_numpy_on_special_values():
     assert np.isnan(reduce_ext(x, 0, False, np.max, "fp32").v)
     q = div(V(np.array([1.0, 0.0, -1.0]), 0.0), V(np.zeros(3), 0.0), "fp32")
     assert q.v[0] == np.inf and np.isnan(q.v[1]) and q.v[2] == -np.inf and np.all(q.e == 0)
+
+
+def test_reference_remainder_of_an_uncertain_integer_makes_no_claim():
+    """(make fuzz, 2026-12-03.)  exp(silu(2x)) in fp16 was 2.9997 exactly and 3.0 after rounding;
+    cast to int8 it is 2 or 3 (the cast's bound is 1), so `% 3` may be 2 or 0: the reference
+    claimed 2 +- 0 and called pypto's correct 0 wrong."""
+    from fuzz.reference import V, cast, modulo
+    v4 = cast(V(np.array([2.99967, 5.5]), np.array([0.0015, 0.0])), "fp16", "int8")
+    assert list(v4.v) == [2.0, 5.0] and list(v4.e) == [1.0, 0.0]
+    r = modulo(v4, V(np.array(3.0), 0.0), True, "int8")
+    assert r.e[0] == np.inf                                     # any residue
+    assert r.v[1] == 2.0 and r.e[1] == 0.0                     # an exact integer keeps its claim

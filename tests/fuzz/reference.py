@@ -587,8 +587,9 @@ def modulo(a: V, b: V, floored: bool, dt) -> V:
     with np.errstate(all="ignore"):
         v = f(a.v, b.v)
         cert = _nonfinite_certain(v, a, b)
-        if dt in INTS:
-            return V(v, np.where(cert, 0.0, np.inf))
+        if dt in INTS:      # exact on exact operands; an integer known only to +-e has any residue
+            exact = np.broadcast_to((a.e == 0) & (b.e == 0), np.shape(v))
+            return V(v, np.where(cert & exact, 0.0, np.inf))
         q = np.abs((np.floor if floored else np.trunc)(a.v / b.v))
         e = a.e + (q + 1) * b.e
         s = 2 * e + 2 * ulp(dt, a.v) + 2 * ulp(dt, b.v)
