@@ -408,6 +408,15 @@ def test_calibrated_load_rules_by_hand():
     assert cost("TLOAD", m, shape=(128, 128), dtype="fp32") == math.ceil(1000 + 65536 / (100.0 * GIB / 1.85e9))
 
 
+def test_cost_takes_either_model():
+    assert cost("TEXP", shape=(64, 256), dtype="fp32") == 543
+    assert cost("TEXP", shape=(64, 256), dtype="fp32", cost_model="public") == vec("TEXP", 65536) == 1052
+    assert cost("TEXP", "teach", shape=(64, 256), dtype="fp32", cost_model="calibrated") == 543
+    with pytest.raises(pypto.PyptoError) as e:
+        cost("TEXP", shape=(8, 8), cost_model="exact")
+    assert "cost_model" in e.value.message
+
+
 def test_calibrated_table_rows():
     by = {(r.op, r.operands): r for r in instruction_table("a2a3")}
     assert by[("TEXP", "UB <- UB")].rule == "31 + 2 x ceil(bytes / 256)"

@@ -169,20 +169,28 @@ def synthetic_instr(op: str, **kw) -> Instr:
     return Instr(op, "V", part, (full,), Attrs({"dim": len(shape) - 1 if row else len(shape) - 2}))
 
 
-def cost(op: str, machine="a2a3", **shape_and_dtype) -> int:
-    """Cycles of one instruction alone on its pipe (vector: with its head and tail).
+def cost(op: str, machine="a2a3", *, cost_model: str | None = None, **shape_and_dtype) -> int:
+    """Cycles of one instruction alone on its pipe (vector: with its head and tail; a GM load:
+    until its data is there, under the calibrated rules).
 
         cost("TMATMUL", m=40, k=50, n=60, dtype="fp16")              # 54
-        cost("TEXP", shape=(64, 256), dtype="fp32")                   # head + 4 x 256 repeats + tail
+        cost("TEXP", shape=(64, 256), dtype="fp32")                   # a2a3: 31 + 2 x 256 repeats
         cost("TLOAD", shape=(64, 256), dtype="fp32", src="GM", dst="UB")
         cost("TSTORE", shape=(64, 256), dtype="fp16", src="L0C")      # on FIX
         cost("TEXTRACT", shape=(128, 64), dtype="fp16", dst="L0B")
         cost("SET_FLAG")
 
     Shapes are tile shapes (`valid=` for a tail tile); reductions take their input's shape,
-    expansions their output's.  `machine` is a Machine, a name or a .toml path.
+    expansions their output's.  `machine` is a Machine, a name or a .toml path; `cost_model`
+    ("calibrated" or "public") overrides the machine's rules (docs/cost_model.md):
+
+        cost("TEXP", shape=(64, 256), dtype="fp32")                         # 543 on a2a3
+        cost("TEXP", shape=(64, 256), dtype="fp32", cost_model="public")    # 1052
     """
-    return base_cycles(synthetic_instr(op, **shape_and_dtype), get_machine(machine))
+    m = get_machine(machine)
+    if cost_model is not None and cost_model != m.cost_model:
+        m = m.replace(cost_model=cost_model)
+    return base_cycles(synthetic_instr(op, **shape_and_dtype), m)
 
 
 # ---------------------------------------------------------------------------------------
