@@ -26,6 +26,14 @@ T = pypto.Tensor
 TINY_L2 = get_machine("a2a3").replace(name="a2a3-l2-1mib", l2_mib=1)
 
 
+@pypto.jit
+def scale3d(x, out):
+    """3-D tiles: a window of 2 x 16 x 256 of a [8, 64, 256] tensor is two 2-D DMAs (calibrated
+    loads pay a startup per DMA) and TROWSUM / TROWEXPANDSUB run per row."""
+    pypto.set_vec_tile_shapes(2, 16, 256)
+    out[:] = x - pypto.sum(x, dim=-1, keepdim=True) * 0.5
+
+
 def _vec(n, m=None):
     return (T([n, m or n], F32), T([n, m or n], F32))
 
@@ -51,6 +59,9 @@ CASES = {
     "matmul fp16 tiny L2": (matmul, _mm(1024, 2048, 1024), TINY_L2, {}),
     "matmul+bias+gelu a2a3": (matmul_bias_gelu, _mm(1024, 1024, 1024)[:2] + (T([1024], F16), T([1024, 1024], F16)),
                               "a2a3", {}),
+    "3-D tiles a2a3": (scale3d, (T([8, 64, 256], F32), T([8, 64, 256], F32)), "a2a3", {}),
+    "3-D tiles public a2a3": (scale3d, (T([8, 64, 256], F32), T([8, 64, 256], F32)),
+                              get_machine("a2a3").replace(name="a2a3-public", cost_model="public"), {}),
     "matmul+bias+gelu teach": (matmul_bias_gelu, _mm(256, 512, 512)[:2] + (T([512], F16), T([256, 512], F16)),
                                "teach", dict(VM=16, VN=256)),
 }

@@ -15,8 +15,9 @@ cycles of single instructions (`isa.CALIBRATED`, docs/cost_model.md):
   row broadcasts per row, column reductions a chain of dependent steps;
 - GM loads: DMAs x `dma_burst_cycles` + bytes / `gm_load_peak_gibps` (one DMA per 2-D slice of
   the window); `gm_fixed_cycles` is that overhead as the timing engines add it before the bytes
-  move (the L2 latency, which they add after, taken out).  `pypto.sim.cost(op, machine, **shape)` builds a synthetic instruction and
-asks it.
+  move (the L2 latency, which they add after, taken out), `pipe_cycles` the load's time on its pipe.
+
+`pypto.sim.cost(op, machine, **shape)` builds a synthetic instruction and asks `base_cycles`.
 
 The target sits below the IR, so the operands are read by duck typing, not by isinstance: a GM
 window (`ir.gm.GMRef`) has a `.buf`; an on-chip tile (`ir.exec.TileRef`) has a `.space` and an
@@ -27,8 +28,8 @@ from __future__ import annotations
 import math
 
 from ..errors import PyptoError
-from .isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_MAX_REPEAT, CAL_ROW_STEP, CAL_ROWEXPAND_STEP, INDEXED_KINDS,
-                  INDEXED_SECTOR, INSTRUCTIONS, is_vector)
+from .isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_MAX_REPEAT, CAL_ROW_STEP, CAL_ROWEXPAND_STEP,
+                  INDEXED_KINDS, INDEXED_SECTOR, INSTRUCTIONS, is_vector)
 from .machine import Machine
 
 __all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "gm_fixed_cycles", "is_vector",
@@ -99,11 +100,16 @@ def gm_dmas(o) -> int:
     return max(1, math.prod(dims[:-2]))
 
 
+def _calibrated_load(ins, m: Machine) -> bool:
+    """A GM load under the calibrated rules."""
+    return m.cost_model == "calibrated" and ins.op == "TLOAD" and _is_gm(ins.srcs[0])
+
+
 def gm_fixed_cycles(ins, m: Machine) -> int:
     """Cycles a GM transfer occupies its pipe before its bytes move: under the calibrated rules a
     load's DMAs x burst cycles, less the L2 miss latency the engines add after the transfer (so a
     lone cold load takes what `base_cycles` says); 0 for stores and under the public rules."""
-    if m.cost_model != "calibrated" or ins.op != "TLOAD" or not _is_gm(ins.srcs[0]):
+    if not _calibrated_load(ins, m):
         return 0
     return max(0, gm_dmas(ins.srcs[0]) * m.dma_burst_cycles - m.l2_hit_cycles - m.l2_miss_extra_cycles)
 
@@ -148,14 +154,13 @@ def base_cycles(ins, m: Machine) -> int:
         raise PyptoError(f"no cost rule for instruction {ins.op}: it has no row in the instruction table",
                          expected="an instruction of pypto.target.isa.INSTRUCTIONS", got=ins.op)
     rule = row.cost
-    calibrated = m.cost_model == "calibrated"
     if rule == "vector":
-        if calibrated:
+        if m.cost_model == "calibrated":
             return max(1, math.ceil(calibrated_vector_cycles(ins, row, m)))
         return m.vec_head + row.slope * vector_repeats(ins, m) + m.vec_tail
     if rule == "dma":
         src, dst = dma_path(ins)
-        if calibrated and ins.op == "TLOAD" and src == "GM":
+        if _calibrated_load(ins, m):
             return math.ceil(gm_dmas(ins.srcs[0]) * m.dma_burst_cycles
                              + dma_bytes(ins) / m.gm_load_bytes_per_cycle(src, dst))
         return dma_cycles(dma_bytes(ins), src, dst, m)
@@ -172,8 +177,7 @@ def pipe_cycles(ins, m: Machine) -> int:
     """Cycles an instruction alone occupies its pipe, as the timing engines charge it with no
     other core competing: `base_cycles`, except a calibrated GM load, whose L2 latency comes
     after the pipe is free again (its fixed cycles, then its bytes at the load peak)."""
-    fixed = gm_fixed_cycles(ins, m)
-    if not fixed and not (m.cost_model == "calibrated" and ins.op == "TLOAD" and _is_gm(ins.srcs[0])):
+    if not _calibrated_load(ins, m):
         return base_cycles(ins, m)
     src, dst = dma_path(ins)
-    return fixed + max(1, math.ceil(dma_bytes(ins) / m.gm_load_bytes_per_cycle(src, dst)))
+    return gm_fixed_cycles(ins, m) + max(1, math.ceil(dma_bytes(ins) / m.gm_load_bytes_per_cycle(src, dst)))
