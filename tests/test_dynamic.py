@@ -143,7 +143,7 @@ def test_a_kernel_with_matmuls_gets_a_larger_chunk():
 
 
 def test_a_batched_matmul_over_the_dynamic_dim_gets_a_small_chunk(rng):
-    """Its batches share no weights: a chunk of 256 batches, not 8192 (a fuzzed [N, 1, 32] x
+    """Its batches share no weights: a chunk of at most 256 batches, not 8192 (a fuzzed [N, 1, 32] x
     [N, 32, 32] took 36 s to compile for a 8192-batch chunk, 0.2 s now), values right at any size."""
     f32 = pypto.DT_FP32
 
@@ -159,6 +159,14 @@ def test_a_batched_matmul_over_the_dynamic_dim_gets_a_small_chunk(rng):
         res = ck.simulate(x, w, np.zeros((n, 1, 32), np.float32))
         np.testing.assert_allclose(res.outputs["out"], x @ w + 2.0, rtol=1e-5, atol=1e-5)
     assert bmm.cache_size == 1
+    # a batch of 1000 x 32 outputs: 32 batches a chunk (2^20 output elements)
+    from pypto.compiler.dynamic import chunk_for
+
+    def big(x, w, out):
+        out[:] = pypto.matmul(x, w)
+    tr = pypto.jit(big)._trace([pypto.Tensor([1000, 17], f32, "x"), pypto.Tensor([2048, 17, 32], f32, "w"),
+                                pypto.Tensor([2048, 1000, 32], f32, "out")], {})
+    assert chunk_for(tr, 2048) == 32
 
 def test_loop_over_the_dynamic_dim():
     @pypto.jit

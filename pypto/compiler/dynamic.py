@@ -36,8 +36,10 @@ from ..ir.tensor import TensorGraph
 # 8192, as the kernel compiled for 8192 rows).
 CHUNK = 2048
 # a batched matmul over the dynamic dim (its batches its rows) is at least a cube task per batch:
-# a chunk of 256 batches keeps every cube core busy and its programs small
+# a chunk of at most 256 batches keeps every cube core busy and its programs small, fewer when a
+# batch's output is large (at most BATCH_ELEMENTS output elements a chunk, a power of two batches)
 BATCH_CHUNK = 256
+BATCH_ELEMENTS = 2 ** 20
 CUBE_CHUNKS = (8192, 4096)
 CUBE_CHUNK_MACS = 2 ** 32
 LADDER = (1, 4, 16, 64, 256, 1024, 4096)
@@ -50,7 +52,8 @@ def chunk_for(g: TensorGraph, rows: int) -> int:
         if n.op != "matmul":
             continue
         if len(n.shape) > 2:        # batched: the batches share no weights, see BATCH_CHUNK
-            return BATCH_CHUNK
+            fit = max(1, BATCH_ELEMENTS // max(1, prod(n.shape[1:])))
+            return min(BATCH_CHUNK, 1 << (fit.bit_length() - 1))
         # a 2-D matmul's rows share its weights' tiles
         a = g.node(n.inputs[0]).shape
         macs += prod(n.shape) * (a[-2] if n.attrs.get("a_trans") else a[-1])
