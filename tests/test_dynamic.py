@@ -299,6 +299,14 @@ def test_errors_name_the_kernel_line():
         out[0:4] = x[0:4]
     _error(fixed, T(D, 64), T(D, 64), match="rows 0:4 of it depends on where the kernel's chunks fall")
 
+    def squeezed(x: T(D, 1), out: T(D)):         # (make fuzz, 2026-12-03: computed per chunk)
+        v = pypto.squeeze(x, 1)
+        z = pypto.zeros_like(v)
+        z[0:1] = v[0:1]
+        out[:] = z
+    e = _error(squeezed, T(D, 1), T(D), match="rows 0:1 of it depends on where the kernel's chunks fall")
+    assert e.loc.line == squeezed.__code__.co_firstlineno + 3
+
     def pyrange(x: T(D, 64), out: T(D, 64)):
         for i in range(0, x.shape[0], 8):
             out[i:i + 8] = x[i:i + 8]
@@ -385,3 +393,17 @@ def test_dynamic_params_without_compiling():
     def neg(x, out):
         out[:] = -x
     assert neg.dynamic_params(x, x) == () and neg.dynamic_params(T(D, 1024), x) == ("x",)
+
+
+def test_squeeze_and_unsqueeze_keep_the_dynamic_dim(rng):
+    @pypto.jit
+    def sq(x: T(D, 1, 8), out: T(D, 8, 1)):
+        v = pypto.squeeze(x, 1)
+        out[:] = pypto.unsqueeze(v * 2.0, 2)
+
+    ck = sq.compile(T(D, 1, 8), T(D, 8, 1))
+    for n in (1, 5, 2051):
+        x = rng.standard_normal((n, 1, 8)).astype(np.float32)
+        res = ck.simulate(x, np.zeros((n, 8, 1), np.float32))
+        np.testing.assert_array_equal(res.outputs["out"], (x * 2.0).reshape(n, 8, 1))
+    assert sq.cache_size == 1

@@ -737,7 +737,9 @@ def cast(x, dtype):
 
 def reshape(x, shape):
     x = _tensor(x, "reshape")
-    shape = [int(s) for s in shape]
+    # a dynamic dim kept (squeeze, unsqueeze, x.reshape([N, ...])) stays symbolic: slicing it
+    # afterwards is checked as slicing the dim itself (frontend.dynamic.check_slice)
+    shape = [s if isinstance(s, SymbolicScalar) else int(s) for s in shape]
     if shape.count(-1) == 1:
         known = _size_prod(s for s in shape if s != -1)
         shape[shape.index(-1)] = x.size // known if known else 0
