@@ -236,3 +236,37 @@ def test_an_overflow_next_to_a_nan_makes_no_false_alarm():
     res = sig.compile(x, np.zeros_like(x)).simulate(x, np.zeros_like(x))
     assert res.outputs["out"][0, 0] == 0 and np.isnan(res.outputs["out"][3, 5])
     assert res.ok, res.check
+
+
+def test_an_unknown_bound_makes_comparisons_selects_and_int_casts_unknown():
+    """(make fuzz, 2026-12-03.)  A layernorm of four fp16 values that round to one (var 0) has a
+    NaN bound (0 x inf): `x > 0`, the `where` it drives and a cast to int must make no claim
+    there, not a certain one (the check called a correct result a MISMATCH, 6.9 million times its
+    bound)."""
+    from pypto.ir.numerics import Approx, bound_node
+    from pypto.ir.ops import OPS
+    unknown = Approx(np.array([0.0, 1.0]), np.array([np.nan, 0.0]))
+    gt = OPS["gt"].bound([unknown, Approx(np.array(0.0))], {})
+    assert np.isinf(gt.e[0]) and gt.e[1] == 0
+    sel = OPS["where"].bound([gt, Approx(np.array([5.0, 6.0])), Approx(np.array([7.0, 8.0]))], {})
+    assert np.isinf(sel.full_e[0]) and sel.full_e[1] == 0
+    from pypto.ir.tensor import TNode
+    n = TNode(1, "cast", (0,), (2,), pypto.DT_INT32)
+    c = bound_node(n, [unknown], np.array([0.0, 1.0]), in_dtypes=[pypto.DT_FP32])
+    assert not (np.asarray(c.full_e)[0] <= 0) and c.full_e[1] == 0
+
+
+@pypto.jit
+def _ln_then_mask(x, y, out):
+    v = pypto.layernorm(x - y, eps=1e-06)
+    out[:] = pypto.where(pypto.lt(0.0, v), v, 0.0)
+
+
+def test_an_ill_conditioned_layernorm_is_not_a_false_alarm():
+    # the four values of a row differ by less than an fp16 ulp of 20: the reference rounds them to
+    # one (layernorm 0), autocast keeps them apart in fp32 (layernorm up to 1.64): both are right
+    x = np.array([[[0.0, 0.0, 0.0, 0.006886]]], np.float16)
+    y = np.array([[[19.95]]], np.float16)
+    out = np.zeros((1, 1, 4), np.float16)
+    res = _ln_then_mask.compile(x, y, out).simulate(x, y, out)
+    assert res.outputs["out"][0, 0, 3] > 1.5 and res.ok

@@ -214,8 +214,8 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
         out = Approx(y, _matmul_bound(Approx(av, ae), Approx(bv, be), y, float_acc))
     elif op == "cast":
         e = x.e
-        if not d.is_float and np.any(e > 0):        # truncation to an integer may step by one
-            e = np.where(e > 0, np.ceil(e) + 1.0, 0.0)
+        if not d.is_float and np.any(e != 0):       # truncation to an integer may step by one (NaN: unknown)
+            e = np.where(e == 0, 0.0, np.ceil(e) + 1.0)
         out = Approx(y, e)
     elif row.kind == "composite" and row.bound is None:     # (a row's own rule, if it has one)
         b = _Bounds(ins, in_dtypes or [d] * len(ins))

@@ -299,6 +299,7 @@ def _compare_bound(np_fn):
     def rule(ins, a):
         x, y = ins
         e = np.asarray(x.e + y.e)
+        e = np.where(np.isnan(e), np.inf, e)        # a NaN bound is unknown too (0 x inf upstream)
         with np.errstate(invalid="ignore"):
             near = (e > 0) & (np.abs(x.v - y.v) <= e)
         return x.__class__(np_fn(x.v, y.v), np.where(near, np.inf, 0.0))
@@ -308,7 +309,7 @@ def _compare_bound(np_fn):
 def _select_bound(ins, a):
     m, x, y = ins
     e = np.where(np.asarray(m.v, bool), x.full_e if np.ndim(x.e) else x.e, y.full_e if np.ndim(y.e) else y.e)
-    e = np.where(np.asarray(m.e) > 0, np.inf, e)        # an unknown mask selects an unknown side
+    e = np.where(~(np.asarray(m.e) <= 0), np.inf, e)    # an unknown mask (bound > 0 or NaN) selects an unknown side
     return x.__class__(np.where(np.asarray(m.v, bool), x.v, y.v), e)
 
 
