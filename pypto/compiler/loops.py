@@ -60,7 +60,10 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
             if shape is not None:
                 folded[shape] = items
         if items is not t.code:
+            run = t.instrs
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
+            t.__dict__["instrs"] = run      # what its loops unroll to: the very instructions it ran
+                                            # (the simulators read them; no unrolling again)
         if shape is not None:       # the shape of the stream the task runs, folded or not
             shapes[id(t.code)] = (t.code, shape)
         tasks.append(t)
