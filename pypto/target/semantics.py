@@ -75,13 +75,26 @@ def iota(start, step, axis, out):
 
 def product(dtype):
     """TMATMUL: both factors converted to the accumulator's dtype (an fp16/bf16 accumulator: the
-    product computed in fp32 and rounded once)."""
+    product computed in fp32 and rounded once).  A factor whose layout makes numpy pick another
+    routine (a strided vector-shaped view, the valid part of a padded tile, sums in another order
+    than the same values laid out contiguously) is copied first: the bits of a product must not
+    depend on the layout the simulator's batching of tasks gives its factors (make fuzz found a
+    one-ulp difference)."""
     w = wide(dtype)
 
     def f(a, b, out=None):
-        p = np.matmul(a.astype(w, copy=False), b.astype(w, copy=False), out=out if w == dtype else None)
+        p = np.matmul(_canonical(a, w), _canonical(b, w), out=out if w == dtype else None)
         return p if w == dtype else rounded(p, dtype, out)
     return f
+
+
+def _canonical(x, w):
+    """x in dtype w, contiguous where its layout could change numpy's choice of routine: a
+    strided last dim, or a matrix of one row or one column (numpy's vector paths)."""
+    x = x.astype(w, copy=False)
+    if x.flags.c_contiguous or (x.strides[-1] == x.itemsize and 1 not in x.shape[-2:]):
+        return x
+    return np.ascontiguousarray(x)
 
 
 def accumulate(dtype):
