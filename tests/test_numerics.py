@@ -250,6 +250,11 @@ def test_an_unknown_bound_makes_comparisons_selects_and_int_casts_unknown():
     assert np.isinf(gt.e[0]) and gt.e[1] == 0
     sel = OPS["where"].bound([gt, Approx(np.array([5.0, 6.0])), Approx(np.array([7.0, 8.0]))], {})
     assert np.isinf(sel.full_e[0]) and sel.full_e[1] == 0
+    # floor of gelu's -0 of a very negative x (NaN bound: x times an underflowed sigmoid) may be -1
+    fl = OPS["floor"].bound([unknown], {})
+    assert np.isinf(fl.full_e[0]) and fl.full_e[1] == 0
+    rem = OPS["remainder"].bound([Approx(np.array([5.0, 5.0])), Approx(np.array([3.0, 3.0]), np.array([np.nan, 0]))], {})
+    assert not (rem.full_e[0] <= 0) and rem.full_e[1] == 0
     from pypto.ir.tensor import TNode
     n = TNode(1, "cast", (0,), (2,), pypto.DT_INT32)
     c = bound_node(n, [unknown], np.array([0.0, 1.0]), in_dtypes=[pypto.DT_FP32])

@@ -293,13 +293,19 @@ def _exact(ins, a):
     return ins[0].__class__(ins[0].v, ins[0].e)
 
 
+def _known(e):
+    """A bound with NaN (unknown: 0 x inf upstream) made infinite, for the rules that branch on
+    whether a bound is 0 or small (a NaN compares False both ways and would read as exact)."""
+    e = np.asarray(e, np.float64)
+    return np.where(np.isnan(e), np.inf, e)
+
+
 def _compare_bound(np_fn):
     """A comparison is exact where its operands are farther apart than their bounds; where they
     may be on either side (or equal), the mask is unknown: an infinite bound (no claim)."""
     def rule(ins, a):
         x, y = ins
-        e = np.asarray(x.e + y.e)
-        e = np.where(np.isnan(e), np.inf, e)        # a NaN bound is unknown too (0 x inf upstream)
+        e = _known(x.e + y.e)
         with np.errstate(invalid="ignore"):
             near = (e > 0) & (np.abs(x.v - y.v) <= e)
         return x.__class__(np_fn(x.v, y.v), np.where(near, np.inf, 0.0))
@@ -541,7 +547,8 @@ def _mod_bound(f, floored):
         with np.errstate(all="ignore"):
             v = f(x.v, y.v)
             q = np.abs((np.floor if floored else np.trunc)(np.asarray(x.v, np.float64) / y.v))
-            e = x.e + np.where(y.e > 0, (q + 1) * y.e, 0.0)
+            ye = _known(y.e)
+            e = _known(x.e) + np.where(ye > 0, (q + 1) * ye, 0.0)
             near = (e > 0) & ((np.abs(v) <= e) | (np.abs(np.abs(v) - np.abs(y.v)) <= e))
         return x.__class__(v, np.where(near, np.inf, e))
     return rule
@@ -566,7 +573,7 @@ def _integral_bound(half):
     def rule(ins, a):
         x = ins[0]
         t = np.asarray(x.v, np.float64) + (0.5 if half else 0.0)
-        e = x.full_e
+        e = _known(x.full_e)
         with np.errstate(invalid="ignore"):
             near = (e > 0) & (np.abs(t - np.round(t)) <= e)
         return x.__class__(x.v, np.where(near, np.inf, 0.0))
