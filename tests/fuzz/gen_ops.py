@@ -140,6 +140,8 @@ class OpSteps:
             a = x
         shapes = [m.shape] + [v.shape for v in (a, b) if not isinstance(v, tuple)]
         shape = _bshape(*shapes)
+        if shape is None:               # a combined mask that no longer broadcasts with x: no op
+            return x
         iv = [(v[1], v[1]) if isinstance(v, tuple) else (v.lo, v.hi) for v in (a, b)]
         txt = [self._num_text(v[1], x.dtype) if isinstance(v, tuple) else v.name for v in (a, b)]
         if not isinstance(a, tuple) and c.chance(0.2):
