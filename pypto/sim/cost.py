@@ -21,8 +21,8 @@ from ..errors import PyptoError
 from ..ir.core import Attrs
 from ..ir.exec import Instr, TileRef
 from ..ir.gm import GMBuffer, GMRef
-from ..target.cost import base_cycles
-from ..target.isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_ROW_STEP, CAL_ROWEXPAND_STEP, INDEXED_KINDS,
+from ..target.cost import base_cycles, calibrated_rule_class
+from ..target.isa import (CAL_COL_STEP, CAL_HALF_CONVERT, CAL_ROW_STEP, CAL_ROWEXPAND_STEP, INDEXED_KINDS,
                           INDEXED_SECTOR, INSTRUCTIONS, KINDS, pipe_of)
 from ..target.machine import get_machine
 
@@ -284,17 +284,16 @@ def calibrated_rule(row, rep: int = 256) -> str:
     """The calibrated rule of a vector instruction, with its constants (isa.CALIBRATED)."""
     startup, slope = row.cal
     reps = f"ceil(bytes / {rep})"
-    if row.fn in CAL_FP32_FNS:
-        text = f"{startup:g} + {slope:g} x ceil(elements x 4 / {rep}) (+ {CAL_HALF_CONVERT} for 2-byte dtypes)"
-        return text + (" + ceil(rows / 8)" if row.form == "ROWEXPAND" else "")
-    if row.kind == "reduce" and row.form == "ROW":
-        return f"{startup:g} + {CAL_ROW_STEP:g} x rows + {slope:g} x ({reps} - rows)"
-    if row.kind == "reduce":
-        steps = "ceil(log2 rows)" if row.fn == "SUM" else "(rows - 1)"
-        return f"{startup:g} + {slope:g} x {reps} + {CAL_COL_STEP:g} x {steps}"
-    if row.kind == "expand" and row.form == "ROWEXPAND":
-        return f"{startup:g} + {CAL_ROWEXPAND_STEP:g} x rows"
-    return f"{startup:g} + {slope:g} x {reps}" + (" + ceil(rows / 8)" if row.form == "ROWEXPAND" else "")
+    extra = " + ceil(rows / 8)" if row.form == "ROWEXPAND" else ""
+    return {
+        "fp32": f"{startup:g} + {slope:g} x ceil(elements x 4 / {rep}) (+ {CAL_HALF_CONVERT} for 2-byte dtypes)"
+                + extra,
+        "row_reduce": f"{startup:g} + {CAL_ROW_STEP:g} x rows + {slope:g} x ({reps} - rows)",
+        "col_sum": f"{startup:g} + {slope:g} x {reps} + {CAL_COL_STEP:g} x ceil(log2 rows)",
+        "col_chain": f"{startup:g} + {slope:g} x {reps} + {CAL_COL_STEP:g} x (rows - 1)",
+        "row_broadcast": f"{startup:g} + {CAL_ROWEXPAND_STEP:g} x rows",
+        "elementwise": f"{startup:g} + {slope:g} x {reps}" + extra,
+    }[calibrated_rule_class(row)]
 
 
 def instruction_table_markdown(machines=("a2a3", "teach", "a5")) -> str:

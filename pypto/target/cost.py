@@ -32,7 +32,7 @@ from .isa import (CAL_COL_STEP, CAL_FP32_FNS, CAL_HALF_CONVERT, CAL_MAX_REPEAT, 
                   INDEXED_KINDS, INDEXED_SECTOR, INSTRUCTIONS, is_vector)
 from .machine import Machine
 
-__all__ = ["base_cycles", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "gm_fixed_cycles", "is_vector",
+__all__ = ["base_cycles", "calibrated_rule_class", "cube_cycles", "dma_bytes", "dma_cycles", "dma_path", "gm_fixed_cycles", "is_vector",
            "pipe_cycles", "vector_repeats"]
 
 
@@ -67,29 +67,41 @@ def _largest(ins):
     return max(tiles, key=lambda t: math.prod(t.valid))
 
 
+def calibrated_rule_class(row) -> str:
+    """Which calibrated rule a vector instruction's row follows: "fp32" (per element in fp32),
+    "row_reduce", "col_sum" (pairwise), "col_chain", "row_broadcast" (TROWEXPAND) or
+    "elementwise" (startup + slope x repeats); the cost and the documentation's text both read it."""
+    if row.fn in CAL_FP32_FNS:
+        return "fp32"
+    if row.kind == "reduce":
+        return "row_reduce" if row.form == "ROW" else "col_sum" if row.fn == "SUM" else "col_chain"
+    if row.kind == "expand" and row.form == "ROWEXPAND":
+        return "row_broadcast"
+    return "elementwise"
+
+
 def calibrated_vector_cycles(ins, row, m: Machine) -> float:
     """The calibrated rule of a vector instruction (see the module docstring and isa.CALIBRATED)."""
     startup, slope = row.cal
-    reps = vector_repeats(ins, m)
+    rule = calibrated_rule_class(row)
     t = _largest(ins)
-    rows_ = math.prod(t.valid[:-1])
-    if rows_ > CAL_MAX_REPEAT:         # beyond the 8-bit repeat count, a repeat covers one row at most
-        reps = max(reps, rows_ * _ceil_div(_ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32, m.vec_repeat_bytes))
-    if row.fn in CAL_FP32_FNS:         # per element, in fp32
+    rows = math.prod(t.valid[:-1])
+    # a row-broadcast op (TROWEXPANDSUB ...) first broadcasts the row values: a repeat per 8 rows
+    extra = _ceil_div(rows, 8) if row.form == "ROWEXPAND" and rule != "row_broadcast" else 0
+    if rule == "fp32":
         reps = max(1, _ceil_div(math.prod(t.valid) * 4, m.vec_repeat_bytes))
-        half = t.dtype.itemsize == 2
-        return startup + slope * reps + (CAL_HALF_CONVERT if half else 0) + (
-            _ceil_div(math.prod(t.valid[:-1]), 8) if row.form == "ROWEXPAND" else 0)
-    if row.kind == "reduce":
-        src = ins.srcs[0]
-        rows = math.prod(src.valid[:-1])
-        if row.form == "ROW":
-            return startup + CAL_ROW_STEP * rows + slope * max(0, reps - rows)
-        steps = max(0, rows - 1) if row.fn != "SUM" else math.ceil(math.log2(rows)) if rows > 1 else 0
-        return startup + slope * reps + CAL_COL_STEP * steps
-    if row.kind == "expand" and row.form == "ROWEXPAND":
-        return startup + CAL_ROWEXPAND_STEP * math.prod(ins.dst.valid[:-1])
-    extra = _ceil_div(math.prod(ins.dst.valid[:-1]), 8) if row.form == "ROWEXPAND" else 0
+        return startup + slope * reps + (CAL_HALF_CONVERT if t.dtype.itemsize == 2 else 0) + extra
+    if rule == "row_broadcast":
+        return startup + CAL_ROWEXPAND_STEP * rows
+    reps = vector_repeats(ins, m)
+    if rows > CAL_MAX_REPEAT:          # beyond the 8-bit repeat count, a repeat covers one row at most
+        reps = max(reps, rows * _ceil_div(_ceil_div(t.valid[-1] * t.dtype.itemsize, 32) * 32, m.vec_repeat_bytes))
+    if rule == "row_reduce":
+        return startup + CAL_ROW_STEP * rows + slope * max(0, reps - rows)
+    if rule == "col_sum":
+        return startup + slope * reps + CAL_COL_STEP * (math.ceil(math.log2(rows)) if rows > 1 else 0)
+    if rule == "col_chain":
+        return startup + slope * reps + CAL_COL_STEP * max(0, rows - 1)
     return startup + slope * reps + extra
 
 
