@@ -168,6 +168,32 @@ def test_a_batched_matmul_over_the_dynamic_dim_gets_a_small_chunk(rng):
                                 pypto.Tensor([2048, 1000, 32], f32, "out")], {})
     assert chunk_for(tr, 2048) == 32
 
+def test_tiny_tiles_get_a_chunk_whose_program_stays_small(rng, monkeypatch):
+    """Each row unrolls into many instructions (a 1 x 8 tile): the chunk is the largest ladder
+    step whose program stays within MAX_CHUNK_INSTRS, the larger ones are never compiled (a fuzzed
+    [N, 128, 5] fp16 kernel in 1 x 128 tiles took 44 s to compile for 2048 rows, 1 s now)."""
+    import pypto.compiler.dynamic as dyn
+    monkeypatch.setattr(dyn, "MAX_CHUNK_INSTRS", 6000)
+
+    @pypto.jit
+    def tiny(x: T(D, 64), out: T(D, 64)):
+        pypto.set_vec_tile_shapes(1, 8)
+        out[:] = pypto.exp(x) * 2.0
+
+    ck = tiny.compile(T(D, 64), T(D, 64))
+    sizes = {rows: len(p) for rows, p in ck.dynamic.programs.items()}
+    assert sorted(sizes) == [1, 4, 16, 64] and ck.dynamic.chunk == 64
+    # each program compiled when the one before it, scaled to its rows, stays within the budget
+    assert sizes[16] * 4 <= 6000 < sizes[64] * 4
+    assert len(ck.program) == sizes[64]               # the kernel's own levels are the chunk's
+    for n in (1, 63, 200):
+        x = rng.standard_normal((n, 64)).astype(np.float32)
+        res = ck.simulate(x, np.zeros_like(x))
+        assert res.ok is True
+        np.testing.assert_allclose(res.outputs["out"], np.exp(x) * 2.0, rtol=2e-6)
+    assert [r for _, r in ck.dynamic.pieces(200)] == [64, 64, 64, 16]
+
+
 def test_loop_over_the_dynamic_dim():
     @pypto.jit
     def k(x: T(D, 64), out: T(D, 64)):
@@ -335,7 +361,8 @@ def test_a_tile_too_large_for_the_compiled_rows_says_so():
         pypto.set_vec_tile_shapes(4096, 64)
         out[:] = pypto.exp(x)
     e = _error(big, T(D, 64), T(D, 64), match="do not fit UB")
-    assert "the kernel is compiled for 2048 rows of its pypto.DYNAMIC dim" in e.hint
+    # the programs are compiled smallest first: the first whose rows the tile cannot fit says so
+    assert "the kernel is compiled for 1024 rows of its pypto.DYNAMIC dim" in e.hint
     assert e.loc.line == big.__code__.co_firstlineno + 2
 
 

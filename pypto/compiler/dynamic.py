@@ -1,8 +1,8 @@
 """Dynamic dims: which axis of every value is the run-time dim, and the program of a call.
 
 A kernel with `pypto.DYNAMIC` dims is compiled once, for a *chunk* of `c` rows of that dim (the
-first dim of every parameter that has one; `chunk_for`) and for a ladder of smaller numbers of
-rows; a call on N rows runs the chunk's program once per whole chunk, on the rows [j * c, (j + 1) * c)
+first dim of every parameter that has one; `chunk_for`, cut to keep its program within
+MAX_CHUNK_INSTRS) and for a ladder of smaller numbers of rows; a call on N rows runs the chunk's program once per whole chunk, on the rows [j * c, (j + 1) * c)
 of every dynamic tensor, and the ladder's programs on the rest (`DynamicInfo.pieces`), the last one
 on rows padded past N (whose results are dropped).  That computes what the kernel traced at
 N rows computes exactly when every output row depends on the same row of the inputs, computed the
@@ -43,6 +43,12 @@ BATCH_ELEMENTS = 2 ** 20
 CUBE_CHUNKS = (8192, 4096)
 CUBE_CHUNK_MACS = 2 ** 32
 LADDER = (1, 4, 16, 64, 256, 1024, 4096)
+# a chunk whose program would run more instructions than this (tiny tiles: every tile is unrolled
+# into the program) is cut to the largest ladder step within it: the programs are compiled
+# smallest first, each one's size estimated from the one before, so that no compile makes a
+# program of millions of instructions a call on a few rows never needs (a call on many rows runs
+# the smaller chunk more often: simulation time stays the same per row)
+MAX_CHUNK_INSTRS = 1 << 18
 
 
 def chunk_for(g: TensorGraph, rows: int) -> int:

@@ -163,7 +163,7 @@ class JitKernel:
     def _compile_dynamic(self, specs, dynamic, values, m, pipeline, options, snapshots):
         """Compile a kernel with pypto.DYNAMIC dims for one chunk of rows (`compiler.dynamic`)."""
         from ..compiler import PassContext, Pipeline
-        from ..compiler.dynamic import CHUNK, DynamicInfo, chunk_for, ladder, row_axes
+        from ..compiler.dynamic import CHUNK, MAX_CHUNK_INSTRS, DynamicInfo, chunk_for, ladder, row_axes
         from ..sim.timing import timed
         from .kernel import CompiledKernel
         traced = self._trace(specs, values, chunk=CHUNK)
@@ -176,13 +176,18 @@ class JitKernel:
         cut = next((i for i, p in enumerate(pipeline.passes) if p.level != "tensor"), len(pipeline.passes))
         head, _, _ = Pipeline(pipeline.passes[:cut]).run(traced, PassContext(m, dict(options or {})), verify=False)
         row_axes(head["tensor"], {name: 0 for name in dynamic})
-        levels, log, snaps = _for_chunk(pipeline.run, chunk, traced, PassContext(m, dict(options or {}), timing=timed),
-                                        verify=verify, snapshots=snapshots)
-        programs = {chunk: levels["pto"]}
-        for rows in ladder(max(self._loop_steps, default=1), chunk)[:-1]:
-            small, _, _ = _for_chunk(pipeline.run, rows, self._trace(specs, values, chunk=rows),
-                                     PassContext(m, dict(options or {}), timing=timed), verify=verify)
-            programs[rows] = small["pto"]
+        # the programs, smallest first; the chunk is the largest whose program stays within
+        # MAX_CHUNK_INSTRS (estimated from the one before it: the instructions grow with the rows)
+        programs, compiled = {}, None
+        for rows in ladder(max(self._loop_steps, default=1), chunk):
+            if compiled is not None and len(compiled[1]["pto"]) * rows > MAX_CHUNK_INSTRS * compiled[0]:
+                break
+            g = traced if rows == chunk else self._trace(specs, values, chunk=rows)
+            levels, log, snaps = _for_chunk(pipeline.run, rows, g, PassContext(m, dict(options or {}), timing=timed),
+                                            verify=verify, snapshots=snapshots)
+            programs[rows] = levels["pto"]
+            compiled = (rows, levels, log, snaps, g)
+        _, levels, log, snaps, traced = compiled
         return CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                               levels["exec"], levels["pto"], log, snaps, kernel=self,
                               dynamic=DynamicInfo(dynamic, programs))
