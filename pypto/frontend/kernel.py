@@ -17,6 +17,7 @@ import numpy as np
 from ..compiler.dynamic import DynamicInfo
 from ..compiler.pipeline import PassLog
 from ..errors import KernelSignatureError, PyptoError
+from ..gcpause import gc_paused
 from ..ir.block import BlockGraph
 from ..ir.exec import ExecGraph, item_lines
 from ..ir.program import Program
@@ -196,6 +197,10 @@ class CompiledKernel:
         if machine is not None and machine != self.machine.name and machine != self.machine:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
                                                           trace=trace, engine=engine, size=size)
+        with gc_paused():       # plans, traces and references: many small objects, no cycles
+            return self._simulate(args, mode, check, checked, trace, engine, size)
+
+    def _simulate(self, args, mode, check, checked, trace, engine, size) -> SimResult:
         if self.dynamic is not None:
             return self._simulate_dynamic(args, mode, check, checked, trace, engine, size)
         if size is not None:

@@ -118,6 +118,29 @@ class GMRef:
         return tuple(ranges)
 
     @cached
+    def _exact(self):
+        b = self._box
+        return b if b is not None and all(h <= d for (_, h), d in zip(b, self.buf.shape)) else None
+
+    def exact_box(self):
+        """Per-buffer-dim ranges of exactly the elements of the window; None when its strides are
+        not a permutation of the buffer's, or a dim runs past the buffer's (the window wraps)."""
+        return self._exact
+
+    @cached
+    def _touched(self) -> tuple[tuple[int, int], ...]:
+        b = self._exact
+        if b is not None or not self.buf.shape:
+            return b or ()
+        lo, hi = self._span
+        rows = natural_strides(self.buf.shape)[0]
+        return ((lo // rows, (hi - 1) // rows + 1),) + tuple((0, d) for d in self.buf.shape[1:])
+
+    def touched_box(self) -> tuple[tuple[int, int], ...]:
+        """Per-buffer-dim ranges the window touches: exact, or a bounding box of whole rows."""
+        return self._touched
+
+    @cached
     def _span(self) -> tuple[int, int]:
         hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
         return self.offset, hi + 1

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import collections
 
+import numpy as np
+
 from ..errors import SimulationError
-from ..ir.exec import SYNC_OPS, Intervals, accesses, written_gm
+from ..ir.exec import SYNC_OPS, Intervals, accesses, stream_shape, written_gm
 from ..ir.gm import Footprint, GMRef
 from ..ir.program import Program
 from ..target.isa import gm_access
@@ -29,55 +31,98 @@ def _describe(task, k) -> str:
 def find_races(program: Program, times) -> list[str]:
     """Every race inside a task (first few per task), as readable sentences: on-chip bytes, and
     GM the task writes, by the byte ranges `pypto.ir.exec.accesses` defines for the sync pass.
-    For each range: the last writer and the readers since, looked up by overlap."""
+
+    Which pairs of instructions must not overlap in time does not depend on the times: for each
+    range, the last writer and the readers since (`_hazards`), found once per stream shape
+    (isomorphic tasks have the same pairs, their GM windows moved together); a task's times are
+    then compared pair by pair with numpy."""
     found = []
+    pairs_of: dict = {}
     for t in program.tasks:
-        written = written_gm(t.instrs)
-        last_write: dict[str, Intervals] = collections.defaultdict(Intervals)
-        readers: dict[str, Intervals] = collections.defaultdict(Intervals)
-        per_task = 0
+        shape = stream_shape(program, t.code)
+        hz = pairs_of.get(shape) if shape is not None else None
+        if hz is None:
+            hz = _hazards(t.instrs)
+            if shape is not None:
+                pairs_of[shape] = hz
+        k, j, a, kind = hz
+        if not len(k):
+            continue
         tt = times[t.id]
-        for k, ins in enumerate(t.instrs):
-            if ins.op in SYNC_OPS:
-                continue
-            start = tt[k][0]
-            acc = accesses(ins, written)
-            for space, lo, hi, w in acc:
-                writes = last_write[space]
-                for key in writes.overlapping(lo, hi):
-                    j = writes.get(key)
-                    j_end = tt[j][1]
-                    if j_end > start:    # this reads/overwrites before the writer finished
-                        what = "overwrites" if w else "reads"
-                        found.append(f"race in task {t.id}: {_describe(t, k)} {what} {space}[{lo:#x}:{hi:#x}] "
-                                     f"at cycle {start}, before {_describe(t, j)} finished writing it "
-                                     f"(cycle {j_end})")
-                        per_task += 1
-                if w:
-                    reads = readers[space]
-                    for key in reads.overlapping(lo, hi):
-                        for j in reads.get(key):
-                            if tt[j][1] > start:
-                                found.append(f"race in task {t.id}: {_describe(t, k)} overwrites "
-                                             f"{space}[{lo:#x}:{hi:#x}] at cycle {start} while "
-                                             f"{_describe(t, j)} still reads it (until cycle {tt[j][1]})")
-                                per_task += 1
-            for space, lo, hi, w in acc:
-                if w:
-                    for ranges in (last_write[space], readers[space]):
-                        for key in ranges.overlapping(lo, hi):
-                            ranges.remove(key)
-                    last_write[space].set((lo, hi), k)
-                else:
-                    reads = readers[space]
-                    js = reads.get((lo, hi))
-                    if js is None:
-                        reads.set((lo, hi), [k])
-                    else:
-                        js.append(k)
-            if per_task >= 3:
+        try:
+            se = np.array(tt, dtype=np.int64).reshape(len(tt), 2)
+        except (TypeError, ValueError):         # an instruction that never ran: no times to compare
+            continue
+        bad = np.flatnonzero(se[j, 1] > se[k, 0])
+        if not len(bad):
+            continue
+        written = written_gm(t.instrs)
+        per_task, last = 0, None
+        for b in bad.tolist():
+            kk, jj = int(k[b]), int(j[b])
+            if per_task >= 3 and kk != last:    # the first few: whole instructions
                 break
+            last = kk
+            space, lo, hi, w = accesses(t.instrs[kk], written)[int(a[b])]
+            start, j_end = tt[kk][0], tt[jj][1]
+            if kind[b] == _WRITER:
+                what = "overwrites" if w else "reads"
+                found.append(f"race in task {t.id}: {_describe(t, kk)} {what} {space}[{lo:#x}:{hi:#x}] "
+                             f"at cycle {start}, before {_describe(t, jj)} finished writing it "
+                             f"(cycle {j_end})")
+            else:
+                found.append(f"race in task {t.id}: {_describe(t, kk)} overwrites "
+                             f"{space}[{lo:#x}:{hi:#x}] at cycle {start} while "
+                             f"{_describe(t, jj)} still reads it (until cycle {j_end})")
+            per_task += 1
     return found
+
+
+_WRITER, _READER = 0, 1         # a hazard's earlier instruction: the last writer, or a reader since
+
+
+def _hazards(instrs):
+    """The pairs (k, j) of a stream where instruction k must start after instruction j ends, in
+    the order the checker reports them, as arrays: k, j, the index of k's access in
+    `accesses(instrs[k], written)`, and whether j is the range's last writer or a reader since."""
+    written = written_gm(instrs)
+    last_write: dict[str, Intervals] = collections.defaultdict(Intervals)
+    readers: dict[str, Intervals] = collections.defaultdict(Intervals)
+    ks, js, idx, kinds = [], [], [], []
+    for k, ins in enumerate(instrs):
+        if ins.op in SYNC_OPS:
+            continue
+        acc = accesses(ins, written)
+        for a, (space, lo, hi, w) in enumerate(acc):
+            writes = last_write[space]
+            for key in writes.overlapping(lo, hi):
+                ks.append(k)
+                js.append(writes.get(key))
+                idx.append(a)
+                kinds.append(_WRITER)
+            if w:
+                reads = readers[space]
+                for key in reads.overlapping(lo, hi):
+                    for j in reads.get(key):
+                        ks.append(k)
+                        js.append(j)
+                        idx.append(a)
+                        kinds.append(_READER)
+        for space, lo, hi, w in acc:
+            if w:
+                for ranges in (last_write[space], readers[space]):
+                    for key in ranges.overlapping(lo, hi):
+                        ranges.remove(key)
+                last_write[space].set((lo, hi), k)
+            else:
+                reads = readers[space]
+                js_ = reads.get((lo, hi))
+                if js_ is None:
+                    reads.set((lo, hi), [k])
+                else:
+                    js_.append(k)
+    return (np.asarray(ks, np.int64), np.asarray(js, np.int64), np.asarray(idx, np.int64),
+            np.asarray(kinds, np.int8))
 
 
 def find_task_races(program: Program, task_times, times=None) -> list[str]:

@@ -348,20 +348,13 @@ def _gm_spec(r: GMRef, task_step: int, n: int, g: int, g_step: int, rank: int, d
 
 
 def _exact_box(r: GMRef):
-    """Per-buffer-dim ranges of exactly the elements of a window; None when its strides are not a
-    permutation of the buffer's, or a dim runs past the buffer's (the window wraps)."""
-    b = r.box()
-    return b if b is not None and all(h <= d for (_, h), d in zip(b, r.buf.shape)) else None
+    """Per-buffer-dim ranges of exactly the elements of a window, or None (`GMRef.exact_box`)."""
+    return r._exact
 
 
 def _box(r: GMRef) -> tuple[tuple[int, int], ...]:
     """Per-buffer-dim ranges a window touches: exact, or a bounding box of whole rows."""
-    b = _exact_box(r)
-    if b is not None or not r.buf.shape:
-        return b or ()
-    lo, hi = r.span()
-    rows = natural_strides(r.buf.shape)[0]
-    return ((lo // rows, (hi - 1) // rows + 1),) + tuple((0, d) for d in r.buf.shape[1:])
+    return r._touched
 
 
 def _scan(instrs, caps, sizes):
@@ -372,24 +365,31 @@ def _scan(instrs, caps, sizes):
     moved by the difference of their bases (the offset of the task's first window in the buffer).
     An access is (buffer, box, written)."""
     base: dict[str, int] = {}
-    key, accesses = [], set()
+    key, accesses, tiles = [], set(), set()     # (tiles: those found inside their space)
     for i in instrs:
-        operands = []
-        for o in (i.dst, *i.srcs):
-            if isinstance(o, TileRef):
-                if not (o.space in caps and 0 <= o.addr and o.addr + o.nbytes <= caps[o.space]):
-                    return None
-                operands.append(o)
+        dst = i.dst
+        row = [i.op, i.attrs]
+        for o in (dst, *i.srcs) if i.srcs else (dst,):
+            if type(o) is TileRef:
+                if o not in tiles:
+                    if not (o.space in caps and 0 <= o.addr and o.addr + o.nbytes <= caps[o.space]):
+                        return None
+                    tiles.add(o)
+                row.append(o)
             elif isinstance(o, GMRef):
-                lo, hi = o.span()
-                if o.buf.name not in sizes or lo < 0 or hi > sizes[o.buf.name]:
+                lo, hi = o._span
+                name = o.buf.name
+                size = sizes.get(name)
+                if size is None or lo < 0 or hi > size:
                     return None
-                at = base.setdefault(o.buf.name, o.offset)
-                operands.append(("GM", o.buf.name, o.shape, o.strides, o.offset - at))
-                accesses.add((o.buf.name, _box(o), o is i.dst))
+                at = base.get(name)
+                if at is None:
+                    at = base[name] = o.offset
+                row.append((name, o.shape, o.strides, o.offset - at))
+                accesses.add((name, o._touched, o is dst))
             else:
-                operands.append((type(o), repr(o)))
-        key.append((i.op, i.attrs, tuple(operands)))
+                row.append((type(o), repr(o)))
+        key.append(tuple(row))
     return tuple(key), base, accesses
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import KernelSignatureError, PyptoError, SimulationError
+from ..gcpause import gc_paused
 from ..ir.program import Program
 from .checks import check_races, find_all_races
 from .functional import run_functional
@@ -50,6 +51,11 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
     if engine not in ENGINES:
         raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
     m = get_machine(machine)
+    with gc_paused():       # a plan, a trace: many small objects that form no cycles
+        return _simulate(program, args, m, mode, check, trace, progress, engine, races)
+
+
+def _simulate(program, args, m, mode, check, trace, progress, engine, races) -> SimResult:
     verified = program.__dict__.setdefault("_verified_for", set())
     if m not in verified:       # hand-written or edited programs: clear errors before running
         program.verify(m)
