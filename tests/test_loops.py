@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto.compiler.loops import fold
+from pypto.compiler.loops import fold, moved, replay
 from pypto.ir.core import Attrs
 from pypto.ir.exec import GM_STEP, Instr, Loop, TileRef, item_lines, unrolled
 from pypto.ir.gm import GMBuffer, GMRef
@@ -89,6 +89,28 @@ def test_nested_loops_and_extract_offsets():
     assert outer.body[0].attrs[GM_STEP] == (256,)
     text = "\n".join(item_lines(items))
     assert "offsets_step=((0,0),(0,64))" in text
+
+
+def _shifted_stream(stream, by: dict):
+    """The stream with the windows of each buffer named in `by` moved by its offset."""
+    def move(o):
+        return GMRef(o.buf, o.offset + by.get(o.buf.name, 0), o.shape, o.strides) if isinstance(o, GMRef) else o
+    return [Instr(i.op, i.pipe, move(i.dst), tuple(move(o) for o in i.srcs), i.attrs, i.loc) for i in stream]
+
+
+def test_an_isomorphic_stream_moved_as_a_whole_takes_the_loops_of_the_first():
+    first = _tile_stream(12)
+    template = fold(first)
+    other = _shifted_stream(first, {"x": 1024, "out": 2048})     # another task: its rows elsewhere
+    items = moved(template, first, other)
+    assert items is not None and items == replay(template, other)
+    assert _texts(unrolled(items)) == _texts(other)
+    assert items[0].body[0].srcs[0].offset == 1024 and items[0].body[6].dst.offset == 2048
+    # one window moved by another offset than the rest of its buffer's: not taken (replay checks
+    # every iteration, and here finds that the loop does not hold)
+    odd = list(other)
+    odd[7 * 5] = Instr("TLOAD", "MTE2", UB0, (GMRef(X, 0, (4, 256), (256, 1)),))
+    assert moved(template, first, odd) is None and replay(template, odd) is None
 
 
 def _compile(**kw):

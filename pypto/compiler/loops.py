@@ -16,7 +16,9 @@ of a sequence (the longest saving first at each position), then the same over th
 instructions it made, which nests loops (a matmul's K chunks inside its output tiles), until
 nothing repeats.  Instructions are compared by ids that leave out what moves (GM offsets, event
 ids, extract offsets); the copies must also move each of those by one constant step.  A loop's
-body is folded too (inner loops), and a task isomorphic to one already folded replays its loops.
+body is folded too (inner loops), and a task isomorphic to one already folded takes its loops:
+at once when its windows are those of the first task moved by one offset per buffer (`moved`),
+else checked iteration by iteration (`replay`).
 
 The instructions the task runs are exactly the ones before (`ExecTask.instrs` unrolls them), so
 cycles and results do not change; what changes is what one reads (`ck.program.text()`, the
@@ -54,11 +56,14 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
         shape = stream_shape(g, t.instrs)
         items = None
         if shape in folded:         # an isomorphic task: its loops are those of the first one
-            items = replay(folded[shape], t.instrs)
+            first, template = folded[shape]
+            items = moved(template, first, t.instrs)
+            if items is None:
+                items = replay(template, t.instrs)
         if items is None:
             items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
             if shape is not None:
-                folded[shape] = items
+                folded[shape] = (t.instrs, items)
         if items is not t.code:
             run = t.instrs
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
@@ -75,6 +80,50 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 
 
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
+
+
+def moved(template, first, instrs) -> tuple | None:
+    """`instrs` with the loops of `template` (the folding of `first`) when it is `first` with the
+    GM windows of each buffer moved by one offset (the same offset for every window of a buffer):
+    then every loop holds with the same steps.  None when it is not.  Streams of one stream
+    shape have the same ops, attributes, tiles and window shapes; what is left to compare is
+    each window's buffer, strides and offset, and the source lines."""
+    if len(first) != len(instrs):
+        return None
+    delta: dict[str, int] = {}
+    for a, b in zip(first, instrs):
+        if a is b:
+            continue
+        if a.op != b.op or (a.loc is not b.loc and a.loc != b.loc):
+            return None
+        for x, y in zip((a.dst, *a.srcs), (b.dst, *b.srcs)):
+            if isinstance(x, GMRef):
+                if not isinstance(y, GMRef) or x.buf.name != y.buf.name or x.strides != y.strides:
+                    return None
+                d = delta.setdefault(x.buf.name, y.offset - x.offset)
+                if y.offset - x.offset != d:
+                    return None
+    if not any(isinstance(x, Loop) for x in template):
+        return tuple(instrs)
+    out, _ = _shifted(template, instrs, 0)
+    return tuple(out)
+
+
+def _shifted(items, instrs, pos):
+    """The items with each instruction taken from `instrs` at its position of the first
+    iteration, given the steps its template instruction has."""
+    out = []
+    for it in items:
+        if isinstance(it, Loop):
+            body, _ = _shifted(it.body, instrs, pos)
+            out.append(Loop(it.count, tuple(body)))
+            pos += it.count * n_instrs(it.body)
+            continue
+        x = instrs[pos]
+        steps = {k: it.attrs[k] for k in MOVING_STEPS if k in it.attrs}
+        out.append(Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, **steps}), x.loc) if steps else x)
+        pos += 1
+    return out, pos
 
 
 def replay(template, instrs) -> tuple | None:
