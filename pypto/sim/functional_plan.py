@@ -37,6 +37,7 @@ error while running a plan is the plan's own bug, reported as such, never hidden
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import threading
 from functools import partial
@@ -522,25 +523,65 @@ def _tile_bytes(mask: np.ndarray, t: TileRef) -> np.ndarray:
                       strides=tuple(s * item for s in tile_strides(t.shape, t.dtype)) + (item,))
 
 
-def _dead_after(rules, k, t, live) -> bool:
+def _touching(rules) -> dict:
+    """Tile -> the sorted indices of the rules with an operand overlapping it (or that had one:
+    the rewrites only ever replace tiles by GM windows, so the lists stay a superset)."""
+    at: dict[TileRef, list[int]] = {}
+    for j, (_, operands, _) in enumerate(rules):
+        for o in operands:
+            if type(o) is TileRef:
+                at.setdefault(o, []).append(j)
+    by_space: dict[str, list[TileRef]] = {}
+    for u in at:
+        by_space.setdefault(u.space, []).append(u)
+    out = {}
+    for u in at:
+        hits = [at[v] for v in by_space[u.space] if _overlaps(u, v)]
+        out[u] = sorted(set().union(*hits)) if len(hits) > 1 else hits[0]
+    return out
+
+
+def _dead_after(rules, k, t, live, touching=None) -> bool:
     """Whether no instruction after k reads a byte of tile t before it is overwritten (within
-    WINDOW instructions, else presumed read).  `live` is a clear byte mask of t's space, left clear."""
-    _tile_bytes(live, t)[...] = True
-    span = live[t.addr:t.addr + t.nbytes]
+    WINDOW instructions, else presumed read).  `live` is a clear byte mask of t's space, left clear.
+    The mask is only filled once an instruction touches part of t: t itself read or overwritten
+    whole first answers at once.  `touching` (see `_touching`) skips the rules that cannot."""
     end = min(len(rules), k + 1 + WINDOW)
+    span = None                     # t's bytes in the mask, once marked
     dead = True
-    for j in range(k + 1, end):
+    if touching is None:
+        candidates = range(k + 1, end)
+    else:
+        at = touching.get(t, ())
+        lo, hi = bisect.bisect_right(at, k), bisect.bisect_left(at, end)
+        candidates = at[lo:hi]
+    for j in candidates:
         dst, *srcs = rules[j][1]
-        if any(isinstance(o, TileRef) and _overlaps(o, t) and _tile_bytes(live, o).any() for o in srcs):
-            dead = False
+        for o in srcs:
+            if isinstance(o, TileRef) and _overlaps(o, t):
+                if span is None:
+                    if _same(o, t):
+                        return False
+                    _tile_bytes(live, t)[...] = True
+                    span = live[t.addr:t.addr + t.nbytes]
+                if _tile_bytes(live, o).any():
+                    dead = False
+                    break
+        if not dead:
             break
         if isinstance(dst, TileRef) and _overlaps(dst, t):
+            if span is None:
+                if _same(dst, t):
+                    return True
+                _tile_bytes(live, t)[...] = True
+                span = live[t.addr:t.addr + t.nbytes]
             _tile_bytes(live, dst)[...] = False
             if not span.any():
                 break
     else:
-        dead = end == len(rules) or not span.any()
-    span[...] = False
+        dead = end == len(rules) or (span is not None and not span.any())
+    if span is not None:
+        span[...] = False
     return dead
 
 
@@ -554,6 +595,7 @@ def _chain(rules, caps) -> list:
     (p: t = g(..); k: w = f(t, ..)  ->  p: w = g(..); k: w = f(w, ..)), so both have GM operands
     only and can be fused.  From the last instruction back, so chains of producers follow."""
     rules, live = list(rules), {}
+    touching = _touching(rules)
     for k in range(len(rules) - 1, -1, -1):
         f, (w, *srcs), _ = rules[k]
         if not (_elementwise_op(f) and isinstance(w, _GM)):
@@ -563,7 +605,7 @@ def _chain(rules, caps) -> list:
             mask = live.get(t.space)
             if mask is None:
                 mask = live[t.space] = np.zeros(caps[t.space], np.bool_)
-            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, mask):
+            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, mask, touching):
                 continue
             for p in range(k - 1, max(k - 1 - WINDOW, -1), -1):
                 g, (dst, *psrcs), kp = rules[p]

@@ -152,11 +152,9 @@ class Decoder:
         shape = stream_shape(program, task.code) if program is not None else None
         known = self.shapes.get(shape) if shape is not None else None
         if known is not None:
-            rows, gm_at, flops = known
-            self.flops += flops
-            rows = list(rows)
-            for k in gm_at:
-                rows[k] = self._gm_row(task.instrs[k])
+            rows = list(known[0])
+            for k, r in zip(known[1], self._gm_rows(task, known)):
+                rows[k] = r
             return rows
         before = self.flops
         rows = self._rows(task)
@@ -164,6 +162,28 @@ class Decoder:
             self.shapes[shape] = (rows, [k for k, r in enumerate(rows) if r[0] == GM_LOAD or r[0] == GM_STORE],
                                   self.flops - before)
         return rows
+
+    def gm_rows(self, task, program) -> tuple[int, list[int], list[tuple]] | None:
+        """For a task isomorphic to one decoded before: (its number of rows, the indices of its
+        GM rows, those rows); the other rows are the first task's.  None for another task."""
+        shape = stream_shape(program, task.code)
+        known = self.shapes.get(shape) if shape is not None else None
+        if known is None:
+            return None
+        return len(known[0]), known[1], self._gm_rows(task, known)
+
+    def _gm_rows(self, task, known) -> list[tuple]:
+        rows, gm_at, flops = known
+        self.flops += flops
+        instrs, out = task.instrs, []
+        for k in gm_at:
+            # a window of the same buffer, shape and strides: the same row but for the window
+            ins, r = instrs[k], rows[k]
+            w = ins.srcs[0] if r[0] == GM_LOAD else ins.dst
+            was = r[7]
+            out.append(r[:7] + (w,) if w.buf is was.buf and w.strides == was.strides and w.shape == was.shape
+                       else self._gm_row(ins))
+        return out
 
     def _gm_row(self, ins) -> tuple:
         sd = dma_path(ins)

@@ -158,12 +158,16 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     for i, t in enumerate(tasks):
         if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
             return None
-        rows = decoder.task(t, program)
-        ioff[i + 1] = ioff[i] + len(rows)
-        if not rows:
-            continue
         shape = stream_shape(program, t.code)
         known = by_shape.get((shape, t.core_type)) if shape is not None else None
+        if known is not None:       # the GM rows only: the rest is the first task's
+            n_rows, _, gm = decoder.gm_rows(t, program)
+        else:
+            rows = decoder.task(t, program)
+            n_rows = len(rows)
+        ioff[i + 1] = ioff[i] + n_rows
+        if not n_rows:
+            continue
         if known is None:
             task_cols = _task_columns(rows, lp_of[t.core_type], key_ids, path_ids, win_ids)
             if task_cols is None:
@@ -178,7 +182,6 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
             task_cols[2] = shared[2].copy()
             task_cols[4], task_cols[5], task_cols[6] = shared[4].copy(), shared[5].copy(), shared[6].copy()
             if len(gm_at):
-                gm = [rows[k] for k in gm_at.tolist()]
                 task_cols[2][gm_at] = [r[2] for r in gm]
                 task_cols[4][gm_at] = [r[4] for r in gm]
                 task_cols[5][gm_at] = [path_ids[r[5]] for r in gm]
