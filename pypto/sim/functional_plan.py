@@ -48,7 +48,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from ..errors import SimulationError
 from ..ir.core import prod
-from ..ir.exec import SYNC_OPS, Instr, TileRef
+from ..ir.exec import SYNC_OPS, Instr, Loop, TileRef, unrolled
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
 from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
@@ -495,7 +495,7 @@ def _readers(rules, k, t, s) -> list[int] | None:
             readers.append(j)
         if isinstance(dst, TileRef) and _overlaps(dst, t):
             return readers if _same(dst, t) else None
-        changed = changed or _touches(dst, s)
+        changed = changed or _touches(dst, s) or (_is_loop(rules[j][0]) and any(_touches(o, s) for o in srcs))
     return readers if end == len(rules) else None
 
 
@@ -629,6 +629,7 @@ def _dependence_levels(rules, caps) -> list[int]:
     stream writes (over the span of its windows there): who last wrote, the latest who read."""
     spans: dict[str, list[int]] = {}
     written = {d.ref.buf.name for _, (d, *_), _ in rules if isinstance(d, _GM)}
+    written |= {o.ref.buf.name for f, (_, *hulls), _ in rules if _is_loop(f) for o in hulls}
     for _, operands, _ in rules:
         for o in operands:
             if isinstance(o, _GM) and o.ref.buf.name in written:
@@ -655,7 +656,15 @@ def _dependence_levels(rules, caps) -> list[int]:
         return None
 
     levels = []
-    for _, (dst, *srcs), _ in rules:
+    for f, (dst, *srcs), _ in rules:
+        if _is_loop(f):             # a loop run as groups: as if it read and wrote all it touches
+            outs = [v for v in map(views, srcs) if v is not None]
+            level = max((max(int(w.max(initial=0)), int(r.max(initial=0))) for w, r in outs), default=0)
+            for w, r in outs:
+                w[...] = level + 1
+                np.maximum(r, level + 1, out=r)
+            levels.append(level)
+            continue
         ins = [v for v in map(views, srcs) if v is not None]
         out = views(dst)
         level = max((int(w.max(initial=0)) for w, _ in ins), default=0)
@@ -684,7 +693,7 @@ def _signature(rule):
                           if isinstance(o, _GM) else _const_key(o) for o in operands)
 
 
-def _fuse(rules, caps) -> list:
+def _fuse(rules, caps, loops=None) -> list:
     """(handler, operands, g, k): rules that repeat with only their GM windows moved (the
     iterations of a loop over tiles) run as one numpy call over a group axis of g; numpy then
     sees whole rows where the program has tiles.  The stream runs level by level (see
@@ -712,10 +721,227 @@ def _fuse(rules, caps) -> list:
             runs.append(run)
         for members, steps, _ in runs:
             f, first, k = rules[members[0]]
+            if _is_loop(f):         # (a marker's signature is its own: alone in its run)
+                out.extend(loops[f.args[0]])
+                continue
             steps = iter(steps or ())
             out.append((f, tuple(o._replace(step=next(steps)) if isinstance(o, _GM) and len(members) > 1 else o
                                  for o in first), len(members), k))
     return out
+
+
+# --- loops of a stream ------------------------------------------------------------------------------
+# A task's loops (ir.exec.Loop, from the compiler's `loops` pass) repeat a body with only its GM
+# windows moved.  With on-chip data private to the task, a loop whose body is self-contained on
+# chip (each iteration reads only bytes it wrote itself), whose rewritten body (copies elided,
+# chains) has GM operands only, and whose iterations touch disjoint elements of what it writes,
+# runs as one numpy call per rule of its body over a group axis of its iterations: the body is
+# decoded and rewritten once, not once per iteration.  In the stream around it the loop is one
+# rule, a marker that touches the bounding box of every window its iterations touch (as if it
+# read and wrote them); nothing after it may read on-chip bytes it wrote.  Any other loop is
+# unrolled into the stream.
+
+MIN_GROUPED = 4                 # fewer iterations: unrolled (the stream's own fusion groups them)
+MAX_GROUPED_ELEMENTS = 1 << 24  # elements a loop's disjointness check looks at, at most
+
+
+def _loop_marker(j):            # never called: its partial marks the j-th grouped loop of a stream
+    raise AssertionError("a loop marker is expanded by _fuse")
+
+
+def _is_loop(f) -> bool:
+    return isinstance(f, partial) and f.func is _loop_marker
+
+
+def _entries(code) -> list[tuple]:
+    """A task's items as (k0, count, n): `count` runs of `n` non-sync instructions from the k0-th
+    (of the task's non-sync instructions, unrolled); (k, 1, 1) for an instruction outside loops
+    and for each instruction of a loop that holds other loops (those are unrolled)."""
+    out, k = [], 0
+    for it in code:
+        if isinstance(it, Loop) and not any(isinstance(x, Loop) for x in it.body):
+            n = sum(1 for x in it.body if x.op not in SYNC_OPS)
+            if n:
+                out.append((k, it.count, n))
+            k += it.count * n
+            continue
+        for x in (unrolled((it,)) if isinstance(it, Loop) else (it,)):
+            if x.op not in SYNC_OPS:
+                out.append((k, 1, 1))
+                k += 1
+    return out
+
+
+def _rule(instrs, k):
+    f, ops = decode(instrs[k])
+    return f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k
+
+
+def _once(entries, instrs) -> list:
+    """The stream's rules with each loop's body once: enough to tell whether the task reads
+    only its own on-chip writes (a later iteration reads the tiles the first one read)."""
+    return [_rule(instrs, k0 + j) for k0, _, n in entries for j in range(n)]
+
+
+def _stream_rules(entries, instrs, caps) -> list:
+    """The rewritten rules of a private stream, (handler, operands, g, k), its loops grouped
+    where they can be (see above)."""
+    entries = _rotated(entries, instrs, caps)
+    rules, loops = [], []
+    for e, (k0, count, n) in enumerate(entries):
+        grouped = None
+        if count >= MIN_GROUPED:
+            body = [_rule(instrs, k0 + j) for j in range(n)]
+            grouped = _grouped(body, count, n, instrs, caps)
+            if grouped is not None and not _unread_after(body, entries[e + 1:], instrs, caps):
+                grouped = None
+        if grouped is None:
+            rules.extend(_rule(instrs, k0 + j) for j in range(count * n))
+            continue
+        group_rules, hulls = grouped
+        rules.append((partial(_loop_marker, len(loops)), (None, *hulls), k0))
+        loops.append(group_rules)
+    return _fuse(_chain(_elide_copies(rules), caps), caps, loops)
+
+
+def _alike(a: Instr, b: Instr) -> bool:
+    """The same instruction but for its GM windows' offsets."""
+    return a.op == b.op and a.attrs == b.attrs and all(
+        (isinstance(x, GMRef) and isinstance(y, GMRef) and x.buf is y.buf and x.shape == y.shape
+         and x.strides == y.strides) or x is y or (not isinstance(x, GMRef) and x == y)
+        for x, y in zip((a.dst, *a.srcs), (b.dst, *b.srcs)))
+
+
+def _rotated(entries, instrs, caps) -> list:
+    """The entries with each loop whose body is not self-contained on chip started earlier,
+    when that makes it so: a software-pipelined loop loads the next tile at the end of its body,
+    and the instructions before the loop are its first iteration's last ones.  The loop then
+    starts m instructions earlier (the m before it are its first iteration's start) and its last
+    iteration's last m instructions follow it."""
+    out = list(entries)
+    e = 0
+    while e < len(out):
+        k0, count, n = out[e]
+        if count >= MIN_GROUPED and n > 1:
+            body = [_rule(instrs, k0 + j) for j in range(n)]
+            if not _reads_own_writes(body, caps):
+                before = 0              # plain instructions right before the loop
+                while before < min(e, n - 1) and out[e - before - 1] == (k0 - before - 1, 1, 1):
+                    before += 1
+                for m in range(1, before + 1):
+                    if not _alike(instrs[k0 - m], instrs[k0 - m + n]):
+                        break
+                    if _reads_own_writes([_rule(instrs, k0 - m + j) for j in range(n)], caps):
+                        end = k0 + count * n
+                        out[e - m:e + 1] = [(k0 - m, count, n)] + [(k, 1, 1) for k in range(end - m, end)]
+                        e -= m
+                        break
+        e += 1
+    return out
+
+
+def _grouped(body, count, n, instrs, caps):
+    """(the body's rules over a group axis of `count`, the marker's hull windows) of a loop, or
+    None when it cannot run that way."""
+    for j in range(n):          # every iteration: the same instruction but for its GM windows
+        a = instrs[body[j][2]]
+        if not (_alike(a, instrs[body[j][2] + n]) and _alike(a, instrs[body[j][2] + (count - 1) * n])):
+            return None
+    if not _reads_own_writes(body, caps):
+        return None
+    rewritten = _chain(_elide_copies(body), caps)
+    if any(isinstance(o, TileRef) for _, ops, _ in rewritten for o in ops):
+        return None
+    out, hulls, touched = [], {}, {}
+    for f, ops, k in rewritten:
+        moved = []
+        for p, o in enumerate(ops):
+            if not isinstance(o, _GM):
+                moved.append(o)
+                continue
+            first = o.ref
+            second, last = ((instrs[o.k + i * n].dst, *instrs[o.k + i * n].srcs)[o.p] for i in (1, count - 1))
+            step = second.offset - first.offset
+            if last.offset != first.offset + (count - 1) * step or first.strides != last.strides:
+                return None
+            moved.append(o._replace(step=step))
+            _hull(hulls, first, last)
+            touched.setdefault(first.buf.name, []).append((first, step, p == 0))
+        out.append((f, tuple(moved), count, k))
+    if not _iterations_apart(touched, count):
+        return None
+    return out, [_GM(-1, -1, h) for h in _hull_refs(hulls)]
+
+
+def _hull(hulls: dict, first: GMRef, last: GMRef) -> None:
+    """Grow the bounding box (per buffer dim) of what a buffer's windows touch."""
+    name = first.buf.name
+    box = [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(_box(first), _box(last))]
+    had = hulls.get(name)
+    hulls[name] = (first.buf, box if had is None else [(min(a, c), max(b, d)) for (a, b), (c, d) in zip(had[1], box)])
+
+
+def _hull_refs(hulls: dict) -> list[GMRef]:
+    out = []
+    for buf, box in hulls.values():
+        strides = natural_strides(buf.shape)
+        out.append(GMRef(buf, sum(lo * st for (lo, _), st in zip(box, strides)),
+                         tuple(hi - lo for lo, hi in box), strides))
+    return out
+
+
+def _iterations_apart(touched: dict, count: int) -> bool:
+    """Whether no element of a buffer the loop writes is touched by two of its iterations."""
+    total = 0
+    for name, accs in touched.items():
+        if not any(w for _, _, w in accs):
+            continue
+        elems, iters, writes = [], [], []
+        for ref, step, w in accs:
+            grid = np.zeros(1, np.int64) + ref.offset
+            for size, stride in zip(ref.shape, ref.strides):
+                grid = (grid[:, None] + np.arange(size, dtype=np.int64) * stride).ravel()
+            total += grid.size * count
+            if total > MAX_GROUPED_ELEMENTS:
+                return False
+            it = np.arange(count, dtype=np.int64)
+            elems.append((grid[None, :] + it[:, None] * step).ravel())
+            iters.append(np.repeat(it, grid.size))
+            writes.append(np.full(grid.size * count, w))
+        e, i, w = np.concatenate(elems), np.concatenate(iters), np.concatenate(writes)
+        order = np.argsort(e, kind="stable")
+        e, i, w = e[order], i[order], w[order]
+        starts = np.flatnonzero(np.r_[True, e[1:] != e[:-1]])
+        lo, hi = np.minimum.reduceat(i, starts), np.maximum.reduceat(i, starts)
+        written = np.logical_or.reduceat(w, starts)
+        if (written & (lo != hi)).any():
+            return False
+    return True
+
+
+def _unread_after(body, later, instrs, caps) -> bool:
+    """Whether no instruction after the loop reads an on-chip byte the loop's body writes before
+    it is overwritten (loops after it looked at once: a later iteration reads what the first
+    one read)."""
+    pending = {}
+    for _, (dst, *_), _ in body:
+        if isinstance(dst, TileRef):
+            mask = pending.get(dst.space)
+            if mask is None:
+                mask = pending[dst.space] = np.zeros(caps[dst.space], np.bool_)
+            _tile_bytes(mask, dst)[...] = True
+    for k0, _, n in later:
+        for k in range(k0, k0 + n):
+            ins = instrs[k]         # (a TEXTRACT's whole source tile: at least what it reads)
+            dst, srcs = ins.dst, ins.srcs
+            for o in srcs:
+                if isinstance(o, TileRef) and o.space in pending and _tile_bytes(pending[o.space], o).any():
+                    return False
+            if isinstance(dst, TileRef) and dst.space in pending:
+                _tile_bytes(pending[dst.space], dst)[...] = False
+        if not any(m.any() for m in pending.values()):
+            return True
+    return True
 
 
 def _unobserved(buffers, instrs_of) -> frozenset[str]:
@@ -866,7 +1092,7 @@ def _build(program, caps) -> Plan | None:
     gm_dtypes = {b.name: b.dtype.np_dtype for b in program.buffers}
     instrs_of, stream_of, bases, accesses = [], [], [], []     # per task
     ids: dict[tuple, int] = {}                  # stream key -> stream number
-    rules = []                                  # per stream: its decoded instructions
+    streams = []                                # per stream: (its entries, its instructions)
     for t in program.tasks:
         instrs = [i for i in t.instrs if i.op not in SYNC_OPS]
         scanned = _scan(instrs, caps, sizes)
@@ -877,22 +1103,24 @@ def _build(program, caps) -> Plan | None:
             if any(_kind(i.op) == "cube" and any(len(_shape(o)) != 2 for o in (i.dst, *i.srcs))
                    for i in instrs):
                 return None                     # a matmul of vectors: a leading axis would change it
-            try:
-                rules.append([(f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k)
-                              for k, (f, ops) in enumerate(map(decode, instrs))])
-            except (SimulationError, LookupError):
-                return None                     # the interpreter reports it, at its instruction
+            streams.append((_entries(t.code), instrs))
             ids[key] = len(ids)
         instrs_of.append(instrs)
         stream_of.append(ids[key])
         bases.append(base)
         accesses.append(access)
-    private = all(_reads_own_writes(r, caps) for r in rules)
+    try:
+        # (a loop's other iterations decode alike: the same instruction but for its GM window)
+        private = all(_reads_own_writes(_once(entries, instrs), caps) for entries, instrs in streams)
+        if private:
+            rules = [_stream_rules(entries, instrs, caps) for entries, instrs in streams]
+        else:
+            rules = [[(*_rule(instrs, k)[:2], 1, k) for k in range(len(instrs))] for _, instrs in streams]
+    except (SimulationError, LookupError):
+        return None                             # the interpreter reports it, at its instruction
     if private:
-        rules = [_fuse(_chain(_elide_copies(r), caps), caps) for r in rules]
         batches = _batches(program.tasks, program.buffers, stream_of, bases, accesses, rules, caps)
     else:
-        rules = [[(f, operands, 1, k) for f, operands, k in r] for r in rules]
         batches = [[i] for i, s in enumerate(instrs_of) if s]
 
     ops, origins, scratch = [], [], {}
