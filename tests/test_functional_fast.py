@@ -13,7 +13,7 @@ import pytest
 
 import pypto
 from pypto.ir.core import Attrs, prod
-from pypto.ir.exec import SYNC_OPS, ExecTask, Instr, TileRef
+from pypto.ir.exec import SYNC_OPS, ExecTask, Instr, Loop, TileRef
 from pypto.ir.gm import GMBuffer, GMRef
 from pypto.ir.program import Program
 from pypto.ir.tile import row_pitch
@@ -550,3 +550,102 @@ def test_conflict_box_of_an_unusual_window():
     assert functional_plan._box(GMRef(X, 6 * COLS, (8, 32), (32, 1))) == ((6, 10), (0, COLS))
     assert functional_plan._box(GMRef(X, 6 * COLS, (2, 100), (COLS, 1))) == ((6, 9), (0, COLS))   # wraps
     assert functional_plan._box(rows(X, 8)) == ((8, 16), (0, COLS))
+
+
+# --- loops of a task: a body run once per rule over its iterations -----------------------------
+
+def stepped(op: str, step: int, dst, *srcs) -> Instr:
+    """An instruction of a loop body whose GM window moves by `step` elements per iteration."""
+    return Instr(op, {"TLOAD": "MTE2", "TSTORE": "MTE3"}.get(op, "V"), dst, srcs, Attrs({"gm_step": (step,)}))
+
+
+def looped(code) -> Program:
+    """Four tasks running `code(r)` (instructions and loops) on the row blocks r = 0, 8, 16, 24."""
+    tasks = tuple(ExecTask(k, 0, "AIV", (), 0, tuple(code(k * BLOCK))) for k in range(ROWS // BLOCK))
+    return Program("looped", (X, OUT, OUT2), tasks)
+
+
+def quarter(addr: int) -> TileRef:
+    """An [8, 16] fp32 UB tile."""
+    return TileRef("UB", addr, F32, (BLOCK, 16), (BLOCK, 16))
+
+
+def test_a_loop_runs_as_one_call_per_rule_of_its_body(rng):
+    """Four column windows of 16, loaded, shifted, exponentiated and stored: the body's rules
+    (copies dropped) run once over the four iterations, for the four tasks together."""
+    x = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    program = looped(lambda r: [Loop(4, (stepped("TLOAD", 16, quarter(0), cols(X, r, 0, 16)),
+                                         ins("TADDS", quarter(0x1000), quarter(0), 1.0),
+                                         ins("TEXP", quarter(0x2000), quarter(0x1000)),
+                                         stepped("TSTORE", 16, cols(OUT, r, 0, 16), quarter(0x2000))))])
+    plan = plan_for(program, get_machine("a2a3"))
+    assert len(plan.ops) == 2 and all(s.shape[:2] == (4, 4) for _, specs in plan.ops for s in specs[:2])
+    out = check_same(program, "a2a3", {"x": x})
+    np.testing.assert_allclose(out["out"], np.exp(x + 1.0), rtol=1e-6)
+
+
+def test_a_software_pipelined_loop_is_started_where_its_tile_is_loaded(rng):
+    """The body loads the next window at its end (the first load before the loop, the last
+    iteration's work after it): the loop is taken one instruction earlier, then it is
+    self-contained and runs grouped."""
+    x = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+
+    def code(r):
+        return [ins("TLOAD", quarter(0), cols(X, r, 0, 16)),
+                Loop(3, (ins("TMULS", quarter(0x1000), quarter(0), 3.0),
+                         stepped("TSTORE", 16, cols(OUT, r, 0, 16), quarter(0x1000)),
+                         stepped("TLOAD", 16, quarter(0), cols(X, r, 16, 16)))),
+                ins("TMULS", quarter(0x1000), quarter(0), 3.0), ins("TSTORE", cols(OUT, r, 48, 16), quarter(0x1000))]
+    program = looped(code)
+    # (MIN_GROUPED iterations: four with the rotation, taken from three in the text and the two ends)
+    plan = plan_for(program, get_machine("a2a3"))
+    assert len(plan.ops) == 1 and plan.ops[0][1][0].shape[:2] == (4, 4)
+    out = check_same(program, "a2a3", {"x": x})
+    np.testing.assert_allclose(out["out"], x * 3.0, rtol=1e-6)
+
+
+LOOPED = {
+    # an accumulator carried from one iteration to the next on chip: not self-contained
+    "carried-on-chip": lambda r: [ins("TLOAD", quarter(0), cols(X, r, 0, 16)),
+                                  Loop(4, (stepped("TLOAD", 16, quarter(0x1000), cols(X, r, 0, 16)),
+                                           ins("TADD", quarter(0), quarter(0), quarter(0x1000)))),
+                                  ins("TSTORE", cols(OUT, r, 0, 16), quarter(0))],
+    # each iteration reads the window of out the next one writes (before it writes it)
+    "reads-the-next-iterations-output": lambda r: [Loop(4, (
+        stepped("TADDS", 8, cols(OUT, r, 0, 8), cols(X, r, 0, 8), 1.0),
+        stepped("TMULS", 8, cols(OUT2, r, 0, 8), cols(OUT, r, 8, 8), 2.0)))],
+    # each iteration adds its window of x to the same window of out (which does not move)
+    "accumulated-in-gm": lambda r: [Loop(4, (
+        stepped("TLOAD", 16, quarter(0), cols(X, r, 0, 16)),
+        stepped("TADD", 0, cols(OUT, r, 0, 16), cols(OUT, r, 0, 16), quarter(0))))],
+    # a tile the loop writes is read after it
+    "tile-read-after-the-loop": lambda r: [Loop(4, (
+        stepped("TLOAD", 16, quarter(0), cols(X, r, 0, 16)), ins("TEXP", quarter(0x1000), quarter(0)),
+        stepped("TSTORE", 16, cols(OUT, r, 0, 16), quarter(0x1000)))),
+        ins("TSTORE", cols(OUT2, r, 0, 16), quarter(0x1000))],
+}
+
+
+@pytest.mark.parametrize("name", list(LOOPED))
+def test_loops_that_cannot_run_grouped(name, rng):
+    x = rng.standard_normal((ROWS, COLS)).astype(np.float32)
+    check_same(looped(LOOPED[name]), "a2a3", {"x": x, "out": np.full((ROWS, COLS), 5.0, np.float32)})
+
+
+def test_compiled_tiny_tiles_run_grouped(rng):
+    """A kernel in 1 x 16 tiles: the loops pass folds each task into a loop, the plan runs it as
+    a few numpy calls, with the bits of the unrolled program's plan."""
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+
+    @pypto.jit
+    def tiny(x, out):
+        pypto.set_vec_tile_shapes(1, 16)
+        out[:] = pypto.sqrt(pypto.abs(x) + 0.5) * 2.0
+
+    ck = tiny.compile(x, np.zeros_like(x))
+    flat = tiny.compile(x, np.zeros_like(x), options={"loops": False})
+    plan = plan_for(ck.program, get_machine("a2a3"))
+    assert len(plan.ops) * 50 < len(ck.program)
+    got = check_same(ck.program, "a2a3", {"x": x})["out"]
+    assert same_bits(got, run_plan(flat.program, "a2a3", {"x": x})["out"])
+    np.testing.assert_allclose(got, np.sqrt(np.abs(x) + 0.5) * 2.0, rtol=1e-6)
