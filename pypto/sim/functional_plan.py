@@ -48,7 +48,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from ..errors import SimulationError
 from ..ir.core import prod
-from ..ir.exec import SYNC_OPS, Instr, Loop, TileRef, unrolled
+from ..ir.exec import SYNC_OPS, Instr, Loop, TileRef
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
 from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
@@ -755,20 +755,26 @@ def _is_loop(f) -> bool:
 
 def _entries(code) -> list[tuple]:
     """A task's items as (k0, count, n): `count` runs of `n` non-sync instructions from the k0-th
-    (of the task's non-sync instructions, unrolled); (k, 1, 1) for an instruction outside loops
-    and for each instruction of a loop that holds other loops (those are unrolled)."""
-    out, k = [], 0
-    for it in code:
-        if isinstance(it, Loop) and not any(isinstance(x, Loop) for x in it.body):
-            n = sum(1 for x in it.body if x.op not in SYNC_OPS)
-            if n:
-                out.append((k, it.count, n))
-            k += it.count * n
-            continue
-        for x in (unrolled((it,)) if isinstance(it, Loop) else (it,)):
-            if x.op not in SYNC_OPS:
+    (of the task's non-sync instructions, unrolled) for each innermost loop; (k, 1, 1) for an
+    instruction outside them (the iterations of the loops around inner loops are walked)."""
+    out = []
+
+    def walk(items, k: int) -> int:
+        for it in items:
+            if isinstance(it, Loop):
+                if any(isinstance(x, Loop) for x in it.body):
+                    for _ in range(it.count):
+                        k = walk(it.body, k)
+                    continue
+                n = sum(1 for x in it.body if x.op not in SYNC_OPS)
+                if n:
+                    out.append((k, it.count, n))
+                k += it.count * n
+            elif it.op not in SYNC_OPS:
                 out.append((k, 1, 1))
                 k += 1
+        return k
+    walk(code, 0)
     return out
 
 
