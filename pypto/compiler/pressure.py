@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..errors import VerificationError
-from ..ir.exec import SYNC_OPS, ExecGraph, accesses, stream_shape
+from ..ir.exec import SYNC_OPS, ExecGraph, accesses, per_shape
 from ..target.machine import get_machine
 from .pipeline import Pass, PassContext
 
@@ -192,12 +192,7 @@ def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
     table = PressureTable()
     known: dict = {}
     for t in g.tasks:
-        shape = stream_shape(g, t.instrs)
-        found = known.get(shape) if shape is not None else None
-        if found is None:
-            found = task_pressure(t.instrs)
-            if shape is not None:
-                known[shape] = found
+        found = per_shape(g, known, t.instrs, lambda: task_pressure(t.instrs))
         for space in sorted(found, key=lambda s: (SPACE_ORDER.index(s) if s in SPACE_ORDER else 99, s)):
             peak, at, tiles = found[space]
             cap = caps.get(space, 0)

@@ -403,6 +403,19 @@ def stream_shape(g, instrs) -> int | None:
     return e[1] if e is not None and e[0] is instrs else None
 
 
+def per_shape(g, memo: dict, stream, work):
+    """`work()` for the stream `stream` of `g`, worked out once per stream shape (`memo`: shape
+    id -> result, the caller's): isomorphic tasks share what depends on their shape only.  A
+    stream without a shape gets its own."""
+    shape = stream_shape(g, stream)
+    if shape is None:
+        return work()
+    got = memo.get(shape)
+    if got is None:
+        got = memo[shape] = work()
+    return got
+
+
 def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
     """What is wrong with the loops of a task's instructions, or None: a loop runs at least
     once and has a body; `gm_step` gives one step per loop around its instruction, which has a

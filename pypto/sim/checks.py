@@ -13,7 +13,7 @@ import collections
 import numpy as np
 
 from ..errors import SimulationError
-from ..ir.exec import SYNC_OPS, Intervals, accesses, stream_shape, written_gm
+from ..ir.exec import SYNC_OPS, Intervals, accesses, per_shape, written_gm
 from ..ir.gm import Footprint, GMRef
 from ..ir.program import Program
 from ..target.isa import gm_access
@@ -39,13 +39,7 @@ def find_races(program: Program, times) -> list[str]:
     found = []
     pairs_of: dict = {}
     for t in program.tasks:
-        shape = stream_shape(program, t.code)
-        hz = pairs_of.get(shape) if shape is not None else None
-        if hz is None:
-            hz = _hazards(t.instrs)
-            if shape is not None:
-                pairs_of[shape] = hz
-        k, j, a, kind = hz
+        k, j, a, kind = per_shape(program, pairs_of, t.code, lambda: _hazards(t.instrs))
         if not len(k):
             continue
         tt = times[t.id]

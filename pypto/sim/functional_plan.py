@@ -555,6 +555,10 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
         at = touching.get(t, ())
         lo, hi = bisect.bisect_right(at, k), bisect.bisect_left(at, end)
         candidates = at[lo:hi]
+
+    def mark():
+        _tile_bytes(live, t)[...] = True
+        return live[t.addr:t.addr + t.nbytes]
     for j in candidates:
         dst, *srcs = rules[j][1]
         for o in srcs:
@@ -562,8 +566,7 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
                 if span is None:
                     if _same(o, t):
                         return False
-                    _tile_bytes(live, t)[...] = True
-                    span = live[t.addr:t.addr + t.nbytes]
+                    span = mark()
                 if _tile_bytes(live, o).any():
                     dead = False
                     break
@@ -573,8 +576,7 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
             if span is None:
                 if _same(dst, t):
                     return True
-                _tile_bytes(live, t)[...] = True
-                span = live[t.addr:t.addr + t.nbytes]
+                span = mark()
             _tile_bytes(live, dst)[...] = False
             if not span.any():
                 break
