@@ -11,7 +11,8 @@ Kernels with vector tiles of 1x8 fp32, so that the instruction count grows with 
 
 For each, programs of about 1k, 3k, 10k, 30k and 100k instructions (sync instructions included)
 are compiled (not timed), then timed: building the functional plan (`plan_for`, once per
-program), and a warm `simulate(mode="functional")` run (median of a few, the plan cached).  Last,
+program, with the collector paused as `simulate` pauses it), and a warm
+`simulate(mode="functional")` run (median of a few, the plan cached).  Last,
 the time per instruction at the largest size over that at the smallest: 1.0 is linear.
 
     python benchmarks/functional_scaling.py                 # up to 100k instructions, ~2 min
@@ -27,6 +28,7 @@ import time
 import numpy as np
 
 import pypto
+from pypto.gcpause import gc_paused
 from pypto.sim.functional_plan import plan_for
 
 SIZES = (1_000, 3_000, 10_000, 30_000, 100_000)
@@ -68,7 +70,8 @@ def measure(kernel, shapes, rounds: int) -> dict:
     ck = kernel.compile(x, out)
     program, machine = ck.program, ck.machine
     t0 = time.perf_counter()
-    plan_for(program, machine)
+    with gc_paused():                   # as simulate builds it (the collector paused)
+        plan_for(program, machine)
     build = time.perf_counter() - t0
     pypto.sim.simulate(program, x, out, machine=machine, mode="functional")     # warm: verified, views
     runs = []
