@@ -541,12 +541,21 @@ def _touching(rules) -> dict:
     return out
 
 
-def _dead_after(rules, k, t, live, touching=None) -> bool:
+def _dead_after(rules, k, t, live, touching=None, views=None) -> bool:
     """Whether no instruction after k reads a byte of tile t before it is overwritten (within
     WINDOW instructions, else presumed read).  `live` is a clear byte mask of t's space, left clear.
     The mask is only filled once an instruction touches part of t: t itself read or overwritten
-    whole first answers at once.  `touching` (see `_touching`) skips the rules that cannot."""
+    whole first answers at once.  `touching` (see `_touching`) skips the rules that cannot;
+    `views` keeps the tiles' views of `live` from call to call."""
     end = min(len(rules), k + 1 + WINDOW)
+    if views is None:
+        views = {}
+
+    def _bytes(o):
+        v = views.get(o)
+        if v is None:
+            v = views[o] = _tile_bytes(live, o)
+        return v
     span = None                     # t's bytes in the mask, once marked
     dead = True
     if touching is None:
@@ -557,7 +566,7 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
         candidates = at[lo:hi]
 
     def mark():
-        _tile_bytes(live, t)[...] = True
+        _bytes(t)[...] = True
         return live[t.addr:t.addr + t.nbytes]
     for j in candidates:
         dst, *srcs = rules[j][1]
@@ -567,7 +576,7 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
                     if _same(o, t):
                         return False
                     span = mark()
-                if _tile_bytes(live, o).any():
+                if _bytes(o).any():
                     dead = False
                     break
         if not dead:
@@ -577,7 +586,7 @@ def _dead_after(rules, k, t, live, touching=None) -> bool:
                 if _same(dst, t):
                     return True
                 span = mark()
-            _tile_bytes(live, dst)[...] = False
+            _bytes(dst)[...] = False
             if not span.any():
                 break
     else:
@@ -596,7 +605,7 @@ def _chain(rules, caps) -> list:
     producer along: the producer writes the GM window and the instruction runs in place there
     (p: t = g(..); k: w = f(t, ..)  ->  p: w = g(..); k: w = f(w, ..)), so both have GM operands
     only and can be fused.  From the last instruction back, so chains of producers follow."""
-    rules, live = list(rules), {}
+    rules, live, views = list(rules), {}, {}
     touching = _touching(rules)
     for k in range(len(rules) - 1, -1, -1):
         f, (w, *srcs), _ = rules[k]
@@ -607,7 +616,9 @@ def _chain(rules, caps) -> list:
             mask = live.get(t.space)
             if mask is None:
                 mask = live[t.space] = np.zeros(caps[t.space], np.bool_)
-            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, mask, touching):
+                views[t.space] = {}
+            if any(_touches(o, w) for o in others) or not _dead_after(rules, k, t, mask, touching,
+                                                                     views[t.space]):
                 continue
             for p in range(k - 1, max(k - 1 - WINDOW, -1), -1):
                 g, (dst, *psrcs), kp = rules[p]
