@@ -114,3 +114,21 @@ def test_reference_remainder_of_an_uncertain_integer_makes_no_claim():
     r = modulo(v4, V(np.array(3.0), 0.0), True, "int8")
     assert r.e[0] == np.inf                                     # any residue
     assert r.v[1] == 2.0 and r.e[1] == 0.0                     # an exact integer keeps its claim
+
+
+def test_reference_of_a_product_whose_partial_products_may_underflow_or_overflow():
+    """A row of small values and an inf: in fp32 the running product may underflow to 0 before
+    the inf (0 x inf = NaN) in whatever order it is taken, so the reference leaves the element
+    undetermined (a fuzzed x.prod(1) on [3, 100] in [-0.05, 0.05] was called wrong for NaN);
+    likewise large values and a 0.  A row whose product cannot underflow stays determined."""
+    rows = np.stack([np.full(100, 0.5), np.full(100, 0.02), np.full(100, 1e5)])
+    rows[1, 69] = np.inf                                # 0.02^69 underflows: NaN possible
+    rows[2, 3] = 0.0                                    # 1e5^99 overflows: NaN possible
+    plain = np.array([2.0, np.inf, 3.0])
+    x = reference.V(rows, 0.0)
+    got = reference.reduce_prod(x, 1, False, "fp32")
+    assert np.isfinite(got.e[0]) and np.isinf(got.e[1]) and np.isinf(got.e[2])
+    assert reference.compare(got, np.array([0.5 ** 100, np.nan, np.nan]), "fp32")[0]
+    p = reference.reduce_prod(reference.V(plain[None], 0.0), 1, False, "fp32")
+    assert p.v[0] == np.inf and p.e[0] == 0.0          # an inf times numbers that cannot vanish: inf
+    assert not reference.compare(p, np.array([np.nan]), "fp32")[0]

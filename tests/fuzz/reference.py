@@ -633,9 +633,21 @@ def reduce_prod(x: V, d, keepdim, dt) -> V:
         zero = np.any((m <= x.e) & (x.e > 0), axis=d, keepdims=True)
         inf = np.any(np.isinf(x.v), axis=d, keepdims=True)
         cert &= ~(zero & inf)
+        if dt not in INTS:
+            # in the order pypto multiplies (unknown here), a partial product of the small
+            # finite values may underflow to 0, then times an inf gives NaN; of the large ones
+            # overflow to inf, then times a 0 gives NaN: such a row is not determined
+            finite = np.isfinite(m)
+            small = np.prod(np.where(finite & (m < 1), m, 1.0), axis=d, keepdims=True)
+            large = np.prod(np.where(finite & (m > 1), m, 1.0), axis=d, keepdims=True)
+            lost = (inf & (small < TINY[dt])) | (np.any(m == 0, axis=d, keepdims=True) & (large > MAXV[dt]))
+            cert &= ~lost
+        else:
+            lost = np.zeros_like(cert)
         fin = np.all(np.isfinite(x.v), axis=d, keepdims=True)
         e = np.where(fin, e, np.where(cert, 0.0, np.inf))
         e = np.where(np.isfinite(v) | ~cert, e, 0.0)
+        e = np.where(lost, np.inf, e)
     return _squeeze(_rounded(V(v, e), dt, cert), (d,), keepdim)
 
 
