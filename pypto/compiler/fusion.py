@@ -190,7 +190,8 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGr
                 ml0, _, nl0, _ = matmul_cube_tile(g, n, ctx.machine)
                 cube_tile[n.id] = (ml0, nl0)
         elif join and not floating.intersection(n.inputs) and (
-                found := _epilogue_of(g, n, epilogue, group_of, users)) is not None:
+                found := _epilogue_of(g, n, epilogue, group_of, users)) is not None and _made_before(
+                g, n, found[0], group_of, floating):
             tail, kind = found
             gid = group_of[tail]
             groups[gid].members.append(n.id)
@@ -362,6 +363,23 @@ def _epilogue_of(g, n, epilogue, group_of, users) -> tuple[int, str] | None:
     if kind is None or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:
         return None
     return tail, kind
+
+
+def _made_before(g, n, tail, group_of, floating) -> bool:
+    """Whether every input of epilogue n but the cube group's own values is computed before that
+    group runs: a kernel input, a constant, or the value of an earlier group.  A bias computed
+    by a later group (a row reduction after the matmul in the kernel) would be read by the cube
+    task before it is written (a fuzzed `x.prod(1) + matmul(..)` added zeros)."""
+    gid = group_of[tail]
+    for i in n.inputs:
+        if i == tail or group_of.get(i) == gid:
+            continue
+        src = g.node(i)
+        while OPS[src.op].kind == "layout":
+            src = g.node(src.inputs[0])
+        if src.id in floating or group_of.get(src.id, -1) >= gid:
+            return False
+    return True
 
 
 def _is_bias_row(g, i, n) -> bool:
