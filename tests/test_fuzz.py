@@ -132,3 +132,16 @@ def test_reference_of_a_product_whose_partial_products_may_underflow_or_overflow
     p = reference.reduce_prod(reference.V(plain[None], 0.0), 1, False, "fp32")
     assert p.v[0] == np.inf and p.e[0] == 0.0          # an inf times numbers that cannot vanish: inf
     assert not reference.compare(p, np.array([np.nan]), "fp32")[0]
+
+
+def test_reference_of_the_min_of_signed_zeros():
+    """min / max of a column holding +0 and -0 is either zero, by the order of the comparisons:
+    the reference leaves its sign open, so that a division by it may give either infinity (a
+    fuzzed `round(2 x) / amin(y, dim=0)` was called wrong for +inf)."""
+    x = reference.V(np.array([[1.0, 2.0], [-0.0, 3.0], [0.0, 4.0]]), 0.0)
+    m = reference.reduce_ext(x, 0, False, np.min, "fp16")
+    assert m.v[0] == 0 and m.e[0] > 0 and m.e[1] == 0
+    q = reference.div(reference.const(-2.0, "fp16"), m, "fp16")
+    assert np.isinf(q.e[0]) and reference.compare(q, np.array([np.inf, -1.0]), "fp16")[0]
+    one = reference.reduce_ext(reference.V(np.array([[0.0], [0.0]]), 0.0), 0, False, np.min, "fp16")
+    assert one.e[0] == 0                               # zeros of one sign: determined

@@ -207,6 +207,13 @@ def reduce_ext(x: V, dim, keepdim, fn, dt) -> V:
         e = np.max(x.e, axis=dim, keepdims=keepdim)
         cert = np.isfinite(e)
         e = np.where(np.isfinite(v), e, np.where(cert, 0.0, np.inf))
+        if dt not in INTS:
+            # the max or min of a +0 and a -0 is either, by the order they are compared in (a
+            # division by it then gives either infinity): its sign is not determined
+            zeros = x.v == 0
+            both = (np.any(zeros & np.signbit(x.v), axis=dim, keepdims=keepdim)
+                    & np.any(zeros & ~np.signbit(x.v), axis=dim, keepdims=keepdim))
+            e = np.where((v == 0) & both, np.maximum(e, TINY[dt]), e)
     return V(v, e)
 
 
