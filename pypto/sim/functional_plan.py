@@ -791,9 +791,21 @@ def _entries(code) -> list[tuple]:
     return out
 
 
-def _rule(instrs, k):
-    f, ops = decode(instrs[k])
-    return f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k
+class _Instrs(list):
+    """A task's non-sync instructions, with the rules decoded from them so far (`_rule`): the
+    privacy check, the rotation of loops and the rewriting read the same rules (immutable)."""
+
+    def __init__(self, instrs):
+        super().__init__(instrs)
+        self.rules: dict[int, tuple] = {}
+
+
+def _rule(instrs: _Instrs, k):
+    r = instrs.rules.get(k)
+    if r is None:
+        f, ops = decode(instrs[k])
+        r = instrs.rules[k] = (f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k)
+    return r
 
 
 def _once(entries, instrs) -> list:
@@ -1113,7 +1125,7 @@ def _build(program, caps) -> Plan | None:
     ids: dict[tuple, int] = {}                  # stream key -> stream number
     streams = []                                # per stream: (its entries, its instructions)
     for t in program.tasks:
-        instrs = [i for i in t.instrs if i.op not in SYNC_OPS]
+        instrs = _Instrs(i for i in t.instrs if i.op not in SYNC_OPS)
         scanned = _scan(instrs, caps, sizes)
         if scanned is None:
             return None
