@@ -14,9 +14,10 @@ import sysconfig
 from dataclasses import dataclass, field
 
 
-@functools.lru_cache(maxsize=256)
 def _cell_name(file: str) -> str | None:
-    """'In[3]' when `file` holds a notebook / IPython cell (IPython names cells by temp files)."""
+    """'In[3]' when `file` holds a notebook / IPython cell (IPython names cells by temp files),
+    asked afresh every time: a re-run cell (the same file, for ipykernel names a cell by a hash
+    of its text) takes its new number."""
     ipython = sys.modules.get("IPython")           # never imported here: only used if loaded
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is None:
@@ -28,6 +29,15 @@ def _cell_name(file: str) -> str | None:
     return named[1] if named else None
 
 
+def cell_number(shell) -> int:
+    """The number of the cell `shell` is running now, as its prompt shows it (`In [7]`).
+    IPython 9 counts the cell before running it, so `shell.execution_count` is already the
+    next cell's number while a cell runs; the running cell's own result knows its number."""
+    running = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    number = getattr(running, "execution_count", None)
+    return number if isinstance(number, int) else shell.execution_count
+
+
 @dataclass(frozen=True)
 class SourceLoc:
     """A place in the user's source: file, line, (optionally) the function, and (optionally) the
@@ -36,7 +46,7 @@ class SourceLoc:
     `col` / `end_col` are Python's 0-based UTF-8 byte offsets on `line` (what `co_positions()` and
     `traceback.FrameSummary` give); `end_col=None` with a `col` means "to the end of the line" (a
     call that continues on the next lines).  They take no part in equality, hashing or `short()`:
-    printed IR and programs name `file.py:12` only."""
+    printed IR and programs name `file.py:12` (or `In[7]:12`) only."""
 
     file: str
     line: int
@@ -45,15 +55,16 @@ class SourceLoc:
     end_col: int | None = field(default=None, compare=False, repr=False)
 
     def short(self) -> str:
-        """`file.py:12`: stable across runs, used in printed IR and programs."""
+        """`file.py:12`, or `In[7]:12` for a notebook / IPython cell (what the user sees next to
+        it; ipykernel's file is a temporary `3308725122.py`): in printed IR, programs, graph
+        nodes, traces, race reports and error messages."""
+        cell = _cell_name(self.file)
+        if cell:
+            return f"{cell}:{self.line}"
         name = self.file.rsplit("/", 1)[-1]
         return f"{name}:{self.line}"
 
-    def display(self) -> str:
-        """`In[3]:12` for a notebook cell (what the user sees next to it), else `file.py:12`:
-        for error messages."""
-        cell = _cell_name(self.file)
-        return f"{cell}:{self.line}" if cell else self.short()
+    display = short             # the name error messages use
 
     def source_line(self) -> str:
         return linecache.getline(self.file, self.line).rstrip("\n")

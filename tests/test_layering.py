@@ -1,6 +1,6 @@
 """The import layering of pypto's packages: every import goes down the layer order.
 
-    base (errors, dtypes, gcpause) < target < ir < {compiler, sim} < frontend < viz < magics < top < cli
+    base (errors, dtypes, gcpause, progress) < target < ir < {compiler, sim} < frontend < viz < magics < top < cli
 
 `target` (machines, instruction table, cost model) is below both the compiler and the simulator,
 which never import each other; the frontend (tracing, @jit, CompiledKernel) is above both; viz
@@ -50,7 +50,7 @@ def package_of(module: str) -> str:
     if len(parts) == 1:
         return "top"
     head = parts[1]
-    if head in ("errors", "dtypes", "gcpause"):
+    if head in ("errors", "dtypes", "gcpause", "progress"):
         return "base"
     if head in ("cli", "__main__"):
         return "cli"

@@ -358,3 +358,35 @@ def test_kernel_with_mixed_float_dtypes(ip):
     assert ex2.dtype_dropdown.value == "as given" and ex2.res.ok
     np.testing.assert_allclose(ex2.res.outputs["c"], a.astype(np.float32) @ b.astype(np.float32),
                                rtol=1e-3, atol=1e-3)
+
+
+def test_cells_are_named_by_their_own_number_also_after_a_rerun(ip, monkeypatch):
+    """As in Jupyter: the history on (IPython 9 counts a cell before running it) and ipykernel's
+    compiler, which names a cell's file by a hash of its text, so a re-run is the same file.
+    Errors, printed IR and PTO listings name the cell as its prompt does: In[N]:line."""
+    from ipykernel.compiler import XCachingCompiler
+    monkeypatch.setattr(ip, "compile", XCachingCompiler())
+    seen = []
+    for _ in range(2):
+        with capture_output() as cap:
+            result = ip.run_cell(BAD_TILE_CELL, store_history=True)
+        n = result.execution_count
+        seen.append(n)
+        err = cap.stderr
+        assert f"In[{n}]:4: " in err and f"Cell In[{n}], line 4, in bad" in err, (n, err)
+        assert f"In[{n + 1}]" not in err
+        # an ordinary cell calling the kernel names both cells by their own numbers
+        with capture_output() as cap:
+            call = ip.run_cell("bad(x, out)", store_history=True)
+        assert isinstance(call.error_in_exec, pypto.TileShapeError)
+        assert f"In[{n}]:4: " in cap.stdout + cap.stderr
+    assert seen[1] == seen[0] + 2                 # the re-run has a number of its own
+    with capture_output():
+        result = ip.run_cell(SOFTMAX_CELL, store_history=True)
+    n = result.execution_count
+    ck = explorers(ip)[0].ck
+    assert f"@In[{n}]:7" in ck.tile_graph.text()          # pypto.exp(x - m) is line 7 of the cell
+    assert f"; In[{n}]:7" in ck.program.text()
+    assert "ipykernel" not in ck.program.text()
+    from pypto.ir.program import Program
+    assert Program.parse(ck.program.text()).text() == ck.program.text()

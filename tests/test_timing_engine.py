@@ -257,9 +257,13 @@ def test_runs_in_chunks_and_updates_the_progress_bar(monkeypatch):
     want = run_timing(ck.program, ck.machine, progress=False, engine="python")
     seen = []
     monkeypatch.setattr(timing_fast, "CHUNK", 333)
-    monkeypatch.setattr(timing._Progress, "update", lambda self, done: seen.append(done))
-    assert_same(run_timing(ck.program, ck.machine, engine="compiled"), want)
-    assert seen[:3] == [333, 666, 999] and seen[-1] == len(ck.program)
+    from pypto.progress import listening
+    with listening(lambda ev: seen.append((ev.what, ev.done, ev.unit, ev.closed))):
+        assert_same(run_timing(ck.program, ck.machine, engine="compiled"), want)
+    what = f"simulating {ck.program.name}"
+    assert seen[:3] == [(what, 333, "instructions", False), (what, 666, "instructions", False),
+                        (what, 999, "instructions", False)]
+    assert seen[-1] == (what, len(ck.program), "instructions", True)
 
 
 def test_encoding_is_cached_and_the_state_holds_nothing_per_instruction():

@@ -619,6 +619,58 @@ def test_explorer_bad_update_keeps_previous_result(explorer):
     assert "failed" not in explorer.text()
 
 
+def test_explorer_error_of_a_moved_slider_is_shown_next_to_it_with_the_largest_value_that_fits(xo):
+    """a2a3's UB is 192 KiB: at TN=1024 softmax's [TM, 1024] fp32 tiles fit up to TM=16 (the
+    compiler's own hint says so too); the line under the controls names the slider, the value
+    that fits, and a button moves the slider there."""
+    ex = Explorer(softmax, xo, consts={"TM": 8, "TN": 1024})
+    assert ex.control_error_box.layout.display == "none"
+    ex.sliders["TM"].value = 64                    # a release of the TM slider
+    assert isinstance(ex.error, pypto.TileShapeError) and ex.ck.consts["TM"] == 8
+    assert ex.sliders["TM"].value == 8             # back to what is shown ...
+    assert ex.sliders["TM"].style.handle_color == "#c00"        # ... and marked
+    box = ex.control_error.value
+    assert ex.control_error_box.layout.display == "flex"
+    assert "<b>TM=64</b>: TileShapeError: the tiles of group 0 do not fit UB" in box
+    assert "the largest TM that compiles (with TN=1024) is <b>16</b>" in box
+    assert "showing TM=8, TN=1024" in box
+    children = ex.widget.children
+    assert children.index(ex.control_error_box) == children.index(ex.controls) + 1   # right under them
+    assert ex.fit_button.description == "use TM=16" and ex.fit_button.layout.display == ""
+    ex.fit_button.click()
+    assert ex.error is None and ex.ck.consts["TM"] == 16 and ex.sliders["TM"].value == 16
+    assert ex.control_error_box.layout.display == "none" and ex.control_error.value == ""
+    assert ex.sliders["TM"].style.handle_color is None
+    # two constants moved at once: no search
+    ex.update(TM=256, TN=4096)
+    assert "<b>TM=256, TN=4096</b>" in ex.control_error.value and "largest" not in ex.control_error.value
+    assert ex.fit_button.layout.display == "none"
+
+
+def test_explorer_shows_progress_while_it_compiles_and_simulates(xo, monkeypatch):
+    """Work longer than busy.SHOW_AFTER_S shows a bar under the controls, fed by the compiler's
+    passes (the timing run is the one assign_cores made); hidden again when the view is ready."""
+    from pypto.viz import busy
+    ex = Explorer(softmax, xo, consts={"TM": 32})
+    assert not ex.busy.visible and ex.busy.shown == []
+    children = ex.widget.children
+    assert children.index(ex.busy.widget) == children.index(ex.controls) + 2
+    monkeypatch.setattr(busy, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(busy, "REDRAW_S", 0.0)
+    shown_on = []
+    ex.busy.on_show = lambda: shown_on.append(ex.status.value)
+    ex.update(TM=16)
+    assert shown_on and "updating: TM=16, TN=256 ..." in shown_on[0]   # stale views are marked at once
+    passes = [t for t in ex.busy.shown if t.startswith("compiling softmax: pass ")]
+    names = [t.split("pass ", 1)[1].split(",")[0] for t in passes]
+    assert names[0] == "decompose" and {"tiling", "scheduling", "assign_cores"} <= set(names)
+    assert ex.busy.shown[-1].startswith("softmax (TM=16, TN=256): drawing the views")
+    assert not ex.busy.visible and "ready: TM=16, TN=256" in ex.status.value
+    ex.busy.shown.clear()
+    ex.update(TM=32)                               # cached: nothing compiles or simulates
+    assert not [t for t in ex.busy.shown if "compiling" in t or "simulating" in t]
+
+
 def test_explore_entry_point_and_show(xo):
     ex = pypto.explore(softmax, *xo, machine="teach", TM=32)
     assert isinstance(ex, Explorer)

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..errors import PyptoError, VerificationError
 from ..gcpause import gc_paused
+from ..progress import stage
 
 LEVELS = ("tensor", "tile", "block", "exec", "pto")
 BUILTIN_PASSES: set = set()   # filled by pypto.compiler: passes trusted to keep their level valid
@@ -163,15 +164,20 @@ class Pipeline:
         # the passes allocate millions of small acyclic objects (tile nodes, instructions): with
         # the cyclic GC on, the collections they trigger walk the growing program again and
         # again (about 45% of a 4096^3 matmul's compile); restored on any exit (gcpause.py)
-        with gc_paused():
-            return self._run(graph, ctx, verify, snapshots)
+        bar = stage(f"compiling {getattr(graph, 'name', 'kernel')}", len(self.passes), "passes")
+        try:
+            with gc_paused():
+                return self._run(graph, ctx, verify, snapshots, bar)
+        finally:
+            bar.close(bar.done)
 
-    def _run(self, graph, ctx: PassContext, verify, snapshots: bool):
+    def _run(self, graph, ctx: PassContext, verify, snapshots: bool, bar):
         last_of_level = {p.level.split("->")[-1]: i for i, p in enumerate(self.passes)}
         levels = {graph.level: graph}
         log = PassLog()
         snaps = [] if snapshots else None
         for i, p in enumerate(self.passes):
+            bar.update(i, f"pass {p.name}")
             before = len(graph)
             t0 = time.perf_counter()
             try:
@@ -208,4 +214,5 @@ class Pipeline:
                 snaps.append((p.name, out))
             graph = out
             levels[want] = out
+        bar.update(len(self.passes))
         return levels, log, snaps

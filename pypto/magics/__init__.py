@@ -26,7 +26,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.display import display
 from traitlets import Bool, TraitError, Unicode, validate
 
-from ..errors import MagicUsageError, PyptoError
+from ..errors import MagicUsageError, PyptoError, cell_number
 from ..frontend.jit import JitKernel
 from ..viz.explorer import FLOAT_DTYPES, TAB_NAMES, Explorer, range_values, tab_title
 
@@ -332,7 +332,7 @@ class PyptoMagics(Magics):
         lines = cell.splitlines()
         lead = next((i for i, text in enumerate(lines) if text.strip()), len(lines))
         source = "\n" * (1 + lead) + shell.transform_cell(cell)
-        filename = shell.compile.cache(source, shell.execution_count, raw_code=cell)
+        filename = shell.compile.cache(source, cell_number(shell), raw_code=cell)
         try:
             code = shell.compile(source, filename, "exec")
             exec(code, shell.user_global_ns, ns)

@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import heapq
 import math
-import sys
-import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import NamedTuple
 
 from ..errors import PyptoError, SimulationError
 from ..gcpause import gc_paused
+from ..progress import stage
 from ..ir.exec import AIC_PIPES, AIV_PIPES, SIM_CACHE, stream_shape
 from ..ir.gm import GMRef
 from ..ir.program import Program
@@ -282,31 +281,6 @@ class _Running:
         self.start = self.end = start
 
 
-class _Progress:
-    """A one-line progress bar on stderr, shown only when the simulation runs longer than a second."""
-
-    def __init__(self, total: int, what: str):
-        self.total, self.what = max(total, 1), what
-        self.t0 = time.perf_counter()
-        self.shown = False
-
-    def update(self, done: int):
-        elapsed = time.perf_counter() - self.t0
-        if elapsed < 1.0:
-            return
-        self.shown = True
-        frac = done / self.total
-        bar = "#" * int(30 * frac)
-        sys.stderr.write(f"\r{self.what} [{bar:<30}] {100 * frac:5.1f}% {done}/{self.total} instructions, "
-                         f"{elapsed:.1f} s")
-        sys.stderr.flush()
-
-    def close(self, done: int):
-        if self.shown:
-            self.update(done)
-            sys.stderr.write("\n")
-
-
 ENGINES = ("auto", "python", "compiled")
 # Below this many instructions "auto" keeps the Python engine: the compiled engine's first use in a
 # process costs ~0.5 s (importing numba, loading the compiled loop from numba's on-disk cache; ~8 s
@@ -437,7 +411,7 @@ def _run_python(program: Program, machine: Machine, trace: bool, record_times: b
     cross_waiting: dict[tuple, tuple] = {}     # (cube task, AIV slot) -> (core, pipe) blocked on it
     unwaited: list[str] = []
     total = sum(t.n_instrs for t in tasks)
-    bar = _Progress(total, f"simulating {program.name}") if progress else None
+    bar = stage(f"simulating {program.name}", total, "instructions") if progress else None
 
     for t in tasks:
         if not t.deps:

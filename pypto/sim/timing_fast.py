@@ -34,10 +34,11 @@ import numpy as np
 
 from ..errors import SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
+from ..progress import stage
 from ..ir.program import Program
 from ..target.machine import Machine
 from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent,
-                     _Progress, deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
+                     deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
 
 try:
     from numba import njit
@@ -625,7 +626,7 @@ def run_compiled(program: Program, machine: Machine, trace: bool = True, record_
         return None
     a = enc.arrays
     s = _new_state(enc, trace or record_times)
-    bar = _Progress(enc.total, f"simulating {program.name}") if progress else None
+    bar = stage(f"simulating {program.name}", enc.total, "instructions") if progress else None
     while True:
         status = _run(a, s, int(s.g[G_EXEC]) + CHUNK, checked)
         if status == ST_POOL_FULL:

@@ -66,6 +66,8 @@ MAX_CACHED_VIEWS = 64
 MAX_CACHED_RESULTS = 48
 MAX_PASS_TEXT_LINES = 400
 DEBOUNCE_S = 0.1
+FIT_SEARCH_S = 3.0         # a constant that does not compile: how long to look for the largest that does
+ERROR_COLOR = "#c00"
 TIMELINE_DPI = 80          # the static snapshot's PNG timeline
 TIMELINE_WIDTH = 1000      # the live SVG timeline, pixels at zoom 100%
 OPTION_KEYS = ("ranges", "show", "dtype", "simulate", "size")  # explorer options passed with the constants
@@ -347,7 +349,9 @@ class Explorer:
         self._cfg = (machine, dtype)
         try:
             # The first view may be shown statically (nbconvert): simulate with the trace once.
-            ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
+            from .busy import first_render
+            with first_render(f"{kernel.name}: compiling and simulating"):
+                ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
         except PyptoError as e:
             raise e.with_traceback(None) from None   # nothing to show yet: say why, briefly
         self._set_current(machine, dtype, ck, res, n)
@@ -723,26 +727,125 @@ class Explorer:
 
     def _apply(self, cfg, reraise=False):
         machine, dtype, consts, size = cfg
-        try:
-            ck, res, n = self._compute(machine, dtype, consts, size, trace=self._needs_trace(), check_now=False)
-        except Exception as e:
-            self._fail(e)
-            if reraise and not isinstance(e, PyptoError):
-                raise
-            return
-        run = self._last_run
-        self._set_current(machine, dtype, ck, res, n)
-        self._error = None
-        self._sync_controls()
-        self._refresh()
+        what = self._cfg_text(cfg)
+        self.status.value = f"<span style='color:#555'>updating: {html.escape(what)} ...</span>"
+        with self.busy.running(f"{self.kernel.name} ({what})"):
+            try:
+                ck, res, n = self._compute(machine, dtype, consts, size, trace=self._needs_trace(),
+                                           check_now=False)
+            except Exception as e:
+                self._fail(e, cfg)
+                if reraise and not isinstance(e, PyptoError):
+                    raise
+                return
+            run = self._last_run
+            self._set_current(machine, dtype, ck, res, n)
+            self._error = None
+            self._sync_controls()
+            self._clear_control_error()
+            self.busy.note("drawing the views")
+            self._refresh()
         self._schedule_check(run)
 
-    def _fail(self, e):
+    def _cfg_text(self, cfg) -> str:
+        machine, dtype, consts, size = cfg
+        text = ", ".join(f"{k}={v}" for k, v in consts.items()) or "no constants"
+        if size is not None and self.size_name is not None:
+            text += f", {self.size_name}={size}"
+        if dtype:
+            text += f", dtype={dtype}"
+        m = machine if isinstance(machine, str) else getattr(machine, "name", str(machine))
+        return text + ("" if m == self._machine_key else f", machine={m}")
+
+    def _fail(self, e, cfg=None):
         """Keep the previous view; the controls go back to the configuration it shows; the
-        status line says what went wrong."""
+        status line says what went wrong, and so does a line right under the controls, naming
+        the control that was moved and, for a constant, the largest value that compiles."""
         self._error = e
         self._sync_controls()
         self._show_error(e)
+        if cfg is not None:
+            self._show_control_error(e, cfg)
+
+    # --- errors next to the controls ----------------------------------------------------------
+    def _moved(self, cfg) -> list[str]:
+        """The controls `cfg` changes, against the configuration on display."""
+        machine, dtype, consts, size = cfg
+        moved = [k for k in self.kernel.int_constants if k in consts and consts[k] != self._consts.get(k)]
+        if self.size_slider is not None and size is not None and size != self._size:
+            moved.append(self.size_name)
+        m = machine if isinstance(machine, str) else getattr(machine, "name", str(machine))
+        if m != self._machine_key:
+            moved.append("machine")
+        if dtype != self._dtype:
+            moved.append("dtype")
+        return moved
+
+    def largest_fitting(self, cfg, name: str) -> int | None:
+        """The largest value of constant `name` below the one `cfg` asks for (among its slider's
+        values) with which the kernel compiles, the other constants as in `cfg`; None when none
+        does within `FIT_SEARCH_S` seconds."""
+        machine, dtype, consts, size = cfg
+        want = consts[name]
+        values = sorted((v for _, v in self.sliders[name].options if v < want), reverse=True)
+        t0 = time.perf_counter()
+        for v in values:
+            if time.perf_counter() - t0 > FIT_SEARCH_S:
+                return None
+            try:
+                self.kernel.compile(*self._args_for(dtype), machine=machine, snapshots=True, **{**consts, name: v})
+            except PyptoError:
+                continue
+            return v
+        return None
+
+    def _show_control_error(self, e, cfg) -> None:
+        moved = self._moved(cfg)
+        what = ", ".join(f"{k}={cfg[2][k]}" if k in cfg[2] else k for k in moved) or self._cfg_text(cfg)
+        kind = type(e).__name__
+        first = (e.message if isinstance(e, PyptoError) else str(e)).splitlines()[0] if str(e) else kind
+        lines = [f"<b>{html.escape(what)}</b>: {html.escape(kind)}: {html.escape(first)}"]
+        self._fit = None
+        tile = [k for k in moved if k in self.sliders]
+        if len(tile) == 1 and isinstance(e, PyptoError):
+            name = tile[0]
+            others = ", ".join(f"{k}={v}" for k, v in cfg[2].items() if k != name and k in self.sliders)
+            with_others = f" (with {others})" if others else ""
+            v = self.largest_fitting(cfg, name)
+            if v is not None:
+                self._fit = (name, v)
+                lines.append(f"the largest {html.escape(name)} that compiles{html.escape(with_others)} is "
+                             f"<b>{v}</b>")
+            else:
+                lines.append(f"no smaller {html.escape(name)} compiles{html.escape(with_others)} either")
+        for k in tile:
+            self.sliders[k].style.handle_color = ERROR_COLOR
+        shown = self._consts_text()
+        lines.append(f"<span style='color:#555'>showing {html.escape(shown)}; the full message is below the "
+                     "views</span>")
+        self.control_error.value = (f"<div class='pypto-control-error' style='color:{ERROR_COLOR}; "
+                                    "margin:2px 0 4px 8px'>" + "<br>".join(lines) + "</div>")
+        self.fit_button.description = f"use {self._fit[0]}={self._fit[1]}" if self._fit else ""
+        self.fit_button.layout.display = "" if self._fit else "none"
+        self.control_error_box.layout.display = "flex"
+
+    def _clear_control_error(self) -> None:
+        self.control_error.value = ""
+        self.control_error_box.layout.display = "none"
+        self._fit = None
+        for s in self.sliders.values():
+            s.style.handle_color = None
+
+    def _on_fit(self, _button) -> None:
+        if self._fit is not None:
+            name, v = self._fit
+            if self.sliders[name].value == v:   # on display already: nothing to recompile
+                self._clear_control_error()
+            else:
+                self.sliders[name].value = v    # as if the user moved it there
+
+    def _consts_text(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self._consts.items()) or "the previous configuration"
 
     # --- debounce ------------------------------------------------------------------------------
     def _schedule(self, cfg):
@@ -843,7 +946,17 @@ class Explorer:
         self.tab.observe(self._on_tab, names="selected_index")
         self.status = w.HTML()
         self.controls = w.HBox(controls, layout=w.Layout(flex_flow="row wrap"))
-        self.widget = w.VBox([self.header, self.controls, self.tab, self.status])
+        # right under the controls: why the last move failed, and the work in progress
+        from .busy import BusyBar
+        self.control_error = w.HTML()
+        self.fit_button = w.Button(description="", button_style="warning", layout=w.Layout(display="none"))
+        self.fit_button.on_click(self._on_fit)
+        self.control_error_box = w.HBox([self.control_error, self.fit_button],
+                                        layout=w.Layout(display="none", align_items="center"))
+        self._fit = None
+        self.busy = BusyBar()
+        self.widget = w.VBox([self.header, self.controls, self.control_error_box, self.busy.widget, self.tab,
+                              self.status])
 
     def _options(self, name, value):
         if name in self._ranges:
@@ -927,11 +1040,7 @@ class Explorer:
             self._ensure_trace()
         for t in self._visible():
             self._render(t)
-        cfg = ", ".join(f"{k}={v}" for k, v in self._consts.items()) or "no constants"
-        if self._size is not None:
-            cfg += f", {self.size_name}={self._size}"
-        if self._dtype:
-            cfg += f", dtype={self._dtype}"
+        cfg = self._cfg_text((self._machine_key, self._dtype, self._consts, self._size))
         if self._timing is None:
             took = "cached"
         else:

@@ -1,0 +1,96 @@
+"""Busy states: what a view shows while it compiles or simulates.
+
+The compiler and the simulator report their stages as events (`pypto.progress`); a `BusyBar`
+turns them into a progress bar with a line of text ("compiling softmax: pass scheduling, 7/24
+passes, 0.8 s"), shown only once the work has run `SHOW_AFTER_S` (quick changes never flicker)
+and redrawn at most every `REDRAW_S` (each redraw is a widget message).  The explorer keeps one
+under its controls; `first_render` shows one in the output area of a cell while the first compile
+of an explorer or a comparison runs (none exists yet to show it in), and removes it afterwards.
+"""
+from __future__ import annotations
+
+import contextlib
+import html
+import time
+
+from ..progress import ProgressEvent, listening
+
+SHOW_AFTER_S = 0.3        # work quicker than this shows no bar
+REDRAW_S = 0.1            # at most this often
+
+
+class BusyBar:
+    """A progress bar and a label (ipywidgets), hidden while idle.  `running(what)` is the
+    context of one piece of work; `shown` lists the label texts it displayed (for tests)."""
+
+    def __init__(self):
+        import ipywidgets as w
+        self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, layout=w.Layout(width="220px"))
+        self.label = w.HTML()
+        self.widget = w.HBox([self.bar, self.label], layout=w.Layout(display="none", align_items="center"))
+        self.widget.add_class("pypto-busy")
+        self.shown: list[str] = []
+        self._t0 = self._drawn = 0.0
+        self._what = ""
+        self.on_show = None         # called once per piece of work, when the bar first appears
+
+    @property
+    def visible(self) -> bool:
+        return self.widget.layout.display != "none"
+
+    @contextlib.contextmanager
+    def running(self, what: str):
+        """Listen to the stages the block runs; hide the bar when it ends (also on an error)."""
+        self._t0, self._drawn, self._what = time.perf_counter(), 0.0, what
+        try:
+            with listening(self.event):
+                yield self
+        finally:
+            self.widget.layout.display = "none"
+
+    def note(self, detail: str) -> None:
+        """Say what the work does now, between stages (drawing a view)."""
+        self.event(ProgressEvent(self._what, 0, 0, detail, "", 0.0, False))
+
+    def event(self, ev: ProgressEvent) -> None:
+        now = time.perf_counter()
+        elapsed = now - self._t0
+        if elapsed < SHOW_AFTER_S or (now - self._drawn < REDRAW_S and self.visible):
+            return
+        self._drawn = now
+        steps = f"{ev.done}/{ev.total}" if ev.total else ""
+        parts = [p for p in (ev.detail, f"{steps} {ev.unit}".strip() if steps else "", f"{elapsed:.1f} s") if p]
+        text = f"{ev.what or self._what}: " + ", ".join(parts)
+        self.bar.value = ev.fraction if ev.total else self.bar.value
+        self.label.value = f"<span style='color:#555'>{html.escape(text)}</span>"
+        if not self.visible:
+            self.widget.layout.display = "flex"
+            if self.on_show is not None:
+                self.on_show()
+        self.shown.append(text)
+
+
+def in_kernel() -> bool:
+    """Whether a Jupyter kernel runs this code (a front end can show widgets as they change)."""
+    import sys
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+@contextlib.contextmanager
+def first_render(what: str):
+    """In a Jupyter kernel: a `BusyBar` in the cell's output while the block runs, displayed
+    only if it runs longer than `SHOW_AFTER_S` and closed (removed) when it ends.  Elsewhere
+    (scripts, tests, nbconvert) nothing: the default stderr bar of long stages stays."""
+    if not in_kernel():
+        yield None
+        return
+    from IPython.display import display
+    bar = BusyBar()
+    bar.on_show = lambda: display(bar.widget)
+    try:
+        with bar.running(what):
+            yield bar
+    finally:
+        bar.widget.close()

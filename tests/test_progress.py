@@ -1,0 +1,75 @@
+"""pypto.progress: the compiler and the simulator report their stages; listeners draw them."""
+import numpy as np
+
+import pypto
+from pypto import progress
+from pypto.progress import listening, stage
+
+from common import softmax
+
+
+def test_a_listener_hears_every_pass_of_a_compile_in_order_and_nothing_goes_to_stderr(capsys):
+    x = np.zeros((64, 256), np.float32)
+    softmax.cache_clear()
+    seen = []
+    with listening(seen.append):
+        ck = softmax.compile(x, x, TM=16)
+    assert capsys.readouterr().err == ""
+    assert {e.what for e in seen} == {"compiling softmax"} and {e.unit for e in seen} == {"passes"}
+    names = [e.detail.removeprefix("pass ") for e in seen if e.detail]
+    assert names == [r.name for r in ck.pass_log]            # every pass, in order
+    assert [e.done for e in seen if e.detail] == list(range(len(names)))
+    last = seen[-1]
+    assert last.closed and last.done == last.total == len(names) and last.fraction == 1.0
+
+
+def test_without_a_listener_a_long_stage_draws_a_bar_on_stderr(capsys, monkeypatch):
+    monkeypatch.setattr(progress, "STDERR_AFTER_S", 0.0)
+    s = stage("simulating k", 200, "instructions")
+    s.update(50)
+    s.update(100, "half")
+    s.close()
+    err = capsys.readouterr().err
+    assert err.startswith("\rsimulating k [#######") and " 25.0% 50/200 instructions, " in err
+    assert " 50.0% 100/200 instructions, half, " in err
+    assert "100.0% 200/200 instructions" in err and err.endswith(" s\n")
+    quiet = stage("compiling k", 3, "passes", quiet=True)
+    quiet.update(1)
+    quiet.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_short_stage_writes_nothing(capsys):
+    s = stage("simulating k", 10)
+    s.update(5)
+    s.close()
+    assert capsys.readouterr().err == ""
+
+
+def test_a_failing_listener_is_dropped_and_the_work_goes_on():
+    calls = []
+
+    def broken(ev):
+        calls.append(ev)
+        raise RuntimeError("a display that broke")
+    x = np.zeros((64, 256), np.float32)
+    softmax.cache_clear()
+    with listening(broken):
+        ck = softmax.compile(x, x, TM=32)
+    assert len(calls) == 1 and ck.consts["TM"] == 32
+
+
+def test_a_failed_compile_closes_its_stage_where_it_stopped():
+    """TN=4096 does not fit UB: allocate fails; the stage ends there (the error's hint then
+    compiles smaller tiles to name the largest that fits: stages of their own)."""
+    seen = []
+    x = np.zeros((256, 1024), np.float32)
+    softmax.cache_clear()
+    with listening(seen.append):
+        try:
+            softmax.compile(x, x, TN=4096, TM=256)
+        except pypto.TileShapeError:
+            pass
+    first = next(i for i, e in enumerate(seen) if e.closed)
+    failed = seen[first - 1].detail.removeprefix("pass ")
+    assert failed == "allocate" and seen[first].done == seen[first - 1].done < seen[first].total
