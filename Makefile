@@ -4,7 +4,8 @@ VENV   := .venv
 PYTHON := $(VENV)/bin/python
 
 # JupyterLab: listen on loopback only; no browser on a headless machine; root needs --allow-root.
-LAB_FLAGS := --notebook-dir=tutorials --ip=127.0.0.1
+LAB_FLAGS := --notebook-dir=tutorials --ip=127.0.0.1 --LabApp.news_url=None \
+             --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 ifeq ($(strip $(DISPLAY)),)
 LAB_FLAGS += --no-browser
 endif
@@ -23,6 +24,7 @@ install:
 	bash scripts/bootstrap.sh
 
 lab: install
+	$(PYTHON) scripts/lab_setup.py
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 test: install

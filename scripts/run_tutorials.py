@@ -15,8 +15,17 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parent.parent / "tutorials"
 
 
+def kernelspec() -> dict:
+    """The notebook metadata JupyterLab writes for the python3 kernel of this environment: a
+    tutorial stored with another display name is marked modified as soon as it is opened."""
+    from jupyter_client.kernelspec import KernelSpecManager
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    return {"display_name": spec.display_name, "language": spec.language, "name": "python3"}
+
+
 def run(path: pathlib.Path) -> None:
     nb = nbformat.read(path, as_version=4)
+    nb.metadata["kernelspec"] = kernelspec()
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)

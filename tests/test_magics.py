@@ -390,3 +390,21 @@ def test_cells_are_named_by_their_own_number_also_after_a_rerun(ip, monkeypatch)
     assert "ipykernel" not in ck.program.text()
     from pypto.ir.program import Program
     assert Program.parse(ck.program.text()).text() == ck.program.text()
+
+
+def test_compare_shows_the_side_that_compiles_when_the_other_does_not(ip):
+    """--compare TM=16,TM=512 on teach: TM=512 does not fit UB; the TM=16 side is explored
+    alone, with the other side's error above it."""
+    line = "--args x,out --machine teach --compare TM=16,TM=512"
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", line))
+    assert result.success and "Traceback" not in cap.stderr
+    assert "%%pypto --compare: B (TM=512) does not compile, so A (TM=16) is shown alone: TileShapeError: " \
+        in cap.stderr and "do not fit UB" in cap.stderr
+    [ex] = explorers(ip)
+    assert ex.consts["TM"] == 16 and ex.res.ok
+    assert cap.outputs[0].data["text/plain"].startswith("Explorer(softmax, machine=teach, TM=16, TN=256): ")
+    result, cap = run(ip, SOFTMAX_CELL.replace("--args x,out", "--args x,out --machine teach --compare "
+                                                                "TM=512,TM=1024+TN=512"))
+    assert result.success and not cap.outputs and explorers(ip) == []
+    assert "A (TM=512) does not compile: TileShapeError" in cap.stderr
+    assert "B (TM=1024+TN=512) does not compile: TileShapeError" in cap.stderr

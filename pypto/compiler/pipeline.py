@@ -164,7 +164,9 @@ class Pipeline:
         # the passes allocate millions of small acyclic objects (tile nodes, instructions): with
         # the cyclic GC on, the collections they trigger walk the growing program again and
         # again (about 45% of a 4096^3 matmul's compile); restored on any exit (gcpause.py)
-        bar = stage(f"compiling {getattr(graph, 'name', 'kernel')}", len(self.passes), "passes")
+        # the passes as progress events, for a listener (the explorer's busy bar); quiet otherwise:
+        # a notebook cell would keep a timing-dependent stderr line among its outputs
+        bar = stage(f"compiling {getattr(graph, 'name', 'kernel')}", len(self.passes), "passes", quiet=True)
         try:
             with gc_paused():
                 return self._run(graph, ctx, verify, snapshots, bar)

@@ -44,7 +44,11 @@ def error_text(e: BaseException) -> str:
 
 def show_error(e: BaseException) -> None:
     """Show one red message on stderr (the notebook renders stderr in red), no traceback."""
-    print(f"{RED}{error_text(e)}{RESET}", file=sys.stderr)
+    _show_red(error_text(e))
+
+
+def _show_red(text: str) -> None:
+    print(f"{RED}{text}{RESET}", file=sys.stderr)
 
 
 def _machines() -> str:
@@ -195,9 +199,9 @@ class PyptoMagics(Magics):
                 expected="outputs within the dtype's tolerance of the numpy reference",
                 got="; ".join(_verdict(r) for _, r in mismatches))
 
-    def _explore(self, kernel, args, opts, multi):
+    def _explore(self, kernel, args, opts, multi, consts=None):
         try:
-            ex = Explorer(kernel, args, machine=opts.machine, show=opts.show, ranges=opts.ranges,
+            ex = Explorer(kernel, args, machine=opts.machine, consts=consts, show=opts.show, ranges=opts.ranges,
                           simulate=opts.simulate, dtype=opts.dtype)
         except ValueError as e:
             raise MagicUsageError(f"%%pypto: {e.message if isinstance(e, PyptoError) else e}", expected=_USAGE,
@@ -218,7 +222,26 @@ class PyptoMagics(Magics):
 
     def _compare(self, kernel, args, opts):
         from ..viz.compare import compare
-        cks = [kernel.compile(*args, machine=opts.machine, **cfg) for cfg in opts.compare]
+        cks, failed = [], []
+        for label, cfg in zip("AB", opts.compare):
+            try:
+                cks.append(kernel.compile(*args, machine=opts.machine, **cfg))
+            except PyptoError as e:
+                failed.append((label, cfg, e))
+        if len(failed) == 2:
+            for label, cfg, e in failed:
+                _show_red(f"%%pypto --compare: {label} ({_cfg_text(cfg)}) does not compile: {error_text(e)}")
+            return []
+        if failed:
+            # show the side that works, in an explorer of its own, and why the other one is missing
+            (label, cfg, e), = failed
+            other = opts.compare[1 if label == "A" else 0]
+            _show_red(f"%%pypto --compare: {label} ({_cfg_text(cfg)}) does not compile, so "
+                      f"{'B' if label == 'A' else 'A'} ({_cfg_text(other)}) is shown alone: {error_text(e)}")
+            ex = self._explore(kernel, args, opts, multi=False, consts=other)
+            if opts.check and ex.res is not None and ex.res.ok is False:
+                return [(kernel.name, ex.res)]
+            return []
         cmp = compare(cks[0], cks[1], *args)
         self.comparisons.append(cmp)
         display(cmp)
@@ -362,6 +385,10 @@ class PyptoMagics(Magics):
                                       expected=f"a notebook variable named '{name}' (an array)", got=got)
             values.append(ns[name])
         return values
+
+
+def _cfg_text(cfg: dict) -> str:
+    return "+".join(f"{k}={v}" for k, v in cfg.items()) or "default"
 
 
 def _names(tokens) -> list[str]:

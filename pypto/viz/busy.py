@@ -4,8 +4,9 @@ The compiler and the simulator report their stages as events (`pypto.progress`);
 turns them into a progress bar with a line of text ("compiling softmax: pass scheduling, 7/24
 passes, 0.8 s"), shown only once the work has run `SHOW_AFTER_S` (quick changes never flicker)
 and redrawn at most every `REDRAW_S` (each redraw is a widget message).  The explorer keeps one
-under its controls; `first_render` shows one in the output area of a cell while the first compile
-of an explorer or a comparison runs (none exists yet to show it in), and removes it afterwards.
+under its controls, for the recompiles and re-simulations a control starts.  (Not for its first
+render: no widget is on screen yet, and a bar displayed in the cell's output for a while would stay
+among the notebook's stored outputs, there or not depending on how long the compile took.)
 """
 from __future__ import annotations
 
@@ -68,29 +69,3 @@ class BusyBar:
             if self.on_show is not None:
                 self.on_show()
         self.shown.append(text)
-
-
-def in_kernel() -> bool:
-    """Whether a Jupyter kernel runs this code (a front end can show widgets as they change)."""
-    import sys
-    ipython = sys.modules.get("IPython")
-    shell = ipython.get_ipython() if ipython is not None else None
-    return shell is not None and getattr(shell, "kernel", None) is not None
-
-
-@contextlib.contextmanager
-def first_render(what: str):
-    """In a Jupyter kernel: a `BusyBar` in the cell's output while the block runs, displayed
-    only if it runs longer than `SHOW_AFTER_S` and closed (removed) when it ends.  Elsewhere
-    (scripts, tests, nbconvert) nothing: the default stderr bar of long stages stays."""
-    if not in_kernel():
-        yield None
-        return
-    from IPython.display import display
-    bar = BusyBar()
-    bar.on_show = lambda: display(bar.widget)
-    try:
-        with bar.running(what):
-            yield bar
-    finally:
-        bar.widget.close()

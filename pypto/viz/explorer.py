@@ -349,9 +349,7 @@ class Explorer:
         self._cfg = (machine, dtype)
         try:
             # The first view may be shown statically (nbconvert): simulate with the trace once.
-            from .busy import first_render
-            with first_render(f"{kernel.name}: compiling and simulating"):
-                ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
+            ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
         except PyptoError as e:
             raise e.with_traceback(None) from None   # nothing to show yet: say why, briefly
         self._set_current(machine, dtype, ck, res, n)
