@@ -39,7 +39,8 @@ CHROMIUM_ARGS = [
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
 ]
 VIEWPORT = {"width": 1400, "height": 1000}
-KERNEL_NAME = "Python 3 (pypto .venv)"     # display name of the kernelspec the server gets
+KERNEL_NAME = "Python 3 (ipykernel)"     # display name of the kernelspec the server gets (as the
+# tutorials store it: another name would mark them modified as soon as they are opened)
 
 # JupyterLab user settings written for the test server: no news / update toasts over the page,
 # and every cell kept in the DOM (no virtual "windowing"), so selectors see the whole notebook.
@@ -70,7 +71,7 @@ def copy_notebook_without_outputs(src: Path, dst: Path) -> Path:
             cell.outputs = []
             cell.execution_count = None
     nb.metadata.pop("widgets", None)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": KERNEL_NAME, "language": "python"}
     nbformat.write(nb, str(dst))
     return dst
 
@@ -79,7 +80,7 @@ def write_notebook(path: Path, cells: list[str]) -> Path:
     """A notebook of code cells (each a source string) for the python3 kernel."""
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": KERNEL_NAME, "language": "python"}
     nbformat.write(nb, str(path))
     return path
 

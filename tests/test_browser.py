@@ -49,6 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 TUTORIAL = "01_first_kernel.ipynb"
 ERRORS = "mistakes.ipynb"
 DYNAMIC = "dynamic.ipynb"
+STORED = "00_tour.ipynb"         # a tutorial opened as stored, outputs and all
 ARTIFACTS = REPO / "artifacts" / "browser"
 DOCS_SCREENSHOT = REPO / "docs" / "explorer.png"
 LEVEL_TABS = ("Tensor", "Tile", "Block", "Execution", "PTO", "Timeline", "Stats")
@@ -97,6 +98,7 @@ def lab(tmp_path_factory):
     server = JupyterLab(base)
     server.root.mkdir(parents=True)
     copy_notebook_without_outputs(REPO / "tutorials" / TUTORIAL, server.root / TUTORIAL)
+    copy_file(REPO / "tutorials" / STORED, server.root / STORED)      # as in the repository
     write_notebook(server.root / ERRORS, ERROR_CELLS)
     write_notebook(server.root / DYNAMIC, DYN_CELLS)
     with server:
@@ -346,12 +348,21 @@ def test_a_slider_to_a_tile_that_does_not_fit_says_why_and_keeps_the_view(explor
     expect(err).to_contain_text("previous configuration")
     expect(readout).to_have_text("64")           # the slider went back to what is shown
     assert head.inner_text() == before_text
+    # next to the slider (not 800 px below, under the views): what failed and what fits
+    near = explorer.locator(".pypto-control-error")
+    expect(near).to_be_visible()
+    expect(near).to_contain_text("TM=128: TileShapeError: ")
+    expect(near).to_contain_text("the largest TM that compiles (with TN=256) is 64")
+    expect(explorer.get_by_role("button", name="use TM=64")).to_be_visible()
+    s_box, e_box = tm.bounding_box(), near.bounding_box()
+    assert 0 <= e_box["y"] - (s_box["y"] + s_box["height"]) < 80, (s_box, e_box)
     save_screenshot(explorer, ARTIFACTS / "explorer_slider_error.png")
 
     press(explorer, "TM", "ArrowLeft")           # a good value again: the error goes away
     expect(readout).to_have_text("32")
     expect(status(explorer)).to_contain_text("TM=32")
     expect(err).to_have_count(0)
+    expect(near).to_be_hidden()
 
 
 def test_a_mistake_in_a_pypto_cell_shows_a_short_error_with_its_line(lab, browser):
@@ -380,6 +391,42 @@ def test_a_mistake_in_a_pypto_cell_shows_a_short_error_with_its_line(lab, browse
             assert "pypto/" not in text, f"pypto's own frames leak into:\n{text}"
             assert not cell.locator(".widget-tab").count(), "no explorer for a kernel that does not compile"
         save_screenshot(nb.page.locator(".jp-Notebook"), ARTIFACTS / "error_cells.png")
+
+        # The error names the cell by the number its prompt shows, also after a re-run.
+        numbers = []
+        for _ in range(2):
+            n = prompt_number(magic_cell)
+            numbers.append(n)
+            text = nb.output_text(magic_cell)
+            assert f"In[{n}]:4: " in text and f"Cell In[{n}], line 4, in bad_softmax" in text, (n, text)
+            magic_cell.locator(".jp-InputArea-editor").click()
+            nb.page.keyboard.press("Control+Enter")          # run it again, in place
+            nb.page.wait_for_function(      # a number again, another one (not [*], not [n])
+                """([cell, n]) => { const p = cell.querySelector('.jp-InputPrompt');
+                                    const m = p && /\\[(\\d+)\\]/.exec(p.textContent);
+                                    return m !== null && Number(m[1]) !== n; }""",
+                arg=[magic_cell.element_handle(), n], timeout=TIMEOUT, polling=200)
+            nb.wait_ready()
+        assert numbers[1] > numbers[0]
+    finally:
+        nb.page.close()
+
+
+def prompt_number(cell) -> int:
+    m = re.search(r"\[(\d+)\]", cell.locator(".jp-InputPrompt").inner_text())
+    assert m, cell.locator(".jp-InputPrompt").inner_text()
+    return int(m.group(1))
+
+
+def test_a_tutorial_opens_unmodified(lab, browser):
+    """Opened as stored (its kernel started, its outputs and saved widgets shown), a tutorial is
+    not marked modified: nothing to save, no prompt on closing."""
+    nb = Notebook.open(browser, lab, STORED, workspace="stored", timeout=120_000)
+    try:
+        nb.page.wait_for_timeout(2000)               # anything that would touch the model has run
+        tab = nb.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").filter(has_text=STORED)
+        expect(tab).to_have_count(1)
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), tab.get_attribute("class")
     finally:
         nb.page.close()
 
