@@ -418,15 +418,32 @@ def prompt_number(cell) -> int:
     return int(m.group(1))
 
 
-def test_a_tutorial_opens_unmodified(lab, browser):
+def test_a_stored_tutorial_opens_unmodified_and_untrusted_shows_pictures(lab, browser):
     """Opened as stored (its kernel started, its outputs and saved widgets shown), a tutorial is
-    not marked modified: nothing to save, no prompt on closing."""
+    not marked modified: nothing to save, no prompt on closing.  It is not trusted here (this
+    server's own trust database), so JupyterLab sanitizes its HTML outputs: the explorer's
+    snapshot still shows its Tensor graph and timeline as pictures, not as a blob of labels."""
     nb = Notebook.open(browser, lab, STORED, workspace="stored", timeout=120_000)
     try:
         nb.page.wait_for_timeout(2000)               # anything that would touch the model has run
         tab = nb.page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab").filter(has_text=STORED)
         expect(tab).to_have_count(1)
         assert "jp-mod-dirty" not in (tab.get_attribute("class") or ""), tab.get_attribute("class")
+        snap = nb.code_cell("pypto.explore(").locator(".pypto-explorer-static")
+        expect(snap).to_be_visible()
+        assert snap.locator("svg").count() == 0               # sanitized: the inline form would be gone
+        pics = snap.locator("div[style*='background-image']")
+        expect(pics).to_have_count(2)
+        for k, kind in enumerate(("image/svg+xml", "image/png")):
+            pic = pics.nth(k)
+            pic.scroll_into_view_if_needed()
+            bg = pic.evaluate("el => getComputedStyle(el).backgroundImage")
+            assert bg.startswith(f'url("data:{kind};base64,'), bg[:60]
+            box = pic.bounding_box()
+            assert box["width"] > 100 and box["height"] > 100, box
+        text = snap.inner_text()
+        assert "tensor graph" not in text and "fp32[" not in text, text[:300]    # no labels as text
+        save_screenshot(snap, ARTIFACTS / "untrusted_snapshot.png")
     finally:
         nb.page.close()
 

@@ -198,7 +198,7 @@ class Compare:
         """The comparison as static, deterministic HTML."""
         if self._html is not None:
             return self._html
-        from .static import diff_html, img_html
+        from .static import diff_html, png_picture_html
         rows = "".join(
             f"<tr><th style='text-align:left; padding-right:1em'>{html.escape(k)}</th>"
             f"<td style='text-align:left; padding-right:1.5em'>{html.escape(va)}</td>"
@@ -221,7 +221,7 @@ class Compare:
                f"<div style='display:flex; gap:24px; align-items:flex-start; flex-wrap:wrap'>"
                f"<table>{head}{rows}</table>{mix}</div>"
                f"<h4 style='margin:8px 0 2px 0'>Timelines (one time axis)</h4>"
-               f"{img_html(self.timeline_png(), alt='timelines A and B')}"
+               f"{png_picture_html(self.timeline_png(), 'timelines A and B')}"
                f"<h4 style='margin:8px 0 2px 0'>PTO diff ({scope}, A -&gt; B)</h4>{diff}</div>")
         self._html = out
         return out

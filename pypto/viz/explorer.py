@@ -483,7 +483,7 @@ class Explorer:
         """A self-contained snapshot of the current configuration: header, stats, the Tensor
         graph (SVG) and the timeline (PNG data URI).  Deterministic for the same configuration."""
         from . import graphs
-        from .static import img_html, scroll_box, svg_body
+        from .static import png_picture_html, scroll_box, svg_picture_html
         from .timeline import timeline_png
         key = self._run_key()
         if self._static_cache and self._static_cache[0] == key:
@@ -494,12 +494,14 @@ class Explorer:
             parts.append(stats_html(self._res, self._size_rows()))
         else:
             parts.append(f"<p>{html.escape(_NO_SIM)}</p>")
-        svg = graphs.to_svg(graphs.level_graph(self._ck, "tensor"))
+        # pictures an untrusted notebook shows too (static.py); no kernel lines in the graph: the
+        # snapshot stays the same when the kernel's cell gets another number
+        svg = graphs.to_svg(graphs.tensor_graph(self._ck.tensor_graph, locations=False))
         parts.append("<h4 style='margin:6px 0 2px 0'>Tensor graph</h4>" + self._dynamic_note_html()
-                     + scroll_box(svg_body(svg), 480))
+                     + scroll_box(svg_picture_html(svg, f"Tensor graph of {self._ck.name}"), 480))
         if self._res is not None:
             parts.append("<h4 style='margin:6px 0 2px 0'>Timeline</h4>" +
-                         img_html(timeline_png(self._res, dpi=TIMELINE_DPI), alt="timeline"))
+                         png_picture_html(timeline_png(self._res, dpi=TIMELINE_DPI), f"timeline of {self._ck.name}"))
         parts.append("</div>")
         out = "".join(parts)
         self._static_cache = (key, out)

@@ -78,8 +78,10 @@ def _const_text(n) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
-def tensor_graph(g):
-    """A node per op; parameters and outputs as boxes; fusion groups as colored clusters."""
+def tensor_graph(g, locations: bool = True):
+    """A node per op; parameters and outputs as boxes; fusion groups as colored clusters.
+    `locations=False` leaves the kernel lines out (a static picture that must not change when
+    the cell that defines the kernel gets another number)."""
     dg = _digraph(g.name, label=f"tensor graph {g.name}", labelloc="t")
     users = g.users()
     consts = {n.id: _const_text(n) for n in g.nodes if n.op == "const"}
@@ -88,7 +90,7 @@ def tensor_graph(g):
     for n in g.nodes:
         if n.op == "const":
             continue                        # folded into the label of its user
-        where = n.loc.short() if n.loc else ""
+        where = n.loc.short() if n.loc and locations else ""
         attrs = {"tooltip": _tooltip(n.op, f"{n.dtype}{fmt_shape(n.shape)}", n.attrs.get("tile"), where)}
         if n.op == "input":
             param = n.attrs["param"]
@@ -98,12 +100,12 @@ def tensor_graph(g):
             attrs.update(shape="box", style="filled", fillcolor="#e0e0e0", penwidth="1.5")
         elif n.op == "store":
             region = region_text(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
-            label = f"store {n.attrs['param']}{region}\n{where}"
+            label = f"store {n.attrs['param']}{region}" + (f"\n{where}" if locations else "")
             attrs.update(shape="box", style="filled", fillcolor="#d9d9d9", penwidth="2")
         else:
             folded = [consts[i] for i in n.inputs if i in consts]
             op = n.op + (f"({', '.join(folded)})" if folded else "")
-            label = f"{op}\n{n.dtype}{fmt_shape(n.shape)}\n{where}"
+            label = f"{op}\n{n.dtype}{fmt_shape(n.shape)}" + (f"\n{where}" if locations else "")
         groups.setdefault(n.attrs.get("group"), []).append((f"t{n.id}", dict(label=label, **attrs)))
     for k, members in groups.items():
         if k is None:

@@ -41,6 +41,46 @@ def svg_img_html(svg: str, alt: str = "") -> str:
     return f"<img src='{uri}' alt='{html.escape(alt, quote=True)}' style='max-width:none'/>"
 
 
+# --- pictures that untrusted notebooks show ---------------------------------------------------
+# JupyterLab sanitizes the HTML of an untrusted notebook (one opened without being run or
+# trusted): <svg> is dropped but its text kept (a graph becomes a blob of labels) and an <img>
+# loses a data: src; a `background-image: url(data:...)` style survives.  So the static
+# snapshots (explorer, compare), which untrusted notebooks, nbconvert and nbviewer show, draw
+# their pictures as a <div role=img> with the image as its background.
+def _picture(uri: str, width: float, height: float, alt: str) -> str:
+    a = html.escape(alt, quote=True)
+    return (f"<div role='img' aria-label='{a}' title='{a}' style='width:{width:.0f}px; height:{height:.0f}px; "
+            f"max-width:100%; background-image:url({uri}); background-size:contain; "
+            "background-repeat:no-repeat; background-position:left top'></div>")
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG's IHDR chunk."""
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+
+
+def png_picture_html(png: bytes, alt: str) -> str:
+    """The PNG as a picture every notebook shows, trusted or not (see above), at its own size."""
+    w, h = png_size(png)
+    return _picture(png_data_uri(png), w, h, alt)
+
+
+_COMMENT = re.compile(r"<!--.*?-->\n?", re.S)
+
+
+def svg_picture_html(svg: str, alt: str) -> str:
+    """A graphviz SVG as a picture every notebook shows, trusted or not (see above), at its own
+    size (pt -> px).  Its comments (graphviz's version among them) are left out: the picture
+    depends on the drawing only."""
+    body = _COMMENT.sub("", svg_body(svg))
+    if "xmlns=" not in body[:200]:
+        body = body.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
+    m = _SVG_SIZE.search(body)
+    w, h = (float(m.group(1)) * 4 / 3, float(m.group(2)) * 4 / 3) if m else (600.0, 400.0)
+    uri = "data:image/svg+xml;base64," + base64.b64encode(body.encode("utf-8")).decode("ascii")
+    return _picture(uri, w, h, alt)
+
+
 # --- SVG --------------------------------------------------------------------------------------
 _SVG_SIZE = re.compile(r'<svg width="([\d.]+)pt" height="([\d.]+)pt"')
 
