@@ -205,9 +205,9 @@ def show_tab(explorer, title):
     return panel
 
 
-def timeline_image(explorer):
-    """The visible <img> of the tab contents (the Image widget is the panel itself, or inside it)."""
-    return tab_bar(explorer).locator(":scope > .widget-tab-contents").locator("img:visible").first
+def timeline_canvas(explorer):
+    """The interactive timeline's canvas in the visible tab panel."""
+    return tab_bar(explorer).locator(":scope > .widget-tab-contents").locator("canvas.pypto-tl-canvas:visible").first
 
 
 def header(explorer):
@@ -249,15 +249,13 @@ def expect_stats_cycles(panel, cycles: int) -> None:
 
 
 def expect_timeline_cycles(explorer, cycles: int) -> None:
-    """The visible timeline image has loaded and is the one of a run of `cycles` cycles (its SVG's
-    title says 'softmax on a2a3: 476 cycles (0.257 us)').  Waits: a move re-renders it."""
-    contents = tab_bar(explorer).locator(":scope > .widget-tab-contents")
-    explorer.page.wait_for_function(
-        """([box, want]) => [...box.querySelectorAll('img')].some(el =>
-               el.offsetParent !== null && el.complete && el.naturalWidth > 100 && el.naturalHeight > 100
-               && el.src.startsWith('data:image/svg+xml;base64,')
-               && atob(el.src.slice(el.src.indexOf(',') + 1)).includes(want))""",
-        arg=[contents.element_handle(), f": {cycles} cycles ("], timeout=TIMEOUT, polling=200)
+    """The interactive timeline on display is the one of a run of `cycles` cycles (its title says
+    'softmax on a2a3: 476 cycles (0.257 us)') and shows the whole run.  Waits: a move redraws it."""
+    title = tab_bar(explorer).locator(".pypto-tl-title:visible").first
+    expect(title).to_contain_text(f": {cycles} cycles (")
+    expect(tab_bar(explorer).locator(".pypto-tl-range:visible").first).to_have_text(
+        re.compile(rf"^cycles 0\u2013{cycles} of {cycles}$"))
+    expect(timeline_canvas(explorer)).to_be_visible()
 
 
 # --- tests ---------------------------------------------------------------------------------------
@@ -278,14 +276,55 @@ def test_tile_tab_shows_the_tile_graph(explorer):
     save_screenshot(explorer, ARTIFACTS / "explorer_tile.png")
 
 
-def test_timeline_tab_shows_an_image(explorer):
-    show_tab(explorer, "Timeline")
-    img = timeline_image(explorer)
-    expect(img).to_be_visible()
-    explorer.page.wait_for_function("el => el.complete && el.naturalWidth > 0 && el.naturalHeight > 0",
-                                    arg=img.element_handle(), timeout=TIMEOUT)
-    w, h = img.evaluate("el => [el.naturalWidth, el.naturalHeight]")
-    assert w > 100 and h > 100, (w, h)
+def test_timeline_tab_is_interactive_hover_zoom_pan_and_click(explorer):
+    """The Timeline tab draws every core and pipe on a canvas: hovering a bar shows its
+    instruction, Ctrl + wheel zooms the cycle axis (the range shown narrows), fit goes back, and a
+    click shows the instruction's PTO line and kernel line under it."""
+    panel = show_tab(explorer, "Timeline")
+    canvas = timeline_canvas(explorer)
+    expect(canvas).to_be_visible()
+    box = canvas.bounding_box()
+    assert box["width"] > 300 and box["height"] > 50, box
+    rng = panel.locator(".pypto-tl-range")
+    end = cycles_in(panel.locator(".pypto-tl-title").inner_text())
+    expect(rng).to_have_text(f"cycles 0\u2013{end} of {end}")
+    # hover: find a bar by sweeping the first row (a person moves the mouse until a tooltip shows)
+    tip = panel.locator(".pypto-tl-tip")
+    y = box["y"] + 7
+    for k in range(60):
+        explorer.page.mouse.move(box["x"] + 100 + k * (box["width"] - 110) / 60, y)
+        if tip.is_visible():
+            break
+    expect(tip).to_be_visible()
+    expect(tip).to_contain_text(re.compile(r"^\w+ on AI[CV]\d+ \w+: cycles \d+\u2013\d+ \(\d+\), task \d+ instruction \d+"))
+    hovered = tip.inner_text()
+    save_screenshot(explorer, ARTIFACTS / "explorer_timeline_hover.png")
+    # click that bar: its PTO line and kernel line appear under the timeline
+    explorer.page.mouse.down()
+    explorer.page.mouse.up()
+    info = panel.locator(".pypto-timeline-selected")
+    expect(info).to_be_visible()
+    task, index = re.search(r"task (\d+) instruction (\d+)", hovered).groups()
+    expect(info).to_contain_text(f"task {task} instruction {index}")
+    expect(info).to_contain_text(re.compile(r"kernel line In\[\d+\]:\d+"))
+    # Ctrl + wheel over the middle zooms in around the pointer
+    explorer.page.mouse.move(box["x"] + box["width"] / 2, y)
+    explorer.page.keyboard.down("Control")
+    explorer.page.mouse.wheel(0, -600)
+    explorer.page.keyboard.up("Control")
+    expect(rng).not_to_have_text(f"cycles 0\u2013{end} of {end}")
+    lo, hi = map(int, re.search(r"cycles (\d+)\u2013(\d+) of", rng.inner_text()).groups())
+    assert hi - lo < end * 0.6, (lo, hi, end)
+    save_screenshot(explorer, ARTIFACTS / "explorer_timeline_zoomed.png")
+    # drag pans: the range moves, its width stays
+    explorer.page.mouse.move(box["x"] + box["width"] / 2, y)
+    explorer.page.mouse.down()
+    explorer.page.mouse.move(box["x"] + box["width"] / 2 - 120, y, steps=4)
+    explorer.page.mouse.up()
+    lo2, hi2 = map(int, re.search(r"cycles (\d+)\u2013(\d+) of", rng.inner_text()).groups())
+    assert lo2 > lo and abs((hi2 - lo2) - (hi - lo)) <= 2, (lo, hi, lo2, hi2)
+    panel.get_by_role("button", name="fit").click()
+    expect(rng).to_have_text(f"cycles 0\u2013{end} of {end}")
     save_screenshot(explorer, ARTIFACTS / "explorer_timeline.png")
 
 
@@ -303,8 +342,7 @@ def test_screenshots_of_the_explorer(tutorial, explorer):
     # the part of the notebook around the explorer, as a person sees it
     save_screenshot(page, ARTIFACTS / "notebook.png")
     show_tab(explorer, "Timeline")
-    page.wait_for_function("el => el.complete && el.naturalWidth > 0",
-                           arg=timeline_image(explorer).element_handle(), timeout=TIMEOUT)
+    expect(timeline_canvas(explorer)).to_be_visible()
     shot = save_screenshot(explorer, ARTIFACTS / "explorer.png")
     assert shot.stat().st_size > 10_000
     if os.environ.get("PYPTO_UPDATE_SCREENSHOT") == "1":

@@ -161,10 +161,13 @@ def test_graph_tabs_show_the_chunk_and_sim_tabs_the_call(ex):
     ex.select("Tensor")
     assert ex.view_value("Tensor") is tensor                   # the compiled levels: not redrawn
     ex.select("Timeline")
-    assert ex.res.trace and "<img" in ex.view_value("Timeline")
+    ex.view_value("Timeline")
+    assert ex.res.trace and ex.timeline.data["runs"][0]["title"].startswith("dsoftmax on a2a3, N = 5 rows: ")
     ex.update(N=2100)                                          # two pieces: 2048 + 64 rows
     assert ex.ck.pieces_for(2100) == [(0, 2048), (2048, 64)]
     assert ex.res.trace and len(ex.res.program.tasks) > len(ex.ck.program.tasks)
+    [run] = ex.timeline.data["runs"]                           # redrawn for the call on 2100 rows
+    assert ", N = 2100 rows: " in run["title"] and len(run["events"]["start"]) == len(ex.res.trace)
     assert "runs 1 × 2048 + 1 × 64 rows" in ex.header.value
     ex.select("Roofline")
     assert "<img src='data:image/png;base64," in ex.view_value("Roofline")

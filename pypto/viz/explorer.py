@@ -4,10 +4,14 @@ Layout (one ipywidgets VBox):
 
     header      kernel, machine, cycles, time, bound, numpy check
     controls    a slider per keyword-only int constant; machine and dtype drop-downs
+    (error)     why the last move failed, the control named, the largest value that compiles
+    (busy)      a progress bar while a change compiles and simulates (busy.py)
     tabs        Tensor | Tile | Block | Execution   graphviz views (zoom, "expand all tiles")
                 PTO                                  the program, syntax-coloured
                 Passes                               every pass; the level's text before/after one
-                Timeline | Stats | Roofline          the simulation
+                Timeline                             every core and pipe, interactive (timeline_widget.py):
+                                                     zoom, pan, hover; a click shows the PTO and kernel line
+                Stats | Roofline                     the simulation
     status      what the last change cost, or why it failed
 
 A change (slider release, drop-down) recompiles and re-simulates; `Explorer.update(...)` applies
@@ -69,7 +73,6 @@ DEBOUNCE_S = 0.1
 FIT_SEARCH_S = 3.0         # a constant that does not compile: how long to look for the largest that does
 ERROR_COLOR = "#c00"
 TIMELINE_DPI = 80          # the static snapshot's PNG timeline
-TIMELINE_WIDTH = 1000      # the live SVG timeline, pixels at zoom 100%
 OPTION_KEYS = ("ranges", "show", "dtype", "simulate", "size")  # explorer options passed with the constants
 SIZE_MAX = 8192            # the size slider's powers of two go up to max(SIZE_MAX, the arrays' rows)
 SIZE_SEED = 0              # the rows drawn for a size above the arrays' own (see `sized_args`)
@@ -927,8 +930,12 @@ class Explorer:
         self.zoom.observe(self._on_graph_option, names="value")
         self.expand.observe(self._on_graph_option, names="value")
         toolbar = w.HBox([self.zoom, self.expand])
-        zoom_only = w.HBox([self.zoom])
         self.views = {t: w.HTML() for t in TABS}
+        from .timeline_widget import TimelineWidget
+        self.timeline = TimelineWidget()           # zoom, pan, hover and click of its own
+        self.timeline.observe(self._on_timeline_select, names="selected")
+        self.timeline_info = w.HTML()
+        self._timeline_of = None
         self.pass_dropdown = w.Dropdown(description="pass", options=[], layout=w.Layout(width="420px"))
         self.pass_dropdown.observe(self._on_pass, names="value")
         self.pass_diff = w.HTML()
@@ -937,7 +944,7 @@ class Explorer:
             if t in GRAPH_TABS:
                 children.append(w.VBox([toolbar, self.views[t]]))
             elif t == "Timeline":
-                children.append(w.VBox([zoom_only, self.views[t]]))
+                children.append(w.VBox([self.views[t], self.timeline, self.timeline_info]))
             elif t == "Passes":
                 children.append(w.VBox([self.views[t], self.pass_dropdown, self.pass_diff]))
             else:
@@ -1020,7 +1027,7 @@ class Explorer:
     def _on_graph_option(self, change):
         try:
             for t in self._visible():
-                if t in GRAPH_TABS or t == "Timeline":
+                if t in GRAPH_TABS:
                     self._render(t)
         except Exception as e:          # noqa: BLE001
             self._show_error(e)
@@ -1062,8 +1069,6 @@ class Explorer:
     def _variant(self, title):
         if title in GRAPH_TABS:
             return (self.expand.value and title != "Tensor", self.zoom.value)
-        if title == "Timeline":
-            return self.zoom.value
         return None
 
     def _render(self, title):
@@ -1075,6 +1080,8 @@ class Explorer:
             expand, zoom = variant
             svg = self._cached_view(key, title, expand)
             value = svg if svg.startswith("<pre") else self._graph_html(title, svg, expand, zoom)
+        elif title == "Timeline":
+            value = self._timeline_view()
         else:
             value = self._cached_view(key, title, variant)
         self.views[title].value = value
@@ -1108,18 +1115,50 @@ class Explorer:
             return passes_html(ck)
         if res is None:
             return f"<p style='color:#555'>{html.escape(_NO_SIM)}</p>"
-        if title == "Timeline":
-            # A hand-drawn SVG (milliseconds, where a matplotlib PNG takes ~100 ms), shown as an
-            # <img>; zoom stretches the time axis, scroll to pan.
-            from .static import scroll_box, svg_img_html
-            from .timeline import timeline_svg
-            self._ensure_trace()
-            svg = timeline_svg(res, width=int(TIMELINE_WIDTH * (variant or 1.0)), tooltips=False)
-            return scroll_box(svg_img_html(svg, alt="timeline"), 720)
         if title == "Roofline":
             from .roofline import roofline_png
             return img_html(roofline_png(res, program=ck.program if res.program is None else res.program), alt="roofline")
         return stats_html(res, self._size_rows())
+
+    def _timeline_view(self) -> str:
+        """The Timeline tab: the interactive timeline (timeline_widget.py) of the run on display,
+        every core and pipe; the HTML above it only says when there is nothing to draw."""
+        res = self._res
+        if res is None:
+            self.timeline.layout.display = "none"
+            return f"<p style='color:#555'>{html.escape(_NO_SIM)}</p>"
+        self._ensure_trace()
+        if self._timeline_of is not res:
+            self.timeline.show([res])
+            self._timeline_of = res
+            self.timeline_info.value = ""
+        self.timeline.layout.display = ""
+        return ""
+
+    def _on_timeline_select(self, change) -> None:
+        """A click on a bar: its instruction in the PTO program and its kernel line, under the
+        timeline."""
+        try:
+            self.timeline_info.value = self._instruction_html(change["new"])
+        except Exception as e:          # noqa: BLE001 - a callback must not raise
+            self._show_error(e)
+
+    def _instruction_html(self, sel) -> str:
+        if not sel or self._res is None:
+            return ""
+        program = self._res.program if self._res.program is not None else self._ck.program
+        task = program.tasks[sel["task"]]
+        ins = task.instrs[sel["index"]]
+        from .static import pto_line_html
+        rows = [f"<b>task {task.id} instruction {sel['index']}</b> on {html.escape(sel['core'])} "
+                f"{html.escape(sel['pipe'])}, cycles {sel['start']}&ndash;{sel['end']}",
+                f"<code style='white-space:pre'>{pto_line_html(ins.text())}</code>"]
+        if ins.loc is not None:
+            src = ins.loc.source_line().strip()
+            rows.append(f"kernel line {html.escape(ins.loc.short())}"
+                        + (f": <code>{html.escape(src)}</code>" if src else ""))
+        return ("<div class='pypto-timeline-selected' style='margin-top:4px'>"
+                + "".join(f"<div>{r}</div>" for r in rows) + "</div>")
 
     def _graph_html(self, title, svg, expand, zoom):
         from . import graphs

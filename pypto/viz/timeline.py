@@ -307,3 +307,81 @@ def timeline_svg(res, cores=None, max_cores: int = 8, width: int = 1000, title=N
                    f'<text x="{lx + 16}" y="{y + 9}">{escape(CLASSES[cls][0])}</text>')
     out.append("</svg>")
     return "".join(out)
+
+
+# --- the interactive timeline's data (drawn by timeline_widget.py's JavaScript) ----------------
+MAX_WIDGET_EVENTS = 150_000     # beyond this many bars, the last cores are left out (and said so)
+MAX_ARROWS = 4000               # dependency arrows kept (the first tasks')
+
+
+def timeline_data(runs, labels=None, max_events: int = MAX_WIDGET_EVENTS) -> dict:
+    """What the interactive timeline draws, as plain JSON-able data: for each run (a SimResult
+    with a trace) its rows (every core and pipe with events, cores in order), its bars as
+    columns (row, start, end, class, op, task, index, line, ready; op and line index the run's
+    `ops` and `lines` tables), the tasks of its critical path and its dependency arrows (from the
+    end of a task's last bar to the start of its dependent's first); `labels` name the runs
+    ("A", "B": two runs on one time axis)."""
+    runs = list(runs)
+    labels = list(labels) if labels is not None else [""] * len(runs)
+    out = []
+    for res, label in zip(runs, labels):
+        trace = res.trace
+        present = sorted({e.core for e in trace}, key=_core_key)
+        cores, hidden = present, 0
+        if len(trace) > max_events:          # keep the first cores whose bars fit
+            count: dict[str, int] = {}
+            for e in trace:
+                count[e.core] = count.get(e.core, 0) + 1
+            kept, total = [], 0
+            for c in present:
+                if total + count[c] > max_events and kept:
+                    break
+                kept.append(c)
+                total += count[c]
+            cores, hidden = kept, len(present) - len(kept)
+        rows = timeline_rows(trace, cores)
+        row_of = {r: k for k, r in enumerate(rows)}
+        cols = {k: [] for k in ("row", "start", "end", "cls", "op", "task", "index", "line", "ready")}
+        ops: dict[str, int] = {}
+        lines: dict[str, int] = {}
+        first: dict[int, tuple[int, int]] = {}   # task -> (row, start) of its first bar
+        last: dict[int, tuple[int, int]] = {}    # task -> (row, end) of its last bar
+        for e in trace:
+            r = row_of.get((e.core, e.pipe))
+            if r is None:
+                continue
+            cols["row"].append(r)
+            cols["start"].append(int(e.start))
+            cols["end"].append(int(max(e.end, e.start + 1)))
+            cols["cls"].append(instr_class(e.op, e.pipe))
+            cols["op"].append(ops.setdefault(e.op, len(ops)))
+            cols["task"].append(int(e.task))
+            cols["index"].append(int(e.index))
+            cols["line"].append(lines.setdefault(e.line or "", len(lines)))
+            cols["ready"].append(int(e.ready))
+            f = first.get(e.task)
+            if f is None or e.start < f[1]:
+                first[e.task] = (r, int(e.start))
+            la = last.get(e.task)
+            if la is None or e.end > la[1]:
+                last[e.task] = (r, int(e.end))
+        arrows = []
+        program = getattr(res, "program", None)
+        for t in getattr(program, "tasks", ()) or ():
+            if t.id not in first:
+                continue
+            for d in t.deps:
+                if d in last and len(arrows) < MAX_ARROWS:
+                    arrows.append([last[d][0], last[d][1], first[t.id][0], first[t.id][1]])
+        end = res.cycles if res.cycles else max(cols["end"], default=1)
+        title = (f"{res.kernel} on {res.machine.name}" + (f", {res.size}" if getattr(res, "size", None) else "")
+                 + f": {res.cycles} cycles ({res.time_us} us)")
+        out.append({
+            "label": label, "title": title, "cycles": int(max(end, 1)),
+            "rows": [[c, p] for c, p in rows], "hidden_cores": hidden,
+            "events": cols, "ops": list(ops), "lines": list(lines),
+            "critical": [c["task"] for c in res.stats.get("critical_path", [])],
+            "arrows": arrows,
+        })
+    return {"runs": out, "classes": [list(c) for c in CLASSES],
+            "end": max((r["cycles"] for r in out), default=1)}
