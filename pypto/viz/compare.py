@@ -9,8 +9,9 @@ The `text/plain` form is one deterministic line, e.g.
 
     Compare(softmax: TM=32 -> 24921 cycles | TM=64 -> 32104 cycles, B is 1.29x slower)
 
-and `text/html` is a static, deterministic page (tables, PNG timelines as a data URI, diff), so
-a comparison reads the same in JupyterLab, nbconvert HTML and on GitHub.
+and `text/html` is a static, deterministic page (tables, PNG timelines, diff), so a comparison
+reads the same in nbconvert HTML, on GitHub and in untrusted notebooks; where a widget front end
+runs, the two runs are one interactive timeline instead (`Compare.widget()`).
 """
 from __future__ import annotations
 
@@ -217,17 +218,42 @@ class Compare:
         scope = f"first {self.diff_tasks} tasks" if n_tasks > self.diff_tasks else "all tasks"
         diff = diff_html(a_text, b_text, f"A ({self.label_a})", f"B ({self.label_b})",
                          max_lines=self.max_diff_lines)
-        out = (f"<div class='pypto-compare'><div><b>{html.escape(self.text())}</b></div>"
-               f"<div style='display:flex; gap:24px; align-items:flex-start; flex-wrap:wrap'>"
-               f"<table>{head}{rows}</table>{mix}</div>"
-               f"<h4 style='margin:8px 0 2px 0'>Timelines (one time axis)</h4>"
-               f"{png_picture_html(self.timeline_png(), 'timelines A and B')}"
-               f"<h4 style='margin:8px 0 2px 0'>PTO diff ({scope}, A -&gt; B)</h4>{diff}</div>")
+        summary = (f"<div><b>{html.escape(self.text())}</b></div>"
+                   f"<div style='display:flex; gap:24px; align-items:flex-start; flex-wrap:wrap'>"
+                   f"<table>{head}{rows}</table>{mix}</div>")
+        timelines = (f"<h4 style='margin:8px 0 2px 0'>Timelines (one time axis)</h4>"
+                     f"{png_picture_html(self.timeline_png(), 'timelines A and B')}")
+        tail = f"<h4 style='margin:8px 0 2px 0'>PTO diff ({scope}, A -&gt; B)</h4>{diff}"
+        self._parts = (summary, timelines, tail)
+        out = f"<div class='pypto-compare'>{summary}{timelines}{tail}</div>"
         self._html = out
         return out
+
+    def widget(self):
+        """The comparison as widgets: the tables, the two runs on one interactive timeline
+        (every core; zoom, pan, hover: timeline_widget.py) and the PTO diff."""
+        if getattr(self, "_widget", None) is None:
+            import ipywidgets as w
+            from .timeline_widget import timeline_widget
+            self.html()
+            summary, _, tail = self._parts
+            self.timeline = timeline_widget(self.res_a, self.res_b, labels=[f"A ({self.label_a})",
+                                                                            f"B ({self.label_b})"])
+            self._widget = w.VBox([w.HTML(f"<div class='pypto-compare'>{summary}</div>"), self.timeline,
+                                   w.HTML(f"<div class='pypto-compare'>{tail}</div>")])
+        return self._widget
 
     def _repr_html_(self):
         return self.html()
 
     def _repr_mimebundle_(self, include=None, exclude=None):
-        return {"text/plain": self.text(), "text/html": self.html()}
+        """The widgets where a widget front end runs; the static page elsewhere (nbconvert,
+        GitHub, untrusted notebooks) and one line of text."""
+        data = {}
+        try:
+            data.update(self.widget()._repr_mimebundle_(include=include, exclude=exclude) or {})
+        except ImportError:             # no ipywidgets / anywidget: the static page only
+            pass
+        data["text/plain"] = self.text()
+        data["text/html"] = self.html()
+        return data
