@@ -276,6 +276,47 @@ def test_tile_tab_shows_the_tile_graph(explorer):
     save_screenshot(explorer, ARTIFACTS / "explorer_tile.png")
 
 
+def test_graph_tabs_open_fitted_and_pan_zoom_and_search(explorer):
+    """A graph opens fitted to its view (all of it visible, never enlarged); Ctrl + wheel zooms,
+    a drag pans, the search box marks the nodes naming an op, fit goes back."""
+    panel = show_tab(explorer, "Tile")
+    view = panel.locator(".pypto-gv-view:visible")
+    svg = view.locator("svg").first
+    expect(svg).to_be_visible()
+    v, g = view.bounding_box(), svg.bounding_box()
+    assert g["x"] >= v["x"] - 1 and g["x"] + g["width"] <= v["x"] + v["width"] + 1, (v, g)
+    assert g["y"] >= v["y"] - 1 and g["y"] + g["height"] <= v["y"] + v["height"] + 1, (v, g)
+    scale = panel.locator(".pypto-gv-scale:visible")
+    fitted = int(scale.inner_text().rstrip("%"))
+    assert 0 < fitted <= 100
+    # search: the nodes naming TLOAD are marked, the count says how many
+    panel.locator(".pypto-gv-search:visible").fill("tload")
+    count = panel.locator(".pypto-gv-count").first
+    expect(count).to_have_text(re.compile(r"^\d+ nodes?$"))
+    n = int(count.inner_text().split()[0])
+    want = sum("tload" in (t or "").lower() for t in svg.locator("g.node").all_text_contents())
+    assert n == want >= 1 and svg.locator("g.node.pypto-gv-hit").count() == n
+    save_screenshot(explorer, ARTIFACTS / "explorer_tile_search.png")
+    panel.locator(".pypto-gv-search:visible").fill("")
+    expect(count).to_have_text("")
+    # Ctrl + wheel zooms in around the pointer
+    explorer.page.mouse.move(v["x"] + v["width"] / 2, v["y"] + v["height"] / 2)
+    explorer.page.keyboard.down("Control")
+    explorer.page.mouse.wheel(0, -400)
+    explorer.page.keyboard.up("Control")
+    expect(scale).not_to_have_text(f"{fitted}%")
+    assert int(scale.inner_text().rstrip("%")) > fitted
+    # a drag pans the drawing by as much
+    before = svg.bounding_box()
+    explorer.page.mouse.down()
+    explorer.page.mouse.move(v["x"] + v["width"] / 2 + 80, v["y"] + v["height"] / 2 + 30, steps=4)
+    explorer.page.mouse.up()
+    after = svg.bounding_box()
+    assert abs(after["x"] - before["x"] - 80) <= 2 and abs(after["y"] - before["y"] - 30) <= 2, (before, after)
+    panel.get_by_role("button", name="fit").click()
+    expect(scale).to_have_text(f"{fitted}%")
+
+
 def test_timeline_tab_is_interactive_hover_zoom_pan_and_click(explorer):
     """The Timeline tab draws every core and pipe on a canvas: hovering a bar shows its
     instruction, Ctrl + wheel zooms the cycle axis (the range shown narrows), fit goes back, and a

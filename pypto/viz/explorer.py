@@ -6,7 +6,8 @@ Layout (one ipywidgets VBox):
     controls    a slider per keyword-only int constant; machine and dtype drop-downs
     (error)     why the last move failed, the control named, the largest value that compiles
     (busy)      a progress bar while a change compiles and simulates (busy.py)
-    tabs        Tensor | Tile | Block | Execution   graphviz views (zoom, "expand all tiles")
+    tabs        Tensor | Tile | Block | Execution   graphviz views, fitted; pan, zoom, search
+                                                     (graph_widget.py); "expand all tiles"
                 PTO                                  the program, syntax-coloured
                 Passes                               every pass; the level's text before/after one
                 Timeline                             every core and pipe, interactive (timeline_widget.py):
@@ -448,7 +449,7 @@ class Explorer:
         """What the tab shows (HTML text) once rendered for the current configuration."""
         t = tab_title(title)
         self._render(t)
-        return self.views[t].value
+        return self.views[t].value + (self.graphs[t].svg if t in GRAPH_TABS else "")
 
     def text(self) -> str:
         """One deterministic line: configuration and result (what nbval compares)."""
@@ -921,16 +922,15 @@ class Explorer:
                                              layout=w.Layout(width="180px"))
             self.dtype_dropdown.observe(self._on_control, names="value")
             controls.append(self.dtype_dropdown)
-        # Graph tabs share one toolbar: zoom (the SVG's size; scroll to pan) and expand.
-        self.zoom = w.FloatSlider(value=1.0, min=0.25, max=3.0, step=0.25, description="zoom",
-                                  readout_format=".0%", continuous_update=False,
-                                  layout=w.Layout(width="300px"))
+        # Graph tabs: "expand all tiles" for all of them; each graph pans, zooms and searches
+        # itself (graph_widget.py), opened fitted to its view
         self.expand = w.Checkbox(value=False, description="expand all tiles", indent=False,
                                  layout=w.Layout(width="160px"))
-        self.zoom.observe(self._on_graph_option, names="value")
         self.expand.observe(self._on_graph_option, names="value")
-        toolbar = w.HBox([self.zoom, self.expand])
+        toolbar = w.HBox([self.expand])
         self.views = {t: w.HTML() for t in TABS}
+        from .graph_widget import GraphWidget
+        self.graphs = {t: GraphWidget() for t in GRAPH_TABS}
         from .timeline_widget import TimelineWidget
         self.timeline = TimelineWidget()           # zoom, pan, hover and click of its own
         self.timeline.observe(self._on_timeline_select, names="selected")
@@ -942,7 +942,7 @@ class Explorer:
         children = []
         for t in TABS:
             if t in GRAPH_TABS:
-                children.append(w.VBox([toolbar, self.views[t]]))
+                children.append(w.VBox(([toolbar] if t != "Tensor" else []) + [self.views[t], self.graphs[t]]))
             elif t == "Timeline":
                 children.append(w.VBox([self.views[t], self.timeline, self.timeline_info]))
             elif t == "Passes":
@@ -1068,7 +1068,7 @@ class Explorer:
 
     def _variant(self, title):
         if title in GRAPH_TABS:
-            return (self.expand.value and title != "Tensor", self.zoom.value)
+            return self.expand.value and title != "Tensor"
         return None
 
     def _render(self, title):
@@ -1077,9 +1077,10 @@ class Explorer:
         if self._rendered.get(title) == (key, variant):
             return
         if title in GRAPH_TABS:
-            expand, zoom = variant
-            svg = self._cached_view(key, title, expand)
-            value = svg if svg.startswith("<pre") else self._graph_html(title, svg, expand, zoom)
+            svg = self._cached_view(key, title, variant)
+            failed = svg.startswith("<pre")            # no `dot`?  the message instead of a graph
+            value = svg if failed else self._graph_note_html(title, variant)
+            self.graphs[title].svg = "" if failed else svg
         elif title == "Timeline":
             value = self._timeline_view()
         else:
@@ -1160,9 +1161,9 @@ class Explorer:
         return ("<div class='pypto-timeline-selected' style='margin-top:4px'>"
                 + "".join(f"<div>{r}</div>" for r in rows) + "</div>")
 
-    def _graph_html(self, title, svg, expand, zoom):
+    def _graph_note_html(self, title, expand) -> str:
+        """What the HTML above a graph says (the graph itself is the tab's GraphWidget)."""
         from . import graphs
-        from .static import scroll_box, zoom_svg
         note = ""
         level = title.lower()
         if title != "Tensor":
@@ -1173,7 +1174,7 @@ class Explorer:
                 note = ("folded view: repeated tiles/tasks are drawn once (\"x N\"); "
                         "tick 'expand all tiles' to draw them all")
         note_html = f"<div style='color:#555; font-size:11px'>{html.escape(note)}</div>" if note else ""
-        return self._dynamic_note_html() + note_html + scroll_box(zoom_svg(svg, zoom))
+        return self._dynamic_note_html() + note_html
 
     def _sync_passes(self):
         """Fill the pass drop-down for the kernel on display (keeping the selected pass)."""
