@@ -87,6 +87,27 @@ def softmax(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F)):
 x = np.random.default_rng(0).standard_normal(({DYN_ROWS}, 256)).astype(np.float32)
 out = np.zeros_like(x)
 """
+# A mixed-dtype kernel (fp16 in, fp32 out) and a matmul whose T slider, moved from 64 to 32, takes a
+# few seconds to recompile (1024^3 fp16: 50k instructions at T=64, 400k at T=32).
+MORE = "more.ipynb"
+MORE_CELLS = [
+    "import numpy as np\nimport pypto\nrng = np.random.default_rng(0)",
+    """@pypto.jit
+def mm_mixed(a, b, c):
+    c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_FP32)
+
+a = rng.standard_normal((64, 64)).astype(np.float16)
+b = rng.standard_normal((64, 64)).astype(np.float16)
+pypto.explore(mm_mixed, a, b, np.zeros((64, 64), np.float32), machine="teach")""",
+    """@pypto.jit
+def mm(a, b, c, *, T: int = 64):
+    pypto.set_cube_tile_shapes([T, T], [T, T], [T, T])
+    c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_FP32)
+
+A = rng.standard_normal((1024, 1024)).astype(np.float16)
+B = rng.standard_normal((1024, 1024)).astype(np.float16)
+pypto.explore(mm, A, B, np.zeros((1024, 1024), np.float32), ranges={"T": [32, 64, 128]})""",
+]
 DYN_LABEL = "N (rows of x, out)"     # the size slider: the dim's symbol and the parameters having it
 DYN_CELLS = [DYN_KERNEL, "print(pypto.__file__)", "pypto.explore(softmax, x, out)"]
 
@@ -101,6 +122,7 @@ def lab(tmp_path_factory):
     copy_file(REPO / "tutorials" / STORED, server.root / STORED)      # as in the repository
     write_notebook(server.root / ERRORS, ERROR_CELLS)
     write_notebook(server.root / DYNAMIC, DYN_CELLS)
+    write_notebook(server.root / MORE, MORE_CELLS)
     with server:
         yield server
     # (server.stop() ran: kernels shut down, process group killed)
@@ -581,3 +603,28 @@ def test_the_timeline_follows_the_size_slider(dyn_explorer, dyn_cycles):
     expect_timeline_cycles(dyn_explorer, dyn_cycles(4096))
     expect(head).to_contain_text("check OK")
     save_screenshot(dyn_explorer, ARTIFACTS / "explorer_dynamic_timeline_N4096.png")
+
+
+# --- a mixed-dtype kernel; a change that takes seconds -------------------------------------------
+def test_a_mixed_dtype_kernel_opens_and_a_slow_change_shows_progress(lab, browser):
+    nb = Notebook.open(browser, lab, MORE, workspace="more", timeout=120_000)
+    try:
+        nb.run_all(timeout=240_000)
+        mixed = _explorer_of(nb, "pypto.explore(mm_mixed")
+        expect(header(mixed)).to_contain_text("check OK")
+        expect(mixed.locator("select").filter(has=nb.page.locator("option", has_text="as given"))).to_have_count(1)
+        slow = _explorer_of(nb, "pypto.explore(mm, A")
+        readout = slider(slow, "T").locator(".widget-readout")
+        expect(readout).to_have_text("64")
+        busy = slow.locator(".pypto-busy")
+        expect(busy).to_be_hidden()
+        press(slow, "T", "ArrowLeft")                # 64 -> 32: seconds of compiling
+        expect(busy).to_be_visible()
+        expect(busy).to_contain_text(re.compile(r"compiling mm: pass \w+, \d+/\d+ passes, \d+\.\d s"))
+        # the old view is marked stale at once
+        expect(slow.locator(".widget-html-content").filter(has_text="updating: T=32")).to_have_count(1)
+        save_screenshot(slow, ARTIFACTS / "explorer_busy.png")
+        expect(busy).to_be_hidden(timeout=120_000)
+        expect(status(slow)).to_contain_text(re.compile(r"ready: T=32 \(compile \d+\.\d\d s"))
+    finally:
+        nb.page.close()
