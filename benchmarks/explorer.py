@@ -110,7 +110,7 @@ def forget_sizes(ex):
     """Make every size never-seen again, keeping the one compile and what depends on it alone
     (the graph, PTO and Passes renderings, as in a notebook): the explorer's runs, the renderings
     of the simulation tabs, the arrays it made, and the compiled kernel's programs per size."""
-    from pypto.viz.explorer import SIM_TABS
+    from pypto.viz.views import SIM_TABS
     for entry in ex._results.values():
         entry.runs.clear()
     for key in [k for k in ex._views if len(k[0]) == 4]:     # (configuration, size): a run's view

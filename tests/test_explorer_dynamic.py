@@ -7,7 +7,8 @@ import pytest
 
 import pypto
 from pypto.compiler import Pipeline
-from pypto.viz.explorer import ExplorerOptionError, Explorer, sized_args, size_values
+from pypto.viz.explorer import Explorer
+from pypto.viz.session import ExplorerOptionError, sized_args, size_values
 
 pytest.importorskip("graphviz")
 pytest.importorskip("matplotlib")

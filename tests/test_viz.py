@@ -8,7 +8,8 @@ import pytest
 
 import pypto
 from pypto.viz import graphs, static
-from pypto.viz.explorer import TABS, Explorer, range_values, tiled_dims
+from pypto.viz.explorer import TABS, Explorer
+from pypto.viz.session import range_values, tiled_dims
 from pypto.viz.roofline import plot_roofline, roofline_numbers
 from pypto.viz.timeline import plot_timeline, timeline_png, timeline_rows, timeline_svg
 from common import softmax
@@ -733,3 +734,28 @@ def test_exec_graph_shows_the_loops_of_a_task():
     t = next(t for t in g.tasks if any(True for _ in loops_in(t.code)))
     assert text([t]) in graphs.exec_graph(g, expand=True).source
     assert text(g.tasks) in graphs.exec_graph(g).source          # one node for the group: in total
+
+
+def test_the_session_works_without_widgets(xo):
+    """The explorer's session (session.py): compile, simulate, check, the largest value that
+    compiles -- no ipywidgets imported (a separate interpreter sees what it loads)."""
+    code = ("import sys, numpy as np; sys.path.insert(0, 'tests')\n"
+            "from common import softmax\n"
+            "from pypto.viz.session import Session\n"
+            "x = np.random.default_rng(0).random((256, 1024), dtype=np.float32); o = np.zeros_like(x)\n"
+            "s = Session(softmax, (x, o), consts={'TM': 32})\n"
+            "ck, res, n = s._compute('a2a3', None, {'TM': 16, 'TN': 256})\n"
+            "s._check(s._last_run)\n"
+            "assert res.ok and ck.consts['TM'] == 16 and s.res.ok and s.consts['TM'] == 32\n"
+            "print(s.text()); print(res.cycles, s.largest_fitting(('a2a3', None, {'TM': 256, 'TN': 1024}, None), 'TM'))\n"
+            "heavy = [m for m in ('ipywidgets', 'anywidget', 'IPython') if m in sys.modules]\n"
+            "assert not heavy, heavy\n")
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    line, numbers = out.stdout.splitlines()
+    cycles_16 = softmax.compile(*xo, TM=16).simulate(*xo).cycles
+    assert line.startswith("Explorer(softmax, machine=a2a3, TM=32, TN=256): ") and line.endswith("check OK")
+    assert numbers == f"{cycles_16} 16"      # [16, 1024] fp32 tiles are the largest that fit a2a3's UB

@@ -28,7 +28,9 @@ from traitlets import Bool, TraitError, Unicode, validate
 
 from ..errors import MagicUsageError, PyptoError, cell_number
 from ..frontend.jit import JitKernel
-from ..viz.explorer import FLOAT_DTYPES, TAB_NAMES, Explorer, range_values, tab_title
+from ..viz.explorer import Explorer
+from ..viz.session import FLOAT_DTYPES, range_values
+from ..viz.views import TAB_NAMES, tab_title
 
 RED, RESET = "\x1b[0;31m", "\x1b[0m"
 
