@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import PyptoError, located
 from ..gcpause import gc_paused
-from .views import pieces_text, tab_title
+from .views import TAB_NAMES, pieces_text, tab_title
 
 
 class ExplorerOptionError(PyptoError, ValueError):
