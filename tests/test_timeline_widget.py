@@ -8,7 +8,6 @@ import pytest
 
 pytest.importorskip("anywidget")
 
-import pypto  # noqa: E402
 from pypto.viz.explorer import Explorer  # noqa: E402
 from pypto.viz.timeline import timeline_data  # noqa: E402
 from pypto.viz.timeline_widget import TimelineWidget, timeline_widget  # noqa: E402
