@@ -87,8 +87,9 @@ def softmax(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F)):
 x = np.random.default_rng(0).standard_normal(({DYN_ROWS}, 256)).astype(np.float32)
 out = np.zeros_like(x)
 """
-# A mixed-dtype kernel (fp16 in, fp32 out) and a matmul whose T slider, moved from 64 to 32, takes a
-# few seconds to recompile (1024^3 fp16: 50k instructions at T=64, 400k at T=32).
+# A mixed-dtype kernel (fp16 in, fp32 out); a matmul whose T slider, moved from 64 to 32, takes a
+# few seconds to recompile (1024^3 fp16: 50k instructions at T=64, 400k at T=32); and the first
+# render of a matmul twice as wide, which takes over a second (nothing cached).
 MORE = "more.ipynb"
 MORE_CELLS = [
     "import numpy as np\nimport pypto\nrng = np.random.default_rng(0)",
@@ -106,7 +107,11 @@ def mm(a, b, c, *, T: int = 64):
 
 A = rng.standard_normal((1024, 1024)).astype(np.float16)
 B = rng.standard_normal((1024, 1024)).astype(np.float16)
-pypto.explore(mm, A, B, np.zeros((1024, 1024), np.float32), ranges={"T": [32, 64, 128]})""",
+pypto.explore(mm, A, B, np.zeros((1024, 1024), np.float32), ranges={"T": [32, 64, 128]})  # slider""",
+    # a first render that takes seconds (nothing cached): its busy bar is in the cell's output
+    """mm.cache_clear()
+B2 = rng.standard_normal((1024, 2048)).astype(np.float16)
+pypto.explore(mm, A, B2, np.zeros((1024, 2048), np.float32), ranges={"T": [32, 64, 128]})""",
 ]
 DYN_LABEL = "N (rows of x, out)"     # the size slider: the dim's symbol and the parameters having it
 DYN_CELLS = [DYN_KERNEL, "print(pypto.__file__)", "pypto.explore(softmax, x, out)"]
@@ -606,14 +611,14 @@ def test_the_timeline_follows_the_size_slider(dyn_explorer, dyn_cycles):
 
 
 # --- a mixed-dtype kernel; a change that takes seconds -------------------------------------------
-def test_a_mixed_dtype_kernel_opens_and_a_slow_change_shows_progress(lab, browser):
+def test_a_mixed_dtype_kernel_opens_and_slow_work_shows_progress(lab, browser):
     nb = Notebook.open(browser, lab, MORE, workspace="more", timeout=120_000)
     try:
         nb.run_all(timeout=240_000)
         mixed = _explorer_of(nb, "pypto.explore(mm_mixed")
         expect(header(mixed)).to_contain_text("check OK")
         expect(mixed.locator("select").filter(has=nb.page.locator("option", has_text="as given"))).to_have_count(1)
-        slow = _explorer_of(nb, "pypto.explore(mm, A")
+        slow = _explorer_of(nb, "# slider")
         readout = slider(slow, "T").locator(".widget-readout")
         expect(readout).to_have_text("64")
         busy = slow.locator(".pypto-busy")
@@ -626,5 +631,19 @@ def test_a_mixed_dtype_kernel_opens_and_a_slow_change_shows_progress(lab, browse
         save_screenshot(slow, ARTIFACTS / "explorer_busy.png")
         expect(busy).to_be_hidden(timeout=120_000)
         expect(status(slow)).to_contain_text(re.compile(r"ready: T=32 \(compile \d+\.\d\d s"))
+
+        # a slow first render: the bar shows in the cell's output, then the explorer replaces it
+        cell = nb.code_cell("mm.cache_clear()")
+        first = cell.locator(".pypto-busy-first")
+        expect(first).to_have_count(0)                   # after Run All: nothing left of it
+        cell.locator(".jp-InputArea-editor").click()
+        nb.page.keyboard.press("Control+Enter")
+        expect(first).to_be_visible()
+        expect(first).to_contain_text(re.compile(r"^mm: first compile and simulation: |compiling mm: pass \w+"))
+        save_screenshot(cell, ARTIFACTS / "first_render_busy.png")
+        expect(first).to_have_count(0, timeout=120_000)
+        explorer = _explorer_of(nb, "mm.cache_clear()")
+        expect(header(explorer)).to_contain_text(re.compile(r"\d+ cycles"))
+        expect(slider(explorer, "T").locator(".widget-readout")).to_have_text("64")
     finally:
         nb.page.close()

@@ -408,3 +408,28 @@ def test_compare_shows_the_side_that_compiles_when_the_other_does_not(ip):
     assert result.success and not cap.outputs and explorers(ip) == []
     assert "A (TM=512) does not compile: TileShapeError" in cap.stderr
     assert "B (TM=1024+TN=512) does not compile: TileShapeError" in cap.stderr
+
+
+def test_the_first_render_shows_a_busy_bar_in_the_cell_that_leaves_no_trace(ip, monkeypatch):
+    """In a kernel, an explorer's first compile shows a progress bar in the cell's output: one
+    empty output at once, the bar displayed over it once the work has run busy.SHOW_AFTER_S, and
+    the empty output back at the end -- the stored notebook is the same however long the compile
+    took."""
+    from pypto.viz import busy
+    monkeypatch.setattr(busy, "in_kernel", lambda: True)
+    monkeypatch.setattr(busy, "SHOW_AFTER_S", 0.0)
+    with capture_output() as cap:
+        result = ip.run_cell(SOFTMAX_CELL.replace("TM: int = 32", "TM: int = 8"))
+    assert result.success, cap.stderr
+    outs = cap.outputs
+    first, shown, back, explorer = outs[0], outs[1], outs[2], outs[3]
+    assert first.data == busy.HIDDEN and not first.update
+    assert shown.update and shown.data["application/vnd.jupyter.widget-view+json"]["model_id"] != ""
+    assert back.update and back.data == busy.HIDDEN
+    assert first.transient["display_id"] == shown.transient["display_id"] == back.transient["display_id"]
+    assert explorer.data["text/plain"].startswith("Explorer(softmax, machine=a2a3, TM=8, TN=256)")
+    # quick work (the default threshold): the hidden output alone, never replaced
+    monkeypatch.setattr(busy, "SHOW_AFTER_S", 60.0)
+    with capture_output() as cap:
+        run_ok = ip.run_cell(SOFTMAX_CELL.replace("TM: int = 32", "TM: int = 16")).success
+    assert run_ok and cap.outputs[0].data == busy.HIDDEN and not any(o.update for o in cap.outputs)

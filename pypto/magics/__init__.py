@@ -223,13 +223,15 @@ class PyptoMagics(Magics):
         return ex
 
     def _compare(self, kernel, args, opts):
+        from ..viz.busy import first_render
         from ..viz.compare import compare
         cks, failed = [], []
-        for label, cfg in zip("AB", opts.compare):
-            try:
-                cks.append(kernel.compile(*args, machine=opts.machine, **cfg))
-            except PyptoError as e:
-                failed.append((label, cfg, e))
+        with first_render(f"{kernel.name}: compiling both configurations"):
+            for label, cfg in zip("AB", opts.compare):
+                try:
+                    cks.append(kernel.compile(*args, machine=opts.machine, **cfg))
+                except PyptoError as e:
+                    failed.append((label, cfg, e))
         if len(failed) == 2:
             for label, cfg, e in failed:
                 _show_red(f"%%pypto --compare: {label} ({_cfg_text(cfg)}) does not compile: {error_text(e)}")

@@ -4,9 +4,8 @@ The compiler and the simulator report their stages as events (`pypto.progress`);
 turns them into a progress bar with a line of text ("compiling softmax: pass scheduling, 7/24
 passes, 0.8 s"), shown only once the work has run `SHOW_AFTER_S` (quick changes never flicker)
 and redrawn at most every `REDRAW_S` (each redraw is a widget message).  The explorer keeps one
-under its controls, for the recompiles and re-simulations a control starts.  (Not for its first
-render: no widget is on screen yet, and a bar displayed in the cell's output for a while would stay
-among the notebook's stored outputs, there or not depending on how long the compile took.)
+under its controls, for the recompiles and re-simulations a control starts; `first_render` shows
+one in the cell's output during the first compile, when no explorer is on screen yet.
 """
 from __future__ import annotations
 
@@ -69,3 +68,44 @@ class BusyBar:
             if self.on_show is not None:
                 self.on_show()
         self.shown.append(text)
+
+
+def in_kernel() -> bool:
+    """Whether a Jupyter kernel runs this code (a front end shows widgets as they change)."""
+    import sys
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+# An empty output: nothing to see.  (Another mime type than the bar's widget view, so that
+# JupyterLab makes a new renderer for each: a widget view renderer once hidden stays hidden.)
+HIDDEN = {"text/html": ""}
+
+
+@contextlib.contextmanager
+def first_render(what: str):
+    """A `BusyBar` in the cell's output while the block runs (an explorer's first compile, when
+    there is no explorer on screen yet to show it in).  In a Jupyter kernel only; elsewhere
+    nothing.
+
+    The cell gets one output, `HIDDEN`, at once; the bar replaces it (update_display) when the
+    work has run `SHOW_AFTER_S`, and `HIDDEN` comes back when it ends.  So the stored notebook
+    holds the same (empty) output however long the compile took (nbclient applies the updates;
+    nbval, which ignores them, sees the first one: the same), and a reopened notebook shows
+    nothing of it."""
+    if not in_kernel():
+        yield None
+        return
+    from IPython.display import display
+    handle = display(HIDDEN, raw=True, display_id=True)
+    bar = BusyBar()
+    bar.widget.add_class("pypto-busy-first")
+    bar.on_show = lambda: handle.update(bar.widget)
+    try:
+        with bar.running(what):
+            yield bar
+    finally:
+        if bar.shown:
+            handle.update(HIDDEN, raw=True)
+        bar.widget.close()

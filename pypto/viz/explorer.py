@@ -70,6 +70,10 @@ class Explorer(Session):
     """Compile + simulate `kernel(*args)`; show every level; recompile when a control changes
     (a `Session` with widgets: see the module docstring; the options are the session's)."""
 
+    def _first_compute(self, name: str):
+        from .busy import first_render
+        return first_render(f"{name}: first compile and simulation")
+
     def _ready(self) -> None:
         self._views: dict[tuple, object] = {}     # (configuration, tab, variant) -> rendered value
         self._rendered: dict[str, tuple] = {}     # tab -> what its widget shows

@@ -9,6 +9,7 @@ change shows its cycles first.  The helpers of the sliders' values (`range_value
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 
@@ -278,7 +279,8 @@ class Session:
         self._cfg = (machine, dtype)
         try:
             # The first view may be shown statically (nbconvert): simulate with the trace once.
-            ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
+            with self._first_compute(kernel.name):
+                ck, res, n = self._compute(machine, dtype, consts, size, trace=True)
         except PyptoError as e:
             raise e.with_traceback(None) from None   # nothing to show yet: say why, briefly
         self._set_current(machine, dtype, ck, res, n)
@@ -288,6 +290,10 @@ class Session:
 
     def _ready(self) -> None:
         """The first configuration is compiled and simulated (the explorer builds its widgets)."""
+
+    def _first_compute(self, name: str):
+        """The context of the first compile and simulation (the explorer shows a busy bar)."""
+        return contextlib.nullcontext()
 
     @property
     def ck(self):
