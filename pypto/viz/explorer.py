@@ -66,6 +66,7 @@ def _running_loop():
     except RuntimeError:
         return None
 
+
 class Explorer(Session):
     """Compile + simulate `kernel(*args)`; show every level; recompile when a control changes
     (a `Session` with widgets: see the module docstring; the options are the session's)."""

@@ -1,7 +1,7 @@
 """The explorer's views as functions of a session (session.py): what each tab, the header and
 the static snapshot show, as HTML strings (the graph tabs' SVG, drawn by graph_widget.py; the
 timeline is timeline_widget.py).  No widgets here: the explorer puts these strings into its
-widgets, the report, compare and the magic use the same functions.
+widgets, and the static snapshot is what nbconvert, GitHub and untrusted notebooks show.
 """
 from __future__ import annotations
 
