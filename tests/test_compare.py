@@ -122,7 +122,7 @@ def test_in_a_notebook_both_runs_are_one_interactive_timeline(cmp):
     assert bundle["text/html"] == cmp.html() and bundle["text/plain"] == cmp.text()
     top, timeline, tail = cmp.widget().children
     assert isinstance(timeline, TimelineWidget) and cmp.widget() is cmp.widget()
-    a, b = timeline.data["runs"]
+    a, b = timeline.payload["runs"]
     assert (a["label"], b["label"]) == (f"A ({cmp.label_a})", f"B ({cmp.label_b})")
     assert (a["cycles"], b["cycles"]) == cmp.cycles and timeline.data["end"] == max(cmp.cycles)
     assert len(a["events"]["start"]) == len(cmp.res_a.trace) and len(b["events"]["start"]) == len(cmp.res_b.trace)

@@ -168,7 +168,7 @@ def test_graph_tabs_show_the_chunk_and_sim_tabs_the_call(ex):
     ex.update(N=2100)                                          # two pieces: 2048 + 64 rows
     assert ex.ck.pieces_for(2100) == [(0, 2048), (2048, 64)]
     assert ex.res.trace and len(ex.res.program.tasks) > len(ex.ck.program.tasks)
-    [run] = ex.timeline.data["runs"]                           # redrawn for the call on 2100 rows
+    [run] = ex.timeline.payload["runs"]                        # redrawn for the call on 2100 rows
     assert ", N = 2100 rows: " in run["title"] and len(run["events"]["start"]) == len(ex.res.trace)
     assert "runs 1 × 2048 + 1 × 64 rows" in ex.header.value
     ex.select("Roofline")

@@ -368,7 +368,7 @@ def view(ex, title):
 def timeline_of(ex):
     """What the Timeline tab's interactive timeline draws (the tab rendered first)."""
     ex.view_value("Timeline")
-    return ex.timeline.data
+    return ex.timeline.payload
 
 
 def test_range_values():

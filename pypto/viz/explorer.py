@@ -539,7 +539,14 @@ class Explorer(Session):
             return f"<p style='color:#555'>{html.escape(_NO_SIM)}</p>"
         self._ensure_trace()
         if self._timeline_of is not res:
-            self.timeline.show([res])
+            key = (self._view_key("Timeline"), "Timeline", "data")   # kept like the other views
+            data = self._views.get(key)
+            if data is None:
+                from .timeline import timeline_data
+                data = self._views[key] = timeline_data([res])
+                if len(self._views) > MAX_CACHED_VIEWS:
+                    del self._views[next(iter(self._views))]
+            self.timeline.show_data(data)
             self._timeline_of = res
             self.timeline_info.value = ""
         self.timeline.layout.display = ""

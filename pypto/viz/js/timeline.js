@@ -25,9 +25,17 @@ function niceStep(span, target) {
   return 10 * k;
 }
 
+function column(v) {
+  // a bar column: a binary buffer of float64 (a DataView from the widget), or a plain list
+  if (v instanceof DataView) return new Float64Array(v.buffer, v.byteOffset, v.byteLength / 8);
+  if (v instanceof ArrayBuffer) return new Float64Array(v);
+  return v;
+}
+
 function layout(data) {
   // y of every row of every run; per row the bars sorted by start (a pipe runs in order)
-  const runs = data.runs.map((run) => ({ ...run }));
+  const runs = data.runs.map((run) => ({
+    ...run, events: Object.fromEntries(Object.entries(run.events).map(([k, v]) => [k, column(v)])) }));
   let y = 0;
   const showHeads = runs.length > 1 || runs.some((r) => r.label);
   for (const run of runs) {
@@ -90,7 +98,7 @@ function render({ model, el: root }) {
     end = Math.max(data.end || 1, 1);
     title.textContent = data.runs.map((r) => (r.label ? r.label + ": " : "") + r.title).join("  |  ");
     const used = new Set();
-    for (const run of data.runs) for (const c of run.events.cls) used.add(c);
+    for (const run of L.runs) for (const c of run.events.cls) used.add(c);
     legend.replaceChildren(...data.classes.filter((_, k) => used.has(k)).map(([name, color]) => {
       const item = el("span", "pypto-tl-key");
       const sw = el("i"); sw.style.background = color;
