@@ -14,10 +14,17 @@ import sysconfig
 from dataclasses import dataclass, field
 
 
+_CELLS: dict = {}   # file -> (the shell's {cell file: number}, the number, the name) when last asked
+
+
 def _cell_name(file: str) -> str | None:
-    """'In[3]' when `file` holds a notebook / IPython cell (IPython names cells by temp files),
-    asked afresh every time: a re-run cell (the same file, for ipykernel names a cell by a hash
-    of its text) takes its new number."""
+    """'In[3]' when `file` holds a notebook / IPython cell (IPython names cells by temp files).
+    A re-run cell (the same file: ipykernel names a cell by a hash of its text) takes its new
+    number: the name is kept per file only as long as the shell's number for it is the same
+    (`SourceLoc.short` is called per printed instruction: the check is one dict lookup)."""
+    hit = _CELLS.get(file)
+    if hit is not None and hit[0] is not None and hit[0].get(file) == hit[1]:
+        return hit[2]
     ipython = sys.modules.get("IPython")           # never imported here: only used if loaded
     shell = ipython.get_ipython() if ipython is not None else None
     if shell is None:
@@ -26,7 +33,11 @@ def _cell_name(file: str) -> str | None:
         named = shell.compile.format_code_name(file)
     except Exception:  # noqa: BLE001 - an IPython without cell names: use the file name
         return None
-    return named[1] if named else None
+    name = named[1] if named else None
+    numbers = getattr(shell.compile, "_filename_map", None)
+    if isinstance(numbers, dict):
+        _CELLS[file] = (numbers, numbers.get(file), name)
+    return name
 
 
 def cell_number(shell) -> int:
