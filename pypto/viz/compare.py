@@ -96,7 +96,8 @@ class Compare:
         self.max_cores = max_cores
         self.diff_tasks = diff_tasks
         self.max_diff_lines = max_diff_lines
-        self._html = None
+        self._sections = None
+        self._widget = None
 
     @staticmethod
     def _simulate(ck, args):
@@ -197,8 +198,12 @@ class Compare:
 
     def html(self) -> str:
         """The comparison as static, deterministic HTML."""
-        if self._html is not None:
-            return self._html
+        return "<div class='pypto-compare'>" + "".join(self.sections()) + "</div>"
+
+    def sections(self) -> tuple[str, str, str]:
+        """The page's three parts, HTML: the tables, the timelines (a picture), the PTO diff."""
+        if self._sections is not None:
+            return self._sections
         from .static import diff_html, png_picture_html
         rows = "".join(
             f"<tr><th style='text-align:left; padding-right:1em'>{html.escape(k)}</th>"
@@ -224,19 +229,16 @@ class Compare:
         timelines = (f"<h4 style='margin:8px 0 2px 0'>Timelines (one time axis)</h4>"
                      f"{png_picture_html(self.timeline_png(), 'timelines A and B')}")
         tail = f"<h4 style='margin:8px 0 2px 0'>PTO diff ({scope}, A -&gt; B)</h4>{diff}"
-        self._parts = (summary, timelines, tail)
-        out = f"<div class='pypto-compare'>{summary}{timelines}{tail}</div>"
-        self._html = out
-        return out
+        self._sections = (summary, timelines, tail)
+        return self._sections
 
     def widget(self):
         """The comparison as widgets: the tables, the two runs on one interactive timeline
         (every core; zoom, pan, hover: timeline_widget.py) and the PTO diff."""
-        if getattr(self, "_widget", None) is None:
+        if self._widget is None:
             import ipywidgets as w
             from .timeline_widget import timeline_widget
-            self.html()
-            summary, _, tail = self._parts
+            summary, _, tail = self.sections()
             self.timeline = timeline_widget(self.res_a, self.res_b, labels=[f"A ({self.label_a})",
                                                                             f"B ({self.label_b})"])
             self._widget = w.VBox([w.HTML(f"<div class='pypto-compare'>{summary}</div>"), self.timeline,

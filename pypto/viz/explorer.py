@@ -48,11 +48,11 @@ import time
 
 from ..errors import PyptoError
 from . import views as _views_mod
-from .session import FLOAT_DTYPES, ExplorerOptionError, Session, _pow2_ceil, powers_of_two, size_values
+from .session import (FLOAT_DTYPES, SLIDER_VALUES, ExplorerOptionError, Session, _pow2_ceil, powers_of_two,
+                      size_values)
 from .views import (_NO_SIM, GRAPH_TABS, SIM_TABS, TABS, _interesting_pass, graph_note_html, header_html,
                     instruction_html, pass_diff_html, tab_html, tab_title)
 
-SLIDER_VALUES = tuple(2 ** k for k in range(3, 13))     # 8 .. 4096, when a constant's dim is unknown
 MAX_CACHED_VIEWS = 64
 DEBOUNCE_S = 0.1
 ERROR_COLOR = "#c00"
@@ -523,9 +523,14 @@ class Explorer(Session):
                 value = tab_html(self, title, variant)
             except Exception as e:     # e.g. no `dot` binary: say so inside the tab
                 return f"<pre style='color:#c00'>{html.escape(f'{type(e).__name__}: {e}')}</pre>"
-            self._views[ck] = value
-            if len(self._views) > MAX_CACHED_VIEWS:        # drop the oldest rendering
-                del self._views[next(iter(self._views))]
+            self._keep_view(ck, value)
+        return value
+
+    def _keep_view(self, key, value):
+        """Keep a rendering (the oldest go beyond MAX_CACHED_VIEWS); return it."""
+        self._views[key] = value
+        if len(self._views) > MAX_CACHED_VIEWS:
+            del self._views[next(iter(self._views))]
         return value
 
     # --- views -------------------------------------------------------------------------------
@@ -543,9 +548,7 @@ class Explorer(Session):
             data = self._views.get(key)
             if data is None:
                 from .timeline import timeline_data
-                data = self._views[key] = timeline_data([res])
-                if len(self._views) > MAX_CACHED_VIEWS:
-                    del self._views[next(iter(self._views))]
+                data = self._keep_view(key, timeline_data([res]))
             self.timeline.show_data(data)
             self._timeline_of = res
             self.timeline_info.value = ""

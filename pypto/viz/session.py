@@ -26,6 +26,7 @@ class ExplorerOptionError(PyptoError, ValueError):
 
 
 FLOAT_DTYPES = ("fp32", "fp16", "bf16")
+SLIDER_VALUES = tuple(2 ** k for k in range(3, 13))     # 8 .. 4096, when a constant's dim is unknown
 MAX_CACHED_RESULTS = 48
 FIT_SEARCH_S = 3.0         # a constant that does not compile: how long to look for the largest that does
 OPTION_KEYS = ("ranges", "show", "dtype", "simulate", "size")  # explorer options passed with the constants
@@ -590,8 +591,8 @@ class Session:
 
 
     def _fit_values(self, name: str) -> list[int]:
-        """The values `largest_fitting` tries for constant `name`: powers of two up to 4096."""
-        return [2 ** k for k in range(3, 13)]
+        """The values `largest_fitting` tries for constant `name` (the explorer: its slider's)."""
+        return list(SLIDER_VALUES)
 
     def _consts_text(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self._consts.items()) or "the previous configuration"

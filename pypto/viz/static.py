@@ -33,12 +33,16 @@ def img_html(png: bytes, alt: str = "", width: str | None = None) -> str:
     return f"<img src='{png_data_uri(png)}' alt='{html.escape(alt, quote=True)}'{style}/>"
 
 
-def svg_img_html(svg: str, alt: str = "") -> str:
-    """An <img> holding an SVG document as a data URI (drawn at its own width and height)."""
+def svg_data_uri(svg: str) -> str:
+    """An SVG document as a data URI (its namespace added when missing: an image needs it)."""
     if "xmlns=" not in svg[:200]:
         svg = svg.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
-    uri = "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
-    return f"<img src='{uri}' alt='{html.escape(alt, quote=True)}' style='max-width:none'/>"
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+
+
+def svg_img_html(svg: str, alt: str = "") -> str:
+    """An <img> holding an SVG document as a data URI (drawn at its own width and height)."""
+    return f"<img src='{svg_data_uri(svg)}' alt='{html.escape(alt, quote=True)}' style='max-width:none'/>"
 
 
 # --- pictures that untrusted notebooks show ---------------------------------------------------
@@ -73,12 +77,9 @@ def svg_picture_html(svg: str, alt: str) -> str:
     size (pt -> px).  Its comments (graphviz's version among them) are left out: the picture
     depends on the drawing only."""
     body = _COMMENT.sub("", svg_body(svg))
-    if "xmlns=" not in body[:200]:
-        body = body.replace("<svg", '<svg xmlns="http://www.w3.org/2000/svg"', 1)
     m = _SVG_SIZE.search(body)
     w, h = (float(m.group(1)) * 4 / 3, float(m.group(2)) * 4 / 3) if m else (600.0, 400.0)
-    uri = "data:image/svg+xml;base64," + base64.b64encode(body.encode("utf-8")).decode("ascii")
-    return _picture(uri, w, h, alt)
+    return _picture(svg_data_uri(body), w, h, alt)
 
 
 # --- SVG --------------------------------------------------------------------------------------
