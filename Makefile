@@ -28,7 +28,7 @@ lab: install
 	$(VENV)/bin/jupyter lab $(LAB_FLAGS)
 
 test: install
-	$(PYTHON) -m pytest tests tutorials $(NBVAL_FLAGS) -q
+	$(PYTHON) -m pytest tests tutorials notebooks $(NBVAL_FLAGS) -q
 
 tutorials: install
 	$(PYTHON) scripts/run_tutorials.py

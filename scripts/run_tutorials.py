@@ -1,4 +1,8 @@
-"""Re-execute the tutorials so their stored outputs are the new truth (`make tutorials`).
+"""Re-execute the tutorials and the gallery so their stored outputs are the new truth (`make tutorials`).
+
+    python scripts/run_tutorials.py                         # tutorials/ and notebooks/
+    python scripts/run_tutorials.py 03_tiling.ipynb         # one tutorial
+    python scripts/run_tutorials.py notebooks/stencil.ipynb # one gallery notebook (a path)
 
 After a change to the compiler or simulator output, run this, then read `git diff tutorials/`:
 every changed number should be one you expect.  Volatile metadata (execution timestamps) is
@@ -12,7 +16,9 @@ import sys
 import nbformat
 from nbclient import NotebookClient
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent / "tutorials"
+REPO = pathlib.Path(__file__).resolve().parent.parent
+ROOT = REPO / "tutorials"
+GALLERY = REPO / "notebooks"
 
 
 def kernelspec() -> dict:
@@ -26,7 +32,7 @@ def kernelspec() -> dict:
 def run(path: pathlib.Path) -> None:
     nb = nbformat.read(path, as_version=4)
     nb.metadata["kernelspec"] = kernelspec()
-    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
     nbformat.write(nb, path)
@@ -34,7 +40,10 @@ def run(path: pathlib.Path) -> None:
 
 
 def main(names: list[str]) -> None:
-    paths = [ROOT / n for n in names] if names else sorted(ROOT.glob("[0-9][0-9]_*.ipynb"))
+    if names:
+        paths = [pathlib.Path(n).resolve() if ("/" in n or pathlib.Path(n).exists()) else ROOT / n for n in names]
+    else:
+        paths = sorted(ROOT.glob("[0-9][0-9]_*.ipynb")) + sorted(GALLERY.glob("*.ipynb"))
     for p in paths:
         run(p)
 
