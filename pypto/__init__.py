@@ -29,6 +29,26 @@ def compare(ck_a, ck_b, *args, **kw):
     return _compare(ck_a, ck_b, *args, **kw)
 
 
+def tune(kernel, space, *args, machine="a2a3", executor=None, options=None, cache: bool = True):
+    """Time every configuration of `space` ({"TM": [32, 64], "double_buffer": [True, False],
+    "machine": ["a2a3", "a5"]}) for these arguments, in this process or on `executor` (a
+    concurrent.futures.Executor or a dask.distributed.Client); a `pypto.tuning.TuneResult`.
+    In a notebook a progress bar shows while it runs (and leaves the cell's output as it was)."""
+    from .tuning import tune as _tune
+    from .viz.busy import first_render
+    with first_render(f"tuning {getattr(kernel, 'name', 'kernel')}"):
+        return _tune(kernel, space, *args, machine=machine, executor=executor, options=options, cache=cache)
+
+
+def advise(ck, *args, executor=None, **kw):
+    """What bounds a compiled kernel, with the changes that make it faster, each re-simulated
+    (`pypto.tuning.advisor.advise`); only the changes that measurably help are suggested."""
+    from .tuning.advisor import advise as _advise
+    from .viz.busy import first_render
+    with first_render(f"advising {getattr(ck, 'name', 'kernel')}"):
+        return _advise(ck, *args, executor=executor, **kw)
+
+
 def report(ck, path, *args, **kw) -> str:
     """Write one self-contained HTML file with every level, the timeline and the stats of `ck`."""
     from .viz.report import write_report
@@ -50,5 +70,6 @@ def unload_ipython_extension(ipython):
 __all__ = sorted({
     "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "cond", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
     "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
-    "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "compare", "explore", "jit", "report",
+    "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "advise", "compare", "explore", "jit", "report",
+    "tune",
     *_ops.__all__})

@@ -1,9 +1,11 @@
 """The import layering of pypto's packages: every import goes down the layer order.
 
-    base (errors, dtypes, gcpause, progress) < target < ir < {compiler, sim} < frontend < viz < magics < top < cli
+    base (errors, dtypes, gcpause, progress, sweep) < target < ir < {compiler, sim} < frontend < tuning < viz
+    < magics < top < cli
 
 `target` (machines, instruction table, cost model) is below both the compiler and the simulator,
-which never import each other; the frontend (tracing, @jit, CompiledKernel) is above both; viz
+which never import each other; the frontend (tracing, @jit, CompiledKernel) is above both; tuning
+(sweeps of a kernel's configurations, the advisor) compiles and simulates through it; viz
 draws what the others return; the IPython magics, the package's own `__init__` ("top") and the
 command line (cli.py, __main__.py) are the entry points.  Every import counts: module-level and
 function-level (lazy), relative and absolute.  ALLOWED lists the few upward imports there are,
@@ -21,7 +23,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pypto")
 
-LAYERS = (("base",), ("target",), ("ir",), ("compiler", "sim"), ("frontend",), ("viz",), ("magics",), ("top",),
+LAYERS = (("base",), ("target",), ("ir",), ("compiler", "sim"), ("frontend",), ("tuning",), ("viz",), ("magics",), ("top",),
           ("cli",))
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
@@ -50,7 +52,7 @@ def package_of(module: str) -> str:
     if len(parts) == 1:
         return "top"
     head = parts[1]
-    if head in ("errors", "dtypes", "gcpause", "progress"):
+    if head in ("errors", "dtypes", "gcpause", "progress", "sweep"):
         return "base"
     if head in ("cli", "__main__"):
         return "cli"
