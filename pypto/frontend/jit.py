@@ -156,7 +156,7 @@ class JitKernel:
             err = TileShapeError(e.message, loc=e.loc, expected=e.expected, got=e.got, hint=hint)
             raise err from None
         ck = CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
-                            levels["exec"], levels["pto"], log, snaps, kernel=self)
+                            levels["exec"], levels["pto"], log, snaps, kernel=self, options=dict(options or {}))
         self._cache[key] = ck
         return ck
 
@@ -190,7 +190,7 @@ class JitKernel:
         _, levels, log, snaps, traced = compiled
         return CompiledKernel(self.name, m, values, traced, levels["tensor"], levels["tile"], levels["block"],
                               levels["exec"], levels["pto"], log, snaps, kernel=self,
-                              dynamic=DynamicInfo(dynamic, programs))
+                              dynamic=DynamicInfo(dynamic, programs), options=dict(options or {}))
 
     def _specs(self, args) -> list[Tensor]:
         if len(args) != len(self.tensor_params):

@@ -47,6 +47,7 @@ class CompiledKernel:
     # a kernel with pypto.DYNAMIC dims: its levels are those of one chunk of rows, and
     # `program_for(n)` is the program of a call on n rows (see pypto.compiler.dynamic)
     dynamic: DynamicInfo | None = None
+    options: dict = field(default_factory=dict)        # the compile options it was compiled with
     _instances: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -198,7 +199,9 @@ class CompiledKernel:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
                                                           trace=trace, engine=engine, size=size)
         with gc_paused():       # plans, traces and references: many small objects, no cycles
-            return self._simulate(args, mode, check, checked, trace, engine, size)
+            res = self._simulate(args, mode, check, checked, trace, engine, size)
+        res.compiled = self     # what res.advise() recompiles
+        return res
 
     def _simulate(self, args, mode, check, checked, trace, engine, size) -> SimResult:
         if self.dynamic is not None:
@@ -287,7 +290,7 @@ class CompiledKernel:
         if self.kernel is None:
             raise KernelSignatureError("this kernel was compiled for one machine only",
                                        expected=self.machine.name, got=str(machine))
-        return self.kernel.compile(*args, machine=machine, **self.consts)
+        return self.kernel.compile(*args, machine=machine, options=self.options or None, **self.consts)
 
     def __repr__(self):
         consts = ", ".join(f"{k}={v}" for k, v in self.consts.items())

@@ -24,6 +24,8 @@ class SimResult:
     program: object = field(default=None, repr=False)
     # a call of a dynamic kernel: what its pypto.DYNAMIC dim was ("N = 1000 rows")
     size: str | None = None
+    # the CompiledKernel that ran (set by ck.simulate; None for a program simulated alone)
+    compiled: object = field(default=None, repr=False)
 
     @property
     def time_us(self) -> float | None:
@@ -50,6 +52,16 @@ class SimResult:
         """The kernel on the machine's roofline (matplotlib figure)."""
         from ..viz.roofline import plot_roofline
         return plot_roofline(self, **kw)
+
+    def advise(self, **kw):
+        """What bounds this kernel and the changes that make it faster, each re-simulated
+        (`pypto.tuning.advisor.advise`); only for a result of `ck.simulate`."""
+        if self.compiled is None:
+            from ..errors import PyptoError
+            raise PyptoError("advice recompiles the kernel: this result has none (a program simulated alone)",
+                             expected="a result of ck.simulate(...)", got="pypto.sim.simulate(program, ...)")
+        from ..tuning.advisor import advise
+        return advise(self.compiled, res=self, **kw)
 
     def to_chrome_trace(self, path) -> str:
         """Write Chrome Trace Event JSON (Perfetto): a process per core, a thread per pipe."""

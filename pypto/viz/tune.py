@@ -91,3 +91,38 @@ def tune_html(res, limit: int = 16) -> str:
     return (f"<div class='pypto-tune'><div>{summary}</div>"
             f"<div style='display:flex; gap:16px; align-items:flex-start; flex-wrap:wrap'>"
             f"<table style='font-size:12px'><tr>{head}</tr>{''.join(body)}</table>{more}{picture}</div></div>")
+
+
+def advice_html(adv) -> str:
+    """The advice as HTML: the bound and its evidence, then the suggestions (fastest first) with
+    their measured cycles, then the changes of precision apart."""
+    ev = "".join(f"<tr><td style='color:#555; padding-right:12px'>{html.escape(e.label)}</td>"
+                 f"<td>{html.escape(e.text)}</td></tr>" for e in adv.evidence)
+
+    def rows(items, mark):
+        out = []
+        for i, s in enumerate(items):
+            style = f" style='background:{BEST}'" if mark and i == 0 else ""
+            out.append(f"<tr{style}><td><code>{html.escape(s.title)}</code></td>"
+                       f"<td style='text-align:right'>{s.cycles:,}</td>"
+                       f"<td style='text-align:right'>{s.gain_pct:.1f}%</td>"
+                       f"<td style='text-align:right'>{s.speedup:.2f}x</td>"
+                       f"<td>{html.escape(s.bound)}</td><td>{html.escape(s.why)}</td></tr>")
+        return "".join(out)
+
+    head = ("<tr><th>change</th><th>cycles</th><th>fewer</th><th>speed-up</th><th>bound after</th>"
+            "<th>what moved</th></tr>")
+    parts = [f"<div class='pypto-advice'><div><b>{html.escape(adv.kernel_name)}</b> on {html.escape(adv.machine)}: "
+             f"{adv.cycles:,} cycles, <b>bound: {html.escape(adv.bound)}</b></div>",
+             f"<table style='font-size:12px; margin:4px 0'>{ev}</table>"]
+    if adv.suggestions:
+        parts.append(f"<div>Suggestions, each compiled and re-simulated ({adv.tried} changes tried):</div>"
+                     f"<table style='font-size:12px'>{head}{rows(adv.suggestions, True)}</table>")
+    else:
+        parts.append(f"<div>No suggestion: none of the {adv.tried} changes tried saves {adv.min_gain_pct:g}% of the "
+                     f"cycles ({adv.failed} did not compile).</div>")
+    if adv.precision:
+        parts.append("<div style='margin-top:6px'>With other numerics (the outputs change):</div>"
+                     f"<table style='font-size:12px; color:#555'>{head}{rows(adv.precision, False)}</table>")
+    parts.append("</div>")
+    return "".join(parts)
