@@ -48,7 +48,7 @@ def space_configs(kernel, space) -> tuple[tuple[str, ...], list[dict]]:
     known = list(kernel.const_params) + list(OPTIONS) + [MACHINE]
     for name in names:
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
             raise PyptoError(f"{name!r} is not something {kernel.name} can be tuned by",
                              expected="a keyword-only constant of the kernel (" +
                                       (", ".join(kernel.const_params) or "it has none") +
@@ -195,18 +195,21 @@ class TuneResult:
         """A table, fastest first: the configuration, cycles, time, bound, instructions, tasks."""
         rows = self.ranked()[:limit] if limit else self.ranked()
         head = [*self.names, "cycles", "us", "bound", "instructions", "tasks"]
-        body = []
+        body, tails = [], []
         for r in rows:
-            cfg = [str(r["config"].get(n, "")) for n in self.names]
+            cfg = [str(getattr(r["config"].get(n, ""), "name", r["config"].get(n, ""))) for n in self.names]
             if "cycles" in r:
                 body.append(cfg + [f"{r['cycles']}", f"{r['time_us']:.2f}", r["bound"], str(r["instructions"]),
                                    str(r["tasks"])])
+                tails.append("")
             else:
-                body.append(cfg + ["-", "-", r["error"][:60], "", ""])
+                body.append(cfg + ["-"] * 5)
+                tails.append("  " + r["error"])
         widths = [max(len(x) for x in col) for col in zip(head, *body)]
         lines = [f"{self.kernel_name}: {len(self.rows)} configurations on {self.machine} ({self.executor}, "
                  f"{self.cached} from the cache)"]
-        lines += ["  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() for line in [head] + body]
+        lines += [("  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip() + tail)
+                  for line, tail in zip([head] + body, [""] + tails)]
         if limit and len(self.rows) > limit:
             lines.append(f"... {len(self.rows) - limit} more")
         return "\n".join(lines)

@@ -48,7 +48,7 @@ def plot_tune(res, ax=None):
             ax.legend(fontsize=8)
     else:
         ranked = sorted(rows, key=lambda r: r["cycles"])
-        labels = [" ".join(f"{k}={r['config'][k]}" for k in varying) or "default" for r in ranked]
+        labels = [" ".join(f"{k}={r['config'][k]}" for k in varying if k in r["config"]) or "default" for r in ranked]
         ax.barh(range(len(ranked)), [r["cycles"] for r in ranked], color="#4c78a8")
         ax.set_yticks(range(len(ranked)), labels, fontsize=7)
         ax.invert_yaxis()
