@@ -182,6 +182,23 @@ def test_automatic_tiling_search_beats_or_matches_the_default(xo):
     assert len(tried) >= 3 and min(tried) == r_auto.cycles   # the cost model's best is what runs
 
 
+def test_the_tiling_search_runs_on_an_executor_with_progress():
+    import concurrent.futures as cf
+    from pypto.progress import listening
+    x = np.random.default_rng(1).random((256, 2048), dtype=np.float32)
+    out = np.zeros_like(x)
+    here, events = AutoTilingPass(), []
+    with listening(events.append):
+        a = CompilerPipeline([("tiling", here)]).compile(softmax, x, out)
+    with cf.ThreadPoolExecutor(2) as pool:
+        there = AutoTilingPass(executor=pool)
+        b = CompilerPipeline([("tiling", there)]).compile(softmax, x, out)
+    assert there.tried == here.tried and a.program.text() == b.program.text()
+    search = [e for e in events if e.what == "searching tile shapes"]
+    assert search and search[0].unit == "candidates" and search[-1].closed
+    assert sum(e.total for e in search if e.closed) == len(here.tried) == 18    # 17 vector tiles, then 1
+
+
 def test_user_tile_shapes_are_kept_by_the_search(xo):
     @pypto.jit
     def k(x, out):

@@ -3,11 +3,16 @@
 Where the kernel set tile shapes, they are used.  Elsewhere the pass uses `tile_size`, or, with
 `search=True`, tries legal tile shapes and keeps the one the simulator's cost model finds
 fastest (timing only, no data: each candidate is compiled to a program and timed by the
-context's timing model, `PassContext.timing`).  The default pipeline uses
-`AutoTilingPass(search=False)`: pypto's heuristic default tiles, no search.
+context's timing model, `PassContext.timing`).  The candidates run through `pypto.sweep` (the
+engine under `pypto.tune`): in this process, or on `executor` (a concurrent.futures executor or a
+Dask client), with progress.  The default pipeline uses `AutoTilingPass(search=False)`: pypto's
+heuristic default tiles, no search.
 """
 from __future__ import annotations
 
+import functools
+
+from .. import sweep
 from ..ir.tensor import OPS, TensorGraph, TileSpec
 from .api import OptimizationPass
 from .fusion import fuse
@@ -31,9 +36,10 @@ class AutoTilingPass(OptimizationPass):
     level = "tensor->tile"
     description = "loop each fusion group over its tiles (user tile shapes, else tile_size or a cost-model search)"
 
-    def __init__(self, tile_size: int | None = None, search: bool = True):
+    def __init__(self, tile_size: int | None = None, search: bool = True, executor=None):
         self.tile_size = tile_size
         self.search = search
+        self.executor = executor
         self.tried: list[tuple[tuple, int | None]] = []    # (vector tile, cube tile) -> cycles
 
     def apply(self, graph: TensorGraph, ctx: PassContext):
@@ -57,29 +63,34 @@ class AutoTilingPass(OptimizationPass):
             vec_cands = [(max(1, b // (c * 4)), c) for c in VEC_COLS if c // 2 < max(rows_of, 64)
                          for b in VEC_TILE_BYTES if b >= c * 4]
         cube_cands = list(CUBE_TILES) if auto_mm else [None]
-        best = None
         # vector tiles first (with the default cube tile), then cube tiles with the best vector one
-        for vec in vec_cands:
-            best = self._try(graph, ctx, vec, None, best)
+        best = self._sweep(graph, ctx, [(vec, None) for vec in vec_cands], None)
         vec_best = best[1][0] if best else None
-        for cube in cube_cands:
-            best = self._try(graph, ctx, vec_best, cube, best)
+        best = self._sweep(graph, ctx, [(vec_best, cube) for cube in cube_cands], best)
         if best is None:   # nothing legal beyond the defaults: keep them
             return graph
-        return best[2]
+        return retile(graph, ctx, *best[1])
 
-    def _try(self, graph, ctx, vec, cube, best):
-        from ..errors import PyptoError
-        try:
-            g = retile(graph, ctx, vec, cube)
-            cycles = timed_cycles(g, ctx)
-        except PyptoError:
-            self.tried.append(((vec, cube), None))
-            return best
-        self.tried.append(((vec, cube), cycles))
-        if best is None or cycles < best[0]:
-            return (cycles, (vec, cube), g)
+    def _sweep(self, graph, ctx, cands, best):
+        """(cycles, (vec, cube)) of the fastest of `cands` and `best` (the earlier on a tie)."""
+        got = sweep.run(functools.partial(candidate_cycles, graph, ctx), cands, executor=self.executor,
+                        what="searching tile shapes", unit="candidates",
+                        detail=lambda c, cyc: f"{c}: {cyc} cycles" if cyc is not None else f"{c}: does not fit")
+        for cand, cycles in zip(cands, got):
+            self.tried.append((cand, cycles))
+            if cycles is not None and (best is None or cycles < best[0]):
+                best = (cycles, cand)
         return best
+
+
+def candidate_cycles(graph: TensorGraph, ctx, cand) -> int | None:
+    """Cycles of the graph retiled with cand = (vec, cube), or None when those tiles are not legal."""
+    from ..errors import PyptoError
+    vec, cube = cand
+    try:
+        return timed_cycles(retile(graph, ctx, vec, cube), ctx)
+    except PyptoError:
+        return None
 
 
 def retile(graph: TensorGraph, ctx, vec, cube) -> TensorGraph:
