@@ -4,6 +4,8 @@
                   [--emit tensor|tile|block|exec|pto|none] [--tasks N] [--machine a2a3|teach]
                   [--check] [--trace trace.json] [--html report.html]
     pypto report  FILE.py:KERNEL --arg ... [-o report.html] [--check]
+    pypto advise  FILE.py:KERNEL --arg ... [--const TM=32] [--min-gain 2] [--workers N]
+    pypto tune    FILE.py:KERNEL --arg ... --space TM=16,32,64 --space TN=256,512 [--workers N]
 
 Kernels compile from shapes alone (`pypto.Tensor(shape, dtype)` specs), so no data is needed: the
 simulation is then timing only.  `--check` runs it with seeded random inputs instead, so that
@@ -90,6 +92,28 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--output", "-o", metavar="REPORT.html",
                    help="the report file (default KERNEL.html in the current directory)")
     r.add_argument("--title", help="the report's title")
+
+    def workers(sp):
+        sp.add_argument("--workers", "-j", type=_size, metavar="N",
+                        help="time the configurations on N local worker processes (a Dask LocalCluster; "
+                             "default: in this process)")
+
+    a = sub.add_parser("advise", help="name what bounds a kernel and the changes that make it faster",
+                       description="Compile a kernel for the given shapes, name what bounds it with the "
+                                   "figures that show it, and re-simulate changes of its constants and "
+                                   "compile options: only those that measurably help are printed.")
+    common(a)
+    a.add_argument("--min-gain", type=float, default=2.0, metavar="PCT",
+                   help="suggest a change only when it saves this share of the cycles (default 2%%)")
+    workers(a)
+    t = sub.add_parser("tune", help="time every configuration of a space of constants and options",
+                       description="Compile and time (timing mode) every combination of the --space "
+                                   "values; print them fastest first.")
+    common(t)
+    t.add_argument("--space", "-s", action="append", default=[], metavar="NAME=V1,V2,...",
+                   help="a constant, a compile option (true/false) or 'machine' and its values")
+    t.add_argument("--top", type=_count, default=20, metavar="N", help="rows to print (default 20; 0 = all)")
+    workers(t)
     return p
 
 
@@ -344,6 +368,80 @@ def cmd_report(ns, out) -> int:
     return EXIT_OK
 
 
+def _executor(n):
+    """A Dask client on a LocalCluster of n worker processes (None: in this process)."""
+    if not n:
+        return None
+    try:
+        import distributed
+    except ImportError:
+        raise UsageError("--workers needs dask.distributed (pip install distributed)") from None
+    cluster = distributed.LocalCluster(n_workers=n, threads_per_worker=1, dashboard_address=None, silence_logs=40)
+    return distributed.Client(cluster)
+
+
+def _closing(client):
+    if client is not None:
+        cluster = client.cluster
+        client.close()
+        cluster.close()
+
+
+def cmd_advise(ns, out) -> int:
+    from .tuning.advisor import advise
+    if ns.check:
+        raise UsageError("advise times the kernel (no data); --check does not apply")
+    ck, res = _prepare(ns)
+    client = _executor(ns.workers)
+    try:
+        print(advise(ck, res=res, executor=client, min_gain_pct=ns.min_gain).text(), file=out)
+    finally:
+        _closing(client)
+    return EXIT_OK
+
+
+def parse_space(kernel, texts) -> dict:
+    space = {}
+    for text in texts:
+        name, sep, values = text.partition("=")
+        if not sep or not name.strip() or not values.strip():
+            raise UsageError(f"bad --space '{text}': expected NAME=V1,V2,... e.g. TM=16,32,64")
+        vals = []
+        for v in values.split(","):
+            v = v.strip()
+            low = v.lower()
+            if low in ("true", "false", "on", "off"):
+                vals.append(low in ("true", "on"))
+            else:
+                try:
+                    vals.append(int(v))
+                except ValueError:
+                    vals.append(v)          # a machine name
+        space[name.strip()] = vals
+    if not space:
+        raise UsageError("tune needs at least one --space NAME=V1,V2,...")
+    return space
+
+
+def cmd_tune(ns, out) -> int:
+    from .tuning import tune
+    path, name = parse_target(ns.target)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    kernel = find_kernel(load_module(path), path, name)
+    specs = tensor_specs(kernel, ns.arg)
+    space = parse_space(kernel, ns.space)
+    fixed = constants(kernel, ns.const)
+    if fixed:
+        space = {**{k: [v] for k, v in fixed.items()}, **space}
+    client = _executor(ns.workers)
+    try:
+        res = tune(kernel, space, *specs, machine=ns.machine, executor=client)
+    finally:
+        _closing(client)
+    print(res.text(limit=ns.top or None), file=out)
+    return EXIT_OK
+
+
 def _write(fn, path):
     try:
         fn()
@@ -365,7 +463,8 @@ def main(argv=None) -> int:
         if ns.command is None:
             build_parser().print_help(file=out)
             return EXIT_USAGE
-        return {"compile": cmd_compile, "report": cmd_report}[ns.command](ns, out)
+        return {"compile": cmd_compile, "report": cmd_report, "advise": cmd_advise,
+                "tune": cmd_tune}[ns.command](ns, out)
     except UsageError as e:
         print(f"pypto: error: {e}", file=err)
         return EXIT_USAGE

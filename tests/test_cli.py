@@ -322,3 +322,44 @@ def test_help_and_version(capsys):
     assert code == 0 and out.strip() == f"pypto {pypto.__version__}"
     code, out, _ = run(capsys, "compile", "--help")
     assert code == 0 and "--arg" in out and "--emit" in out
+
+
+# --- advise and tune ------------------------------------------------------------------------
+def test_advise_prints_the_bound_and_proven_suggestions(kfile, capsys):
+    from pypto.tuning.advisor import advise
+    code, out, err = run(capsys, "advise", f"{kfile}:softmax", *ARGS, "--const", "TM=8")
+    assert code == 0, err
+    kernel = load(kfile).softmax
+    specs = [pypto.Tensor(SHAPE, pypto.DT_FP32) for _ in kernel.tensor_params]
+    want = advise(kernel.compile(*specs, TM=8))
+    assert out.strip() == want.text()
+    assert out.startswith(f"advice for softmax on a2a3: {want.cycles:,} cycles, bound: ")
+    assert want.best is not None and f"1. {want.best.title}: {want.best.cycles:,} cycles" in out
+
+
+def test_tune_prints_the_configurations_fastest_first(kfile, capsys):
+    code, out, err = run(capsys, "tune", f"{kfile}:softmax", *ARGS, "--space", "TM=8,16", "--space", "TN=256,512",
+                         "--space", "double_buffer=on,off", "--top", "3")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "softmax: 8 configurations on a2a3 (in process, 0 from the cache)"
+    assert lines[1].split() == ["TM", "TN", "double_buffer", "cycles", "us", "bound", "instructions", "tasks"]
+    rows = [ln.split() for ln in lines[2:5]]
+    cycles = [int(r[3]) for r in rows]
+    assert cycles == sorted(cycles) and lines[5] == "... 5 more"
+    tm, tn, db = int(rows[0][0]), int(rows[0][1]), rows[0][2] == "True"
+    assert cycles[0] == expected_timing(kfile, TM=tm, TN=tn, options={"double_buffer": db}).cycles
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--space", "TM"], "bad --space 'TM': expected NAME=V1,V2,..."),
+    ([], "tune needs at least one --space"),
+])
+def test_tune_usage_errors(kfile, capsys, argv, message):
+    code, out, err = run(capsys, "tune", f"{kfile}:softmax", *ARGS, *argv)
+    assert code == 2 and message in err
+
+
+def test_tune_names_what_cannot_be_tuned(kfile, capsys):
+    code, out, err = run(capsys, "tune", f"{kfile}:softmax", *ARGS, "--space", "TK=1,2")
+    assert code == 1 and "'TK' is not something softmax can be tuned by" in err
