@@ -137,7 +137,7 @@ class PyptoMagics(Magics):
         The cell is ordinary Python run in the notebook: the @pypto.jit kernels it defines stay
         defined.  Each is compiled with the notebook variables named by --args and shown in an
         explorer: a tab per IR level (Tensor, Tile, Block, Execution graphs; PTO text; Passes),
-        the simulation (Timeline, Stats, Roofline) and a slider per keyword-only int constant.
+        the simulation (Timeline, Stats, Roofline, Advice) and a slider per keyword-only int constant.
 
         Examples::
 

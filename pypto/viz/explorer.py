@@ -13,6 +13,8 @@ Layout (one ipywidgets VBox):
                 Timeline                             every core and pipe, interactive (timeline_widget.py):
                                                      zoom, pan, hover; a click shows the PTO and kernel line
                 Stats | Roofline                     the simulation
+                Advice                               what bounds it; changes re-simulated, only those
+                                                     that help; a button sets the sliders to the best
     status      what the last change cost, or why it failed
 
 A change (slider release, drop-down) recompiles and re-simulates; `Explorer.update(...)` applies
@@ -372,6 +374,11 @@ class Explorer(Session):
                 children.append(w.VBox([self.views[t], self.timeline, self.timeline_info]))
             elif t == "Passes":
                 children.append(w.VBox([self.views[t], self.pass_dropdown, self.pass_diff]))
+            elif t == "Advice":
+                self.advice_button = w.Button(description="", button_style="success",
+                                              layout=w.Layout(display="none", width="auto"))
+                self.advice_button.on_click(self._on_advice_apply)
+                children.append(w.VBox([self.views[t], self.advice_button]))
             else:
                 children.append(self.views[t])
         self.tab = w.Tab(children=children, titles=TABS)
@@ -445,7 +452,43 @@ class Explorer(Session):
             title = TABS[change["new"]]
             if title == "Timeline":
                 self._ensure_trace()
-            self._render(title)
+            if title == "Advice" and self._rendered.get(title) != (self._view_key(title), None):
+                with self.busy.running(f"advising {self.kernel.name}"):
+                    self._render(title)
+            else:
+                self._render(title)
+        except Exception as e:          # noqa: BLE001
+            self._show_error(e)
+
+    def _sync_advice_button(self):
+        """The button under the Advice tab: 'use TN=1024' for a top suggestion the sliders can make."""
+        adv = self.__dict__.get("_advice", {}).get(("advice", self._key()))
+        best = adv.best if adv is not None else None
+        if best is not None and self.applicable(best):
+            change = ", ".join(f"{k}={v}" for k, v in best.consts.items() if self._consts.get(k) != v)
+            self.advice_button.description = f"use {change} ({best.cycles:,} cycles)"
+            self.advice_button.layout.display = "inline-flex"
+            self._advice_change = {k: v for k, v in best.consts.items() if self._consts.get(k) != v}
+        else:
+            self.advice_button.layout.display = "none"
+            self._advice_change = None
+
+    def _on_advice_apply(self, _button) -> None:
+        """Move the sliders to the top suggestion (one recompile, as a move of several sliders)."""
+        change = getattr(self, "_advice_change", None)
+        if not change:
+            return
+        try:
+            self._syncing = True
+            for name, v in change.items():
+                s = self.sliders[name]
+                if v not in [o[1] for o in s.options]:
+                    s.options = self._options(name, v)
+                s.value = v
+        finally:
+            self._syncing = False
+        try:
+            self._schedule(self._controls_cfg())
         except Exception as e:          # noqa: BLE001
             self._show_error(e)
 
@@ -514,6 +557,8 @@ class Explorer(Session):
         self._rendered[title] = (key, variant)
         if title == "Passes":
             self._sync_passes()
+        if title == "Advice":
+            self._sync_advice_button()
 
     def _cached_view(self, key, title, variant):
         ck = (key, title, variant)

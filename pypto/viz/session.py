@@ -571,6 +571,23 @@ class Session:
         return text + ("" if m == self._machine_key else f", machine={m}")
 
 
+    def advice(self):
+        """The advisor's findings (`pypto.tuning.advisor.advise`) for the configuration on
+        display, computed once per configuration."""
+        from ..tuning.advisor import advise
+        key = ("advice", self._key())
+        cache = self.__dict__.setdefault("_advice", {})
+        if key not in cache:
+            res = self._res if self._res is not None and self._res.cycles is not None else None
+            cache[key] = advise(self._ck, res=res)
+        return cache[key]
+
+    def applicable(self, suggestion) -> bool:
+        """Whether a suggestion is a change of constants the session's sliders can make."""
+        sliders = getattr(self, "sliders", None)
+        return bool(sliders) and suggestion.kind in ("constant", "constants") and \
+            all(k in sliders for k, v in suggestion.consts.items() if self._consts.get(k) != v)
+
     def largest_fitting(self, cfg, name: str) -> int | None:
         """The largest value of constant `name` below the one `cfg` asks for (among `_fit_values`:
         its slider's values in the explorer) with which the kernel compiles, the other constants

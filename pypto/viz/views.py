@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import html
 
-TABS = ("Tensor", "Tile", "Block", "Execution", "PTO", "Passes", "Timeline", "Stats", "Roofline")
+TABS = ("Tensor", "Tile", "Block", "Execution", "PTO", "Passes", "Timeline", "Stats", "Roofline", "Advice")
 GRAPH_TABS = ("Tensor", "Tile", "Block", "Execution")
-SIM_TABS = ("Timeline", "Stats", "Roofline")
+SIM_TABS = ("Timeline", "Stats", "Roofline", "Advice")
 # Names accepted by `show=` (and `%%pypto --show`), mapped to tab titles.
 TAB_NAMES = {"tensor": "Tensor", "tile": "Tile", "block": "Block", "exec": "Execution",
              "execution": "Execution", "pto": "PTO", "program": "PTO", "passes": "Passes",
-             "timeline": "Timeline", "stats": "Stats", "roofline": "Roofline"}
+             "timeline": "Timeline", "stats": "Stats", "roofline": "Roofline", "advice": "Advice"}
 PTO_TASKS = 4
 MAX_PASS_TEXT_LINES = 400
 TIMELINE_DPI = 80          # the static snapshot's PNG timeline
@@ -101,10 +101,27 @@ def tab_html(s, title, variant):
         return passes_html(ck)
     if res is None:
         return f"<p style='color:#555'>{html.escape(_NO_SIM)}</p>"
+    if title == "Advice":
+        return advice_tab_html(s)
     if title == "Roofline":
         from .roofline import roofline_png
         return img_html(roofline_png(res, program=ck.program if res.program is None else res.program), alt="roofline")
     return stats_html(res, s._size_rows())
+
+
+def advice_tab_html(s) -> str:
+    """The Advice tab: the advisor's findings for the configuration on display (each suggestion
+    compiled and re-simulated: seconds, so computed when the tab is first opened)."""
+    from .tune import advice_html
+    if s._ck.dynamic is not None:
+        return ("<p style='color:#555'>The advisor works on one size: compile the kernel for the rows to advise on "
+                "(pypto.Tensor([rows, ...])) and explore that.</p>")
+    adv = s.advice()
+    note = ""
+    if adv.best is not None and s.applicable(adv.best):
+        note = ("<div style='color:#555; font-size:11px'>The button under the table sets the sliders to the "
+                "top suggestion.</div>")
+    return advice_html(adv) + note
 
 
 def instruction_html(s, sel) -> str:
