@@ -4,7 +4,7 @@ VENV   := .venv
 PYTHON := $(VENV)/bin/python
 
 # JupyterLab: listen on loopback only; no browser on a headless machine; root needs --allow-root.
-LAB_FLAGS := --notebook-dir=tutorials --ip=127.0.0.1 --LabApp.news_url=None \
+LAB_FLAGS := --notebook-dir=. --LabApp.default_url=/lab/tree/tutorials/00_tour.ipynb --ip=127.0.0.1 --LabApp.news_url=None \
              --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate
 ifeq ($(strip $(DISPLAY)),)
 LAB_FLAGS += --no-browser

@@ -1,9 +1,9 @@
-"""What `make lab` does before it starts JupyterLab on the tutorials.
+"""What `make lab` does before it starts JupyterLab on the tutorials and the gallery.
 
 - JupyterLab's news and update toasts are turned off for this environment (a settings override
   in the .venv's `share/jupyter/lab/settings/overrides.json`, merged with what is there; the
   user's own settings are not touched): they would pop up over the first notebook.
-- The tutorials are trusted (signed in the user's Jupyter trust database, as `jupyter trust`
+- The tutorials and the gallery notebooks are trusted (signed in the user's Jupyter trust database, as `jupyter trust`
   does; the files are not changed): their stored explorer snapshots and graphs are HTML with
   inline SVG, which JupyterLab shows only in trusted notebooks.
 """
@@ -35,7 +35,7 @@ def quiet_lab() -> pathlib.Path:
 def trust_tutorials() -> list[str]:
     notary = NotebookNotary()
     names = []
-    for p in sorted((ROOT / "tutorials").glob("*.ipynb")):
+    for p in sorted((ROOT / "tutorials").glob("*.ipynb")) + sorted((ROOT / "notebooks").glob("*.ipynb")):
         nb = nbformat.read(p, as_version=4)
         if not notary.check_signature(nb):
             notary.sign(nb)

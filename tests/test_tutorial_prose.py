@@ -1,4 +1,4 @@
-"""Tutorial prose that quotes a figure agrees with the outputs stored under it (nbval then checks
+"""Tutorial and gallery prose that quotes a figure agrees with the outputs stored under it (nbval then checks
 that the outputs are what a fresh run prints), and it points at tutorials that exist.
 
 - a cycle count in the text ("18232 cycles") is printed by a cell of the same notebook;
@@ -11,7 +11,10 @@ import re
 
 import pytest
 
-TUTORIALS = sorted((pathlib.Path(__file__).resolve().parents[1] / "tutorials").glob("[0-9][0-9]_*.ipynb"))
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TUTORIALS = sorted((REPO / "tutorials").glob("[0-9][0-9]_*.ipynb"))
+GALLERY = sorted((REPO / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = TUTORIALS + GALLERY
 
 
 def cells(path):
@@ -36,7 +39,7 @@ def prose(path) -> str:
     return "\n".join(src for kind, src, _ in cells(path) if kind == "markdown")
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_cycle_counts_in_the_text_are_printed_by_the_notebook(path):
     out = outputs_text(path)
     printed = {int(n.replace(",", "")) for n in re.findall(r"\b\d[\d,]*\b", out)}
@@ -47,7 +50,7 @@ def test_cycle_counts_in_the_text_are_printed_by_the_notebook(path):
     assert not missing, f"{path.name} quotes {missing} cycles, which none of its outputs prints"
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_a_bound_stated_in_bold_is_the_one_the_stats_name(path):
     out = outputs_text(path)
     named = set(re.findall(r"\bbound:? (HBM bandwidth|vector compute|cube compute|dependencies|\w+ pipe)\b", out))
@@ -55,10 +58,17 @@ def test_a_bound_stated_in_bold_is_the_one_the_stats_name(path):
         assert claim in named, f"{path.name} says bound: {claim}; its outputs name {sorted(named)}"
 
 
-@pytest.mark.parametrize("path", TUTORIALS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_the_tutorials_it_names_exist(path):
     text = prose(path)
-    names = {p.name for p in TUTORIALS}
+    names = {p.name for p in NOTEBOOKS}
     for ref in re.findall(r"\b(\d\d_\w+\.ipynb)\b", text):
         assert ref in names, f"{path.name} points at {ref}, which does not exist"
         assert not re.search(re.escape(ref) + r"`?\s*\(coming\)", text), f"{path.name} calls {ref} 'coming'"
+
+
+def test_the_gallery_is_there_and_each_notebook_has_a_title():
+    assert len(GALLERY) >= 8, [p.name for p in GALLERY]
+    for path in GALLERY:
+        kind, first, _ = next(cells(path))
+        assert kind == "markdown" and first.startswith("# Gallery · "), path.name
