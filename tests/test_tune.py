@@ -80,9 +80,11 @@ def test_a_list_of_configurations_is_taken_as_it_is():
 
 
 def test_bad_spaces_are_clear_errors():
-    with pytest.raises(pypto.PyptoError, match="'TK' is not something softmax can be tuned by") as e:
-        pypto.tune(softmax, {"TK": [1, 2]}, X, X)
+    with pytest.raises(pypto.PyptoError, match="'TMM' is not something softmax can be tuned by") as e:
+        pypto.tune(softmax, {"TMM": [1, 2]}, X, X)
     assert "TM, TN" in e.value.expected and "did you mean 'TM'?" in str(e.value)
+    with pytest.raises(pypto.PyptoError, match="add it to the kernel: def softmax"):
+        pypto.tune(softmax, {"ROWS": [1, 2]}, X, X)
     with pytest.raises(pypto.PyptoError, match="did you mean 'double_buffer'"):
         pypto.tune(softmax, {"double_bufer": [False]}, X, X)
     with pytest.raises(pypto.PyptoError, match="the tuning space is empty"):
