@@ -56,7 +56,88 @@ def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
 
 
 def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
-    return _fuse(g, ctx, whole_row_plan(g, ctx))[0]
+    return order_groups(_fuse(g, ctx, whole_row_plan(g, ctx))[0])
+
+
+def order_groups(g: TensorGraph) -> TensorGraph:
+    """The groups renumbered (when they must be) so that their order keeps the kernel's stores in
+    program order where they write overlapping regions of an output: groups run in number order
+    (their tasks, and the tasks' GM dependences, follow it), and a store goes with the group of
+    the value it writes, which may be made earlier than the value of an earlier store.
+
+        new = x[0:8, 0:8] + 1.0      # group 0
+        out[:] = x                   # group 1 (a copy)
+        out[0:8, 0:8] = new          # with group 0: it must run after group 1
+
+    The order is a topological one of the groups' data edges (a group reads the values of the
+    groups before it) and these store edges, the numbering kept where it already is one.  When
+    no order exists, the later store is refused at its line."""
+    import heapq
+    from ..errors import UnsupportedError
+    from ..ir.gm import GMBuffer, GMRef
+    group = {n.id: n.attrs["group"] for n in g.nodes if "group" in n.attrs}
+    if len(set(group.values())) < 2:
+        return g
+    by_id = {n.id: n for n in g.nodes}
+    made_by: dict[int, frozenset] = {}      # value -> the groups that make it (through views)
+
+    def makers(i: int) -> frozenset:
+        got = made_by.get(i)
+        if got is None:
+            if i in group:
+                got = frozenset((group[i],))
+            else:
+                got = frozenset().union(*(makers(j) for j in by_id[i].inputs)) if by_id[i].inputs else frozenset()
+            made_by[i] = got
+        return got
+
+    edges: dict[int, set] = {gid: set() for gid in set(group.values())}
+    for n in g.nodes:
+        if n.id in group:
+            for i in n.inputs:
+                for h in makers(i):
+                    if h != group[n.id]:
+                        edges[h].add(group[n.id])
+    buffers = {p.name: GMBuffer(p.name, p.shape, p.dtype, "output") for p in g.params}
+    stores = [(n, GMRef.whole(buffers[n.attrs["param"]]).window(n.attrs["offsets"], n.shape, n.attrs.get("steps")),
+               makers(n.inputs[0])) for n in g.nodes if n.op == "store" and n.attrs.get("param") in buffers]
+    wanted: dict[tuple, object] = {}        # (earlier group, later group) -> the later store
+    for k, (s1, r1, g1) in enumerate(stores):
+        for s2, r2, g2 in stores[k + 1:]:
+            if r1.overlaps(r2):
+                for a in g1:
+                    for b in g2:
+                        if a != b:
+                            edges[a].add(b)
+                            wanted.setdefault((a, b), s2)
+    if all(b > a for a, bs in edges.items() for b in bs):
+        return g                            # the numbering keeps every order already
+    indeg = {gid: 0 for gid in edges}
+    for bs in edges.values():
+        for b in bs:
+            indeg[b] += 1
+    ready = [gid for gid, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        a = heapq.heappop(ready)
+        order.append(a)
+        for b in edges[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                heapq.heappush(ready, b)
+    if len(order) < len(edges):             # a cycle: some store cannot keep its place
+        stuck = {gid for gid, d in indeg.items() if d > 0}
+        store = next(s for (a, b), s in wanted.items() if a in stuck and b in stuck)
+        raise UnsupportedError(
+            f"this store to '{store.attrs['param']}' writes over a region an earlier store writes, but its value "
+            "is computed together with values that store needs first", loc=store.loc,
+            expected="stores to overlapping regions whose values can be computed in program order",
+            got=f"{store.attrs['param']}{list(store.shape)} at offsets {list(store.attrs['offsets'])}",
+            hint="write the regions in the other order, or compute this value after the earlier store's")
+    new = {old: k for k, old in enumerate(order)}
+    return g.replace([n.replace(attrs=n.attrs.replace(group=new[n.attrs["group"]])) if "group" in n.attrs else n
+                      for n in g.nodes])
 
 
 def whole_row_plan(g: TensorGraph, ctx: PassContext | None) -> dict[tuple[int, ...], int]:

@@ -88,6 +88,27 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 # becomes a [1] tensor: tiles have at least one dim, and [1] broadcasts as () does against any
 # tensor of rank 1 or more (constants stay 0-d: they are scalar operands, not tiles)
 
+def _read_elsewhere(g: TensorGraph, w, users) -> bool:
+    """Whether another reader of the value a write updates reads elements the write changes
+    (`v[1:n-1] = v[0:n-2] + v[2:n]`, or `old = v` read after `v[...] = ...`): written in place,
+    that reader could see the new elements (tiles of one group run in any order across cores),
+    so the write goes into a copy.  A reader of a disjoint region (`v[0:4] = a; y = v[0:4]; v[4:8]
+    = b`) leaves the write in place."""
+    from ..ir.gm import GMBuffer, GMRef
+    base = g.node(w.inputs[0])
+    whole = GMRef.whole(GMBuffer("v", base.shape, base.dtype, "scratch"))
+    region = whole.window(w.attrs["offsets"], w.attrs["shape"], w.attrs.get("steps"))
+    for u in users[base.id]:
+        if u == w.id:
+            continue
+        r = g.node(u)
+        if r.op != "view" or r.inputs[0] != base.id:
+            return True
+        if whole.window(r.attrs["offsets"], r.attrs["shape"], r.attrs.get("steps")).overlaps(region):
+            return True
+    return False
+
+
 def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     rw = Rewriter(g)
     users = g.users()
@@ -101,7 +122,8 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         elif n.op == "store":
             store_value(rw, n)
         elif OPS[n.op].kind == "write" and (OPS[rw.nodes[rw.map[n.inputs[0]]].op].kind not in ("scratch", "write")
-                                            or (n.op != "write" and len(users[n.inputs[0]]) > 1)):
+                                            or (n.op != "write" and len(users[n.inputs[0]]) > 1)
+                                            or (n.op == "write" and _read_elsewhere(g, n, users))):
             # the first write into a value: into a copy of it (a buffer of its own, so that other
             # readers of the value still see it unwritten); `state` keeps the copy from merging
             base = rw.map[n.inputs[0]]
