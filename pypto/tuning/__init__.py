@@ -17,6 +17,7 @@ could help, keeping only those that do.
 from __future__ import annotations
 
 import difflib
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
 import itertools
 import time
@@ -79,6 +80,12 @@ def arg_specs(kernel, args) -> tuple:
     return tuple((tuple(s.shape), s.dtype.name) for s in specs)
 
 
+def tensors(specs) -> list:
+    """pypto.Tensor specs of ((shape, dtype name), ...) (what `arg_specs` gives)."""
+    from ..frontend.tracer import Tensor
+    return [Tensor(list(shape), BY_NAME[dt]) for shape, dt in specs]
+
+
 def _machine_key(machine):
     return machine if isinstance(machine, str) else (getattr(machine, "name", None), hash(machine))
 
@@ -114,9 +121,8 @@ def evaluate(job: Job) -> dict:
     """Compile and time one configuration: a row of cycles, time, bound, instructions, tasks and
     HBM use, or {"error": ...} when it does not compile (a tile that does not fit).  Leaves the
     kernel's compile cache as it found it: a sweep of large kernels does not keep every program."""
-    from ..frontend.tracer import Tensor
     kernel = _kernel_of(job.kernel)
-    specs = [Tensor(list(shape), BY_NAME[dt]) for shape, dt in job.specs]
+    specs = tensors(job.specs)
     before = set(kernel._cache)
     try:
         ck = kernel.compile(*specs, machine=job.machine, options=job.options or None, **job.consts)
@@ -136,7 +142,7 @@ def evaluate(job: Job) -> dict:
 def _payload(kernel, executor):
     """The kernel as a job carries it: itself where the job runs in this process (no executor, a
     thread pool), else its function pickled by value (cloudpickle: a notebook's function too)."""
-    if executor is None or type(executor).__name__ == "ThreadPoolExecutor":
+    if executor is None or isinstance(executor, ThreadPoolExecutor):
         return kernel
     try:
         import cloudpickle
@@ -186,9 +192,8 @@ class TuneResult:
         if self.best is None:
             raise PyptoError(f"no configuration of {self.kernel_name} compiled", expected="one that compiles",
                              got=self.rows[0].get("error") if self.rows else "no rows")
-        from ..frontend.tracer import Tensor
         consts, options, m = split_config(self.kernel, self.best_config, machine or self.machine)
-        args = args or [Tensor(list(shape), BY_NAME[dt]) for shape, dt in self.specs]
+        args = args or tensors(self.specs)
         return self.kernel.compile(*args, machine=m, options=options or None, **consts)
 
     def text(self, limit: int | None = None) -> str:

@@ -26,9 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..compiler.pipeline import OPTIONS
-from ..dtypes import BY_NAME
 from ..errors import PyptoError
-from . import tune
+from . import split_config, tensors, tune
 
 MIN_GAIN_PCT = 2.0
 SCALES = (-3, -2, -1, 1, 2, 3)          # a constant v is tried at v * 2**k
@@ -68,8 +67,7 @@ class Suggestion:
     def compile(self, *args):
         """The kernel compiled with this change (for these arguments; without them, specs of the
         advised kernel's shapes, in the suggested dtypes)."""
-        from ..frontend.tracer import Tensor
-        args = args or [Tensor(list(shape), BY_NAME[dt]) for shape, dt in self.specs]
+        args = args or tensors(self.specs)
         return self.kernel.compile(*args, machine=self.machine, options=self.options or None, **self.consts)
 
     def text(self) -> str:
@@ -239,15 +237,15 @@ def advise(ck, *args, res=None, executor=None, min_gain_pct: float = MIN_GAIN_PC
             titles.append(("precision" if name in PRECISION_OPTIONS else "option", f"options={{{name!r}: False}}"))
     machine = ck.machine
     full = [{**consts, **c} for c in configs]
-    swept = tune(kernel, full, *_tensors(specs), machine=machine, executor=executor, options=options) \
+    swept = tune(kernel, full, *tensors(specs), machine=machine, executor=executor, options=options) \
         if full else None
     rows = swept.rows if swept else []
     suggestions, failed = [], 0
     threshold = res.cycles * (1 - min_gain_pct / 100)
 
     def suggest(kind, title, row, cfg, dtypes=None, sp=specs):
-        c = {k: v for k, v in cfg.items() if k in kernel.const_params}
-        o = {**options, **{k: v for k, v in cfg.items() if k in OPTIONS}}
+        c, o, _ = split_config(kernel, cfg, machine)
+        o = {**options, **o}
         return Suggestion(title, kind, c, o, dtypes or {}, row["cycles"], res.cycles, row["bound"],
                           _why(base, row), kernel=kernel, specs=sp, machine=machine)
 
@@ -271,7 +269,7 @@ def advise(ck, *args, res=None, executor=None, min_gain_pct: float = MIN_GAIN_PC
     if first is not None and len(ints) > 1:
         (k1,) = [k for k in ints if first.consts[k] != consts[k]]
         step = [{**first.consts, k: w} for k, v in ints.items() if k != k1 for w in _scaled(v)]
-        again = tune(kernel, step, *_tensors(specs), machine=machine, executor=executor, options=options).rows
+        again = tune(kernel, step, *tensors(specs), machine=machine, executor=executor, options=options).rows
         tried += len(step)
         failed += sum("cycles" not in r for r in again)
         ok = [(r, cfg) for r, cfg in zip(again, step) if "cycles" in r]
@@ -285,7 +283,7 @@ def advise(ck, *args, res=None, executor=None, min_gain_pct: float = MIN_GAIN_PC
         floats = [i for i, (_, dt) in enumerate(specs) if dt == "fp32"]
         for dt in PRECISIONS if floats else ():
             sp = tuple((shape, dt if i in floats else d) for i, (shape, d) in enumerate(specs))
-            row = tune(kernel, [consts], *_tensors(sp), machine=machine, executor=executor, options=options).rows[0]
+            row = tune(kernel, [consts], *tensors(sp), machine=machine, executor=executor, options=options).rows[0]
             tried += 1
             if "cycles" in row and row["cycles"] <= threshold:
                 names = {ck.params[i].name: dt for i in floats}
@@ -295,8 +293,3 @@ def advise(ck, *args, res=None, executor=None, min_gain_pct: float = MIN_GAIN_PC
         other.sort(key=lambda s: s.cycles)
     return Advice(ck.name, machine.name, res.cycles, base["bound"], evidence(ck, res), suggestions, other,
                   tried, failed, min_gain_pct)
-
-
-def _tensors(specs):
-    from ..frontend.tracer import Tensor
-    return [Tensor(list(shape), BY_NAME[dt]) for shape, dt in specs]

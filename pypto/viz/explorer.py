@@ -462,7 +462,7 @@ class Explorer(Session):
 
     def _sync_advice_button(self):
         """The button under the Advice tab: 'use TN=1024' for a top suggestion the sliders can make."""
-        adv = self.__dict__.get("_advice", {}).get(("advice", self._key()))
+        adv = self.advice(compute=False)
         best = adv.best if adv is not None else None
         if best is not None and self.applicable(best):
             change = ", ".join(f"{k}={v}" for k, v in best.consts.items() if self._consts.get(k) != v)

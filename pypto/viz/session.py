@@ -571,12 +571,14 @@ class Session:
         return text + ("" if m == self._machine_key else f", machine={m}")
 
 
-    def advice(self):
+    def advice(self, compute: bool = True):
         """The advisor's findings (`pypto.tuning.advisor.advise`) for the configuration on
-        display, computed once per configuration."""
+        display, computed once per configuration (`compute=False`: None when not yet computed)."""
         from ..tuning.advisor import advise
         key = ("advice", self._key())
         cache = self.__dict__.setdefault("_advice", {})
+        if key not in cache and not compute:
+            return None
         if key not in cache:
             res = self._res if self._res is not None and self._res.cycles is not None else None
             cache[key] = advise(self._ck, res=res)
