@@ -86,6 +86,8 @@ class TraceContext:
         self.stored: set[str] = set()
         self.dynamic = False            # a kernel with pypto.DYNAMIC dims (SymbolicScalar sizes)
         self.loop_steps: list[int] = []     # the steps of its pypto.loops over them
+        self.loc: SourceLoc | None = None   # set: the location of every node added (generated
+        #                                     code, e.g. a gradient, names the line it came from)
 
     def __enter__(self):
         TraceContext._stack.append(self)
@@ -120,7 +122,7 @@ class TraceContext:
         if self.dynamic:                # graph nodes hold plain ints; the proxy keeps the symbols
             attrs = {k: plain(v) for k, v in attrs.items()}
         node = TNode(len(self.nodes), op, tuple(t._node for t in inputs), plain(out_shape) if symbolic else out_shape,
-                     dtype, Attrs(attrs), user_loc())
+                     dtype, Attrs(attrs), self.loc or user_loc())
         self.nodes.append(node)
         return Tensor._proxy(self, node, out_shape if symbolic else None)
 

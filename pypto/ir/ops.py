@@ -98,8 +98,54 @@ class Builder:
         return a if shape == tuple(self.shape(a)) else self.emit("reshape", [a], shape, self.dtype(a),
                                                                   {"shape": shape})
 
-    def view(self, a, shape, offsets):
-        return self.emit("view", [a], tuple(shape), self.dtype(a), {"shape": tuple(shape), "offsets": tuple(offsets)})
+    def view(self, a, shape, offsets, steps=None):
+        attrs = {"shape": tuple(shape), "offsets": tuple(offsets)}
+        if steps is not None and any(k != 1 for k in steps):
+            attrs["steps"] = tuple(steps)
+        return self.emit("view", [a], tuple(shape), self.dtype(a), attrs)
+
+    # --- what gradient rules write with (see "gradient rules" below)
+
+    def zeros(self, shape, dtype):
+        shape = tuple(shape)
+        return self.emit("full", [], shape, dtype, {"shape": shape, "value": 0.0 if dtype.is_float else 0,
+                                                    **self.extra})
+
+    def scratch(self, shape, dtype):
+        """A fresh tensor (zeros until written): the base of writes and scatters."""
+        return self.emit("scratch", [], tuple(shape), dtype, {"shape": tuple(shape)})
+
+    def write(self, dst, v, offsets, shape, steps=None):
+        attrs = {"offsets": tuple(offsets), "shape": tuple(shape)}
+        if steps is not None and any(k != 1 for k in steps):
+            attrs["steps"] = tuple(steps)
+        return self.emit("write", [dst, v], self.shape(dst), self.dtype(dst), attrs)
+
+    def expand(self, a, shape):
+        shape = tuple(shape)
+        return a if tuple(self.shape(a)) == shape else self.emit("expand", [a], shape, self.dtype(a), {"shape": shape})
+
+    def sum_to(self, a, shape):
+        """a summed over the dims it was broadcast along to reach its shape from `shape`."""
+        shape, s = tuple(shape), tuple(self.shape(a))
+        if s == shape:
+            return a
+        lead = len(s) - len(shape)
+        for d in range(len(s)):
+            if s[d] != 1 and (d < lead or shape[d - lead] == 1):
+                a = self.red("sum", a, d)
+        return self.reshape(a, shape)
+
+    def transpose(self, a, dim0, dim1):
+        d0, d1 = sorted((dim0, dim1))
+        s = list(self.shape(a))
+        s[d0], s[d1] = s[d1], s[d0]
+        return self.emit("transpose", [a], tuple(s), self.dtype(a), {"dim0": d0, "dim1": d1})
+
+    def matmul(self, a, b, a_trans=False, b_trans=False, out_dtype=None):
+        out_dtype = out_dtype or self.dtype(a)
+        return self.emit("matmul", [a, b], matmul_shape(self.shape(a), self.shape(b), a_trans, b_trans), out_dtype,
+                         {"a_trans": bool(a_trans), "b_trans": bool(b_trans), "out_dtype": out_dtype.name})
 
 
 # ---------------------------------------------------------------------------------------
@@ -127,7 +173,7 @@ class Op:
     scalar_left: tuple = ()         # non-commutative binary: c op x = binary(unary(x), c)
     decompose: Callable | None = None   # (builder, inputs, attrs) -> value
     float_only: bool = False
-    grad: Callable | None = None    # reserved: a gradient rule
+    grad: Callable | None = None    # (builder, inputs, output, cotangent, attrs) -> input cotangents
     api: str = ""                   # its public name, when it differs (recip: pypto.reciprocal)
     signature: str = ""             # "x" / "a, b": the frontend makes pypto.<name> from the row
     #                                 itself when it defines none (an element-wise op of tensors)
@@ -583,7 +629,7 @@ def _integral_bound(half):
 def _integral(name, mode, doc, np_fn) -> Op:
     """A rounding to an integral value: TCVT with a rounding mode, in the operand's dtype."""
     return Op(name, "unary", 1, doc, _same, lambda args, a: np_fn(args[0]), False, "exact",
-              bound=_integral_bound(mode == "RINT"), tile="CVT", idempotent=True, extra={"round": mode})
+              bound=_integral_bound(mode == "RINT"), tile="CVT", idempotent=True, extra={"round": mode}, grad=_g_zero)
 
 
 class _NoError:
@@ -796,34 +842,199 @@ def _np_index_add(args, a):
     return out
 
 
+
+# ---------------------------------------------------------------------------------------
+# gradient rules (the `grad` column): (builder, inputs, output, cotangent, attrs) -> one
+# cotangent per input (None: no gradient flows there), each of its input's shape; the
+# cotangent has the output's shape and dtype.  `pypto.grad` emits them on its builder while it
+# writes the backward kernel; a composite without a rule is differentiated through its
+# decomposition.  Ops whose result is not a float (comparisons, masks, indices) take no rule:
+# no gradient reaches them.
+
+def _g_unary(f):
+    """d/dx of an element-wise op: f(b, x, y, ct) -> the input's cotangent."""
+    return lambda b, ins, out, ct, a: (f(b, ins[0], out, ct),)
+
+
+def _g_zero(b, ins, out, ct, a):
+    """A piecewise-constant op (floor, round, ...): zero almost everywhere, as torch has it."""
+    return (b.zeros(b.shape(ins[0]), b.dtype(ct)),)
+
+
+def _keep(b, v, x_shape, a):
+    """A reduction's result or cotangent with its reduced dim kept (size 1)."""
+    s = list(x_shape)
+    s[a["dim"]] = 1
+    return b.reshape(v, s)
+
+
+def _g_sum(b, ins, out, ct, a):
+    return (b.expand(_keep(b, ct, b.shape(ins[0]), a), b.shape(ins[0])),)
+
+
+def _g_extreme(b, ins, out, ct, a):
+    """amax / amin: the cotangent shared equally by the elements equal to the extreme (torch's
+    rule for amax, amin)."""
+    x = ins[0]
+    hit = b.cmp("eq", x, _keep(b, out, b.shape(x), a))
+    count = b.red("sum", b.cast(hit, b.dtype(ct)), a["dim"])
+    return (b.select(hit, b.bin("div", _keep(b, ct, b.shape(x), a), count), b.const(0.0, b.dtype(ct))),)
+
+
+def _g_prod(b, ins, out, ct, a):
+    x = ins[0]
+    return (b.bin("div", b.bin("mul", _keep(b, ct, b.shape(x), a), _keep(b, out, b.shape(x), a)), x),)
+
+
+def _g_add(b, ins, out, ct, a):
+    return b.sum_to(ct, b.shape(ins[0])), b.sum_to(ct, b.shape(ins[1]))
+
+
+def _g_sub(b, ins, out, ct, a):
+    return b.sum_to(ct, b.shape(ins[0])), b.sum_to(b.un("neg", ct), b.shape(ins[1]))
+
+
+def _g_mul(b, ins, out, ct, a):
+    x, y = ins
+    return b.sum_to(b.bin("mul", ct, y), b.shape(x)), b.sum_to(b.bin("mul", ct, x), b.shape(y))
+
+
+def _g_div(b, ins, out, ct, a):
+    x, y = ins
+    return (b.sum_to(b.bin("div", ct, y), b.shape(x)),
+            b.sum_to(b.un("neg", b.bin("div", b.bin("mul", ct, out), y)), b.shape(y)))
+
+
+def _g_pick(wins):
+    """maximum / minimum: the cotangent to the operand that wins, half to each on a tie (torch)."""
+    def rule(b, ins, out, ct, a):
+        x, y = ins
+        zero = b.const(0.0, b.dtype(ct))
+        to_x = b.select(b.cmp(wins, x, y), ct, b.select(b.cmp("eq", x, y), b.bins("mul", ct, 0.5), zero))
+        return b.sum_to(to_x, b.shape(x)), b.sum_to(b.bin("sub", ct, to_x), b.shape(y))
+    return rule
+
+
+def _g_mod(rounding):
+    """remainder / fmod: a - b * rounding(a / b); d/da = 1, d/db = -rounding(a / b)."""
+    def rule(b, ins, out, ct, a):
+        x, y = ins
+        q = b.un(rounding, b.bin("div", x, y))
+        return b.sum_to(ct, b.shape(x)), b.sum_to(b.un("neg", b.bin("mul", ct, q)), b.shape(y))
+    return rule
+
+
+def _g_where(b, ins, out, ct, a):
+    m, x, y = ins
+    zero = b.const(0.0, b.dtype(ct))
+    return (None, b.sum_to(b.select(m, ct, zero), b.shape(x)), b.sum_to(b.select(m, zero, ct), b.shape(y)))
+
+
+def _g_matmul(b, ins, out, ct, a):
+    """C = op(A) op(B): d op(A) = dC op(B)^T, d op(B) = op(A)^T dC, in the operands' dtype with an
+    accumulator of the result's; batch dims an operand was broadcast along are summed."""
+    x, y = ins
+    at, bt = a["a_trans"], a["b_trans"]
+    acc = b.dtype(ct)
+    g = b.cast(ct, b.dtype(x))
+    dx = b.matmul(y, g, a_trans=bt, b_trans=True, out_dtype=acc) if at else \
+        b.matmul(g, y, b_trans=not bt, out_dtype=acc)
+    dy = b.matmul(g, x, a_trans=True, b_trans=at, out_dtype=acc) if bt else \
+        b.matmul(x, g, a_trans=not at, out_dtype=acc)
+    return b.sum_to(dx, b.shape(x)), b.sum_to(dy, b.shape(y))
+
+
+def _g_cast(b, ins, out, ct, a):
+    return (b.cast(ct, b.dtype(ins[0])) if b.dtype(ins[0]).is_float else None,)
+
+
+def _g_view(b, ins, out, ct, a):
+    x = ins[0]
+    return (b.write(b.scratch(b.shape(x), b.dtype(ct)), ct, a["offsets"], a["shape"], a.get("steps")),)
+
+
+def _g_write(b, ins, out, ct, a):
+    """dst with `v` written into a region: the region's cotangent goes to v, the rest to dst."""
+    dst, v = ins
+    shape, steps = tuple(a["shape"]), a.get("steps")
+    to_v = b.view(ct, shape, a["offsets"], steps)
+    if tuple(b.shape(v)) != shape:
+        to_v = b.reshape(to_v, b.shape(v)) if int(np.prod(shape)) == int(np.prod(b.shape(v))) else b.sum_to(to_v, b.shape(v))
+    return b.write(ct, b.zeros(shape, b.dtype(ct)), a["offsets"], shape, steps), to_v
+
+
+def _g_gather(b, ins, out, ct, a):
+    x, idx = ins
+    into = b.scratch(b.shape(x), b.dtype(ct))
+    return b.emit("scatter_add", [into, ct, idx], b.shape(x), b.dtype(ct), {"dim": a["dim"], "acc": b.dtype(ct).name}), None
+
+
+def _g_scatter(add):
+    def rule(b, ins, out, ct, a):
+        x, src, idx = ins
+        shape = tuple(b.shape(src))
+        picked = b.emit("gather", [ct, idx], shape, b.dtype(ct), {"dim": a["dim"], "shape": shape})
+        if add:
+            return ct, picked, None
+        cleared = b.emit("scatter", [ct, b.zeros(shape, b.dtype(ct)), idx], b.shape(x), b.dtype(ct),
+                         {"dim": a["dim"]})
+        return cleared, picked, None
+    return rule
+
+
+def _g_softmax(b, ins, out, ct, a):
+    d = a["dim"]
+    return (b.bin("mul", out, b.bin("sub", ct, b.red("sum", b.bin("mul", ct, out), d))),)
+
+
+def _g_log_softmax(b, ins, out, ct, a):
+    d = a["dim"]
+    return (b.bin("sub", ct, b.bin("mul", b.un("exp", out), b.red("sum", ct, d))),)
+
+
 _ROWS = [
     Op("input", "input", 0, "a kernel parameter"),
     Op("const", "const", 0, "a Python number used as an operand"),
     Op("store", "store", 1, "write a value into a region of an output parameter", _from_attr),
     # --- element-wise primitives: one PTO instruction each
-    _unary("exp", "EXP", "e^x", np.exp, "inexact", lambda i, a: i[0].exp(), amplifies=True),
-    _unary("log", "LOG", "natural logarithm", np.log, "inexact", lambda i, a: i[0].log(), amplifies=True),
-    _unary("sqrt", "SQRT", "square root", np.sqrt, "inexact", lambda i, a: i[0].sqrt()),
+    _unary("exp", "EXP", "e^x", np.exp, "inexact", lambda i, a: i[0].exp(), amplifies=True,
+           grad=_g_unary(lambda b, x, y, ct: b.bin("mul", ct, y))),
+    _unary("log", "LOG", "natural logarithm", np.log, "inexact", lambda i, a: i[0].log(), amplifies=True,
+           grad=_g_unary(lambda b, x, y, ct: b.bin("div", ct, x))),
+    _unary("sqrt", "SQRT", "square root", np.sqrt, "inexact", lambda i, a: i[0].sqrt(),
+           grad=_g_unary(lambda b, x, y, ct: b.bin("div", ct, b.bins("mul", y, 2.0)))),
     _unary("rsqrt", "RSQRT", "1 / sqrt(x)", lambda x: np.reciprocal(np.sqrt(x)), "inexact",
-           lambda i, a: i[0].sqrt().recip(), wide=True),
-    _unary("recip", "RECIP", "1 / x", np.reciprocal, "inexact", lambda i, a: i[0].recip(), api="reciprocal"),
-    _unary("abs", "ABS", "|x|", np.abs, "exact", _exact, float_only=False, idempotent=True),
-    _unary("neg", "NEG", "-x", np.negative, "exact", _exact, float_only=False, involution=True),
+           lambda i, a: i[0].sqrt().recip(), wide=True,
+           grad=_g_unary(lambda b, x, y, ct: b.bins("mul", b.bin("mul", ct, b.bin("mul", y, b.bin("mul", y, y))), -0.5))),
+    _unary("recip", "RECIP", "1 / x", np.reciprocal, "inexact", lambda i, a: i[0].recip(), api="reciprocal",
+           grad=_g_unary(lambda b, x, y, ct: b.un("neg", b.bin("mul", ct, b.bin("mul", y, y))))),
+    _unary("abs", "ABS", "|x|", np.abs, "exact", _exact, float_only=False, idempotent=True,
+           grad=_g_unary(lambda b, x, y, ct: b.bin("mul", ct, b.emit("sign", [x], b.shape(x), b.dtype(x), {})))),
+    _unary("neg", "NEG", "-x", np.negative, "exact", _exact, float_only=False, involution=True,
+           grad=_g_unary(lambda b, x, y, ct: b.un("neg", ct))),
     _unary("relu", "RELU", "max(x, 0)", lambda x: np.maximum(x, np.zeros((), x.dtype)), "exact", _exact,
-           float_only=False, idempotent=True),
+           float_only=False, idempotent=True,
+           grad=_g_unary(lambda b, x, y, ct: b.select(b.cmps("gt", x, 0.0), ct, b.const(0.0, b.dtype(ct))))),
     _unary("copy", "", "the same values in a new tile (a GM view materialised)", np.copy, "exact", _exact,
-           float_only=False, idempotent=True, signature=""),
-    _binary("add", "ADD", "a + b", np.add, "inexact", lambda i, a: i[0] + i[1], commutative=True, identity=0),
+           float_only=False, idempotent=True, signature="",
+           grad=_g_unary(lambda b, x, y, ct: ct)),
+    _binary("add", "ADD", "a + b", np.add, "inexact", lambda i, a: i[0] + i[1], commutative=True, identity=0,
+           grad=_g_add),
     _binary("sub", "SUB", "a - b", np.subtract, "inexact", lambda i, a: i[0] - i[1], identity=0,
-            scalar_left=("neg", "add")),
+            scalar_left=("neg", "add"),
+           grad=_g_sub),
     _binary("mul", "MUL", "a * b", np.multiply, "inexact", lambda i, a: i[0] * i[1], commutative=True, identity=1,
-            reassociates=True),
+            reassociates=True,
+           grad=_g_mul),
     _binary("div", "DIV", "a / b (true division)", np.divide, "inexact", lambda i, a: i[0] / i[1], identity=1,
-            scalar_left=("recip", "mul")),
+            scalar_left=("recip", "mul"),
+           grad=_g_div),
     _binary("maximum", "MAX", "the larger of a and b", np.maximum, "exact", _largest(np.maximum),
-            commutative=True, idempotent=True),
+            commutative=True, idempotent=True,
+           grad=_g_pick("gt")),
     _binary("minimum", "MIN", "the smaller of a and b", np.minimum, "exact", _largest(np.minimum),
-            commutative=True, idempotent=True),
+            commutative=True, idempotent=True,
+           grad=_g_pick("lt")),
     # --- comparisons (a mask: dtype bool), selection and logic
     *[Op(name, "compare", 2, doc, _bcast, (lambda f: lambda args, a: f(args[0], args[1]))(f), precision="declared",
          bound=_compare_bound(f), tile="CMP", commutative=name in ("eq", "ne"), extra={"cmp": name.upper()})
@@ -832,7 +1043,8 @@ _ROWS = [
                            ("ge", np.greater_equal, "a >= b"))],
     Op("where", "select", 3, "cond ? a : b, element-wise with broadcasting (cond a mask)",
        lambda s, a: _bcast_all(s),
-       lambda args, a: np.where(args[0], args[1], args[2]), precision="declared", bound=_select_bound, tile="SEL"),
+       lambda args, a: np.where(args[0], args[1], args[2]), precision="declared", bound=_select_bound, tile="SEL",
+           grad=_g_where),
     _binary("logical_and", "AND", "a and b (masks)", np.logical_and, "exact", _largest(np.logical_and),
             commutative=True, idempotent=True),
     _binary("logical_or", "OR", "a or b (masks)", np.logical_or, "exact", _largest(np.logical_or),
@@ -844,32 +1056,42 @@ _ROWS = [
     # --- reductions over one dim
     _reduce("sum", "SUM", "sum over one dim (floats accumulate in fp32 at least)", _np_sum, "accumulate",
             lambda i, a: i[0].sum(a["dim"], a["keepdim"], a.get("float_acc", True)), amplifies=True,
-            combine="add"),
+            combine="add",
+           grad=_g_sum),
     _reduce("amax", "MAX", "maximum over one dim", _np_reduce(np.max), "exact",
-            lambda i, a: i[0].extreme(np.max, a["dim"], a["keepdim"]), combine="maximum"),
+            lambda i, a: i[0].extreme(np.max, a["dim"], a["keepdim"]), combine="maximum",
+           grad=_g_extreme),
     _reduce("amin", "MIN", "minimum over one dim", _np_reduce(np.min), "exact",
-            lambda i, a: i[0].extreme(np.min, a["dim"], a["keepdim"]), combine="minimum"),
+            lambda i, a: i[0].extreme(np.min, a["dim"], a["keepdim"]), combine="minimum",
+           grad=_g_extreme),
     # --- cube, dtype, layout
     Op("matmul", "matmul", 2, "(batched) matrix product on the cube unit",
-       lambda s, a: matmul_shape(s[0], s[1], a["a_trans"], a["b_trans"]), _np_matmul),
-    Op("cast", "cast", 1, "dtype conversion", _same, lambda args, a: args[0]),
+       lambda s, a: matmul_shape(s[0], s[1], a["a_trans"], a["b_trans"]), _np_matmul,
+           grad=_g_matmul),
+    Op("cast", "cast", 1, "dtype conversion", _same, lambda args, a: args[0],
+           grad=_g_cast),
     Op("reshape", "layout", 1, "new shape, same elements", _from_attr, lambda args, a: np.reshape(args[0], a["shape"]),
-       precision="exact", bound=_layout_bound(lambda x, a: np.reshape(x, a["shape"]))),
+       precision="exact", bound=_layout_bound(lambda x, a: np.reshape(x, a["shape"])),
+           grad=lambda b, ins, out, ct, a: (b.reshape(ct, b.shape(ins[0])),)),
     Op("transpose", "layout", 1, "swap two dims", _transposed,
        lambda args, a: np.swapaxes(args[0], a["dim0"], a["dim1"]), precision="exact",
-       bound=_layout_bound(lambda x, a: np.swapaxes(x, a["dim0"], a["dim1"]))),
+       bound=_layout_bound(lambda x, a: np.swapaxes(x, a["dim0"], a["dim1"])),
+           grad=lambda b, ins, out, ct, a: (b.transpose(ct, a["dim0"], a["dim1"]),)),
     Op("view", "layout", 1, "a rectangular window", _from_attr, _np_window, precision="exact",
-       bound=_layout_bound(lambda x, a: _np_window([x], a))),
+       bound=_layout_bound(lambda x, a: _np_window([x], a)),
+           grad=_g_view),
     Op("expand", "broadcast", 1, "x broadcast to a larger shape (torch's expand / broadcast_to)", _from_attr,
        lambda args, a: np.broadcast_to(args[0], a["shape"]), precision="exact",
        bound=lambda ins, a: ins[0].__class__(np.broadcast_to(ins[0].v, a["shape"]),
-                                             np.broadcast_to(ins[0].full_e, a["shape"]))),
+                                             np.broadcast_to(ins[0].full_e, a["shape"])),
+           grad=lambda b, ins, out, ct, a: (b.sum_to(ct, b.shape(ins[0])),)),
     # --- tensors written in place: a scratch buffer and writes into regions of one (functional
     # in the graph: a write gives the new contents; the compiler writes one buffer in order)
     Op("scratch", "scratch", 0, "a fresh tensor of the kernel (a GM workspace), zeros until written", _from_attr,
        lambda args, a: np.zeros(a["shape"]), precision="exact"),
     Op("write", "write", 2, "the tensor with `value` written into a region (x[region] = value on a tensor of "
-       "the kernel, assemble)", _same, _np_write, precision="declared", bound=_write_bound),
+       "the kernel, assemble)", _same, _np_write, precision="declared", bound=_write_bound,
+           grad=_g_write),
     # --- composites: written in the ops above
     _composite("mean", 1, "sum / n over one dim", lambda args, a: np.mean(args[0], axis=a["dim"], keepdims=a["keepdim"]),
                lambda b, ins, a: _drop(b, _mean(b, ins[0], a["dim"]), a["dim"], a["keepdim"]), shape=_reduced),
@@ -882,9 +1104,11 @@ _ROWS = [
                                        a["keepdim"]), shape=_reduced),
     _composite("logsumexp", 1, "log(sum(exp(x))) over one dim, computed stably", _np_logsumexp, _logsumexp,
                shape=_reduced),
-    _composite("softmax", 1, "exp(x - max) / sum", _np_softmax, _softmax),
+    _composite("softmax", 1, "exp(x - max) / sum", _np_softmax, _softmax,
+           grad=_g_softmax),
     _composite("log_softmax", 1, "x - logsumexp(x), stably", _np_log_softmax,
-               lambda b, ins, a: _log_softmax_keep(b, ins[0], a["dim"])),
+               lambda b, ins, a: _log_softmax_keep(b, ins[0], a["dim"]),
+           grad=_g_log_softmax),
     _composite("layernorm", -1, "normalise over the last dim, then scale and shift", _np_layernorm, _layernorm),
     _composite("rms_norm", 2, "x * rsqrt(mean(x^2) + eps) * weight", _np_rms_norm, _rms_norm),
     _composite("swiglu", 1, "silu(first half) * second half, halves along dim",
@@ -996,11 +1220,14 @@ _ROWS = [
     _composite("norm", 1, "the p-norm over one dim: p = 2 sqrt(sum(x^2)), 1 sum(|x|), inf max(|x|)", _np_norm,
                _norm, shape=_reduced),
     _binary("remainder", "REM", "a mod b with the sign of b (torch's remainder, Python's %)", np.remainder,
-            "inexact", _mod_bound(np.remainder, True)),
-    _binary("fmod", "FMOD", "a mod b with the sign of a (C's fmod)", np.fmod, "exact", _mod_bound(np.fmod, False)),
+            "inexact", _mod_bound(np.remainder, True),
+           grad=_g_mod("floor")),
+    _binary("fmod", "FMOD", "a mod b with the sign of a (C's fmod)", np.fmod, "exact", _mod_bound(np.fmod, False),
+           grad=_g_mod("trunc")),
     _reduce("prod", "PROD", "product over one dim (floats accumulate in fp32 at least)",
             lambda args, a: np.prod(args[0], axis=a["dim"], keepdims=a["keepdim"], dtype=acc_dtype(args[0].dtype)),
-            "accumulate", _prod_bound, combine="mul"),
+            "accumulate", _prod_bound, combine="mul",
+           grad=_g_prod),
     _integral("floor", "FLOOR", "the largest integral value <= x", np.floor),
     _integral("ceil", "CEIL", "the smallest integral value >= x", np.ceil),
     _integral("round", "RINT", "the nearest integral value, ties to even (as torch.round)", np.rint),
@@ -1036,13 +1263,16 @@ _ROWS = [
     # compare, where, iota and amin)
     Op("gather", "gather", 2, "x[.., index[.., j, ..], ..] along dim (torch.gather; int32 index, broadcast to "
        "the result's shape `shape`): x stays in GM, MGATHER reads its elements", _from_attr, _np_gather,
-       precision="exact", bound=_gather_bound, tile="GATHER"),
+       precision="exact", bound=_gather_bound, tile="GATHER",
+           grad=_g_gather),
     Op("scatter", "write", 3, "x with src[.., j, ..] written at x[.., index[.., j, ..], ..] along dim "
        "(torch.scatter; inputs x, src, index; duplicates: the last wins): MSCATTER into x's buffer", _same,
-       _np_scatter(False), precision="exact", bound=_scatter_bound(False), tile="SCATTER"),
+       _np_scatter(False), precision="exact", bound=_scatter_bound(False), tile="SCATTER",
+           grad=_g_scatter(False)),
     Op("scatter_add", "write", 3, "x with src[.., j, ..] added at x[.., index[.., j, ..], ..] along dim "
        "(torch.scatter_add; duplicates accumulate): MSCATTER atomic=ADD", _same, _np_scatter(True),
-       precision="declared", bound=_scatter_bound(True), tile="SCATTER", extra={"atomic": "ADD"}),
+       precision="declared", bound=_scatter_bound(True), tile="SCATTER", extra={"atomic": "ADD"},
+           grad=_g_scatter(True)),
     _composite("index_select", 2, "the slices x[.., index[j], ..] along dim (a gather of a broadcast index)",
                _np_index_select, lambda b, ins, a: _index_select(b, ins[0], ins[1], a["dim"]),
                shape=lambda s, a: _selected_shape(s[0], a["dim"], s[1][0]), wide=False, float_only=False,
