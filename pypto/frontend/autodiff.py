@@ -261,10 +261,9 @@ class GradFn:
         used = {g.node(i).attrs["param"] for n in g.nodes for i in n.inputs if g.node(i).op == "input"}
         for name in self.wrt:
             p = g.param(name)
-            if name not in used:
+            if name not in used and name in outs:
                 raise KernelSignatureError(f"pypto.grad: {name!r} is not read by {k.name}", loc=k.sig_loc(name),
-                                           expected="an input the kernel reads", got="an output" if name in outs
-                                           else "an unused parameter")
+                                           expected="an input the kernel reads", got="an output")
             if not p.dtype.is_float:
                 raise KernelSignatureError(f"pypto.grad: {name!r} is {p.dtype}: not differentiable",
                                            loc=k.sig_loc(name), expected="a float input (fp32, fp16, bf16)",
@@ -368,6 +367,7 @@ class GradFn:
                     from .ops import _store
                     _store(dst, val[n.inputs[0]], n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             ctx.loc = None
+            _prune(ctx)
 
         params = [inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD)
                   for p in (*k.tensor_params, *d_names, *g_names)]
@@ -394,6 +394,23 @@ class GradFn:
             return grads
         outs = {p: arrays[i] for i, p in enumerate(self.kernel.tensor_params) if p in self._outs}
         return outs, grads
+
+
+def _prune(ctx: TraceContext) -> None:
+    """Drop the nodes no output needs (the rules write the cotangents of every operand, also of
+    those no gradient is asked of) and number the rest in order, so the backward kernel's traced
+    graph holds what it computes."""
+    live = {n.id for n in ctx.nodes if n.op in ("input", "store")}
+    for n in reversed(ctx.nodes):
+        if n.id in live:
+            live.update(n.inputs)
+    new = {}
+    kept = []
+    for n in ctx.nodes:
+        if n.id in live:
+            new[n.id] = len(kept)
+            kept.append(n.replace(id=len(kept), inputs=tuple(new[i] for i in n.inputs)))
+    ctx.nodes[:] = kept
 
 
 def _check_reached(g, tape: _Tape, name: str, stores, cots, val) -> None:
