@@ -9,6 +9,7 @@ from .errors import (DTypeError, KernelSignatureError, MagicUsageError, PyptoErr
 from .compiler.api import CompilerPipeline
 from .frontend.dynamic import DYNAMIC, SymbolicScalar, cond, loop
 from .frontend.jit import JitKernel, jit
+from .frontend.autodiff import def_gradient, grad, value_and_grad
 from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
@@ -69,7 +70,7 @@ def unload_ipython_extension(ipython):
 
 __all__ = sorted({
     "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "cond", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
-    "JitKernel", "KernelSignatureError", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
+    "JitKernel", "KernelSignatureError", "def_gradient", "grad", "value_and_grad", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "advise", "compare", "explore", "jit", "report",
     "tune",
     *_ops.__all__})

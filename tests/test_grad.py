@@ -392,3 +392,37 @@ def test_errors_name_the_kernel_and_what_was_expected():
                           cotangents={"out": np.ones((2, 2), np.float32)})
     with pytest.raises(PyptoError, match="def_gradient: no op named"):
         def_gradient("no_such_op")
+
+
+# ops that produce no float from float inputs, or take no tensor input: no gradient to define
+NO_GRADIENT = {"input", "const", "store", "scratch", "full", "iota", "eq", "ne", "lt", "le", "gt", "ge",
+               "logical_and", "logical_or", "logical_xor", "logical_not"}
+
+
+def test_every_registry_op_has_a_gradient_or_is_declared_without_one():
+    """A new op gets a rule (the `grad` column), a decomposition (differentiated through), or a
+    place in NO_GRADIENT here; public names are exported."""
+    missing = [n for n, row in OPS.items() if row.grad is None and row.decompose is None and n not in NO_GRADIENT]
+    assert not missing, f"ops without a gradient rule or decomposition: {missing}"
+    assert pypto.grad is grad and pypto.value_and_grad is value_and_grad and pypto.def_gradient is def_gradient
+
+
+@pypto.jit
+def lookup(idx, w, x, a, out, y):
+    out[:] = pypto.embedding(idx, w) * 2.0
+    y[:] = pypto.prelu(x, a) + pypto.index_add(x, 1, idx, x[:, 0:5], alpha=0.5)
+
+
+def test_embedding_prelu_and_index_add_gradients():
+    idx = np.array([3, 0, 3, 5, 1], np.int32)            # a repeated row accumulates
+    w, x, a = data((6, 4)), data((4, 6), away=0.05), data((6,))
+    out, y = np.zeros((5, 4), np.float32), np.zeros((4, 6), np.float32)
+    dy, dz = data((5, 4)), data((4, 6))
+    got = grad(lookup, wrt=["w", "x", "a"])(idx, w, x, a, out, y, cotangents={"out": dy, "y": dz})
+    want = finite_diff(lookup, {"idx": idx, "w": w, "x": x, "a": a, "out": out, "y": y}, ["w", "x", "a"],
+                       {"out": dy, "y": dz})
+    dw = np.zeros((6, 4))
+    np.add.at(dw, idx.astype(np.int64), 2.0 * dy)
+    close(got["w"], dw)
+    for n in "wxa":
+        close(got[n], want[n])
