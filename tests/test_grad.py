@@ -426,3 +426,27 @@ def test_embedding_prelu_and_index_add_gradients():
     close(got["w"], dw)
     for n in "wxa":
         close(got[n], want[n])
+
+
+@pypto.jit
+def encoder_layer(x, wqkv, wo, w1, w2, g1, b1, out):
+    """Two-head self-attention with its residual and layernorm, then a gelu feed-forward."""
+    s, d = x.shape
+    h, hd = 2, d // 2
+    qkv = pypto.matmul(x, wqkv)
+    q, k, v = (pypto.transpose(qkv[:, i * d:(i + 1) * d].reshape(s, h, hd), 0, 1) for i in range(3))
+    att = pypto.softmax(pypto.matmul(q, k, b_trans=True) * (1.0 / hd ** 0.5), dim=-1)
+    o = pypto.transpose(pypto.matmul(att, v), 0, 1).reshape(s, d)
+    y = pypto.layernorm(x + pypto.matmul(o, wo), g1, b1)
+    out[:] = y + pypto.matmul(pypto.gelu(pypto.matmul(y, w1)), w2)
+
+
+def test_a_transformer_layer_against_finite_differences():
+    args = dict(x=data((4, 8)), wqkv=data((8, 24)) * 0.3, wo=data((8, 8)) * 0.3, w1=data((8, 16)) * 0.3,
+                w2=data((16, 8)) * 0.3, g1=data((8,)), b1=data((8,)), out=np.zeros((4, 8), np.float32))
+    dy = data((4, 8))
+    wrt = ["x", "wqkv", "wo", "w1", "w2", "g1", "b1"]
+    got = grad(encoder_layer, wrt=wrt)(*args.values(), cotangents={"out": dy})
+    want = finite_diff(encoder_layer, args, wrt, {"out": dy})
+    for n in wrt:
+        close(got[n], want[n])
