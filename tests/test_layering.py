@@ -1,6 +1,6 @@
 """The import layering of pypto's packages: every import goes down the layer order.
 
-    base (errors, dtypes, gcpause, progress, sweep) < target < ir < {compiler, sim} < frontend < tuning < viz
+    base (errors, dtypes, gcpause, progress, sweep, optim) < target < ir < {compiler, sim} < frontend < tuning < viz
     < magics < top < cli
 
 `target` (machines, instruction table, cost model) is below both the compiler and the simulator,
@@ -58,7 +58,7 @@ def package_of(module: str) -> str:
     if len(parts) == 1:
         return "top"
     head = parts[1]
-    if head in ("errors", "dtypes", "gcpause", "progress", "sweep"):
+    if head in ("errors", "dtypes", "gcpause", "progress", "sweep", "optim"):
         return "base"
     if head in ("cli", "__main__"):
         return "cli"
