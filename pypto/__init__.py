@@ -10,6 +10,8 @@ from .compiler.api import CompilerPipeline
 from .frontend.dynamic import DYNAMIC, SymbolicScalar, cond, loop
 from .frontend.jit import JitKernel, jit
 from .frontend.autodiff import def_gradient, grad, value_and_grad
+from .frontend.custom import fuse, register_op, target_specific, unregister_op
+from .frontend.graph_check import check_graph
 from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
@@ -56,6 +58,14 @@ def report(ck, path, *args, **kw) -> str:
     return write_report(ck, path, *args, **kw)
 
 
+def profile(timing: bool = True):
+    """`with pypto.profile() as prof:` collects every kernel call and ck.simulate in the block;
+    prof.rows, print(prof), or a table in a notebook (kernel calls are timed once per compiled
+    kernel in timing mode; timing=False leaves their cycles None)."""
+    from .viz.profile import Profile
+    return Profile(timing=timing)
+
+
 def load_ipython_extension(ipython):
     """`%load_ext pypto`: registers the %%pypto cell magic."""
     from .magics import load_ipython_extension as _load
@@ -70,7 +80,8 @@ def unload_ipython_extension(ipython):
 
 __all__ = sorted({
     "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "cond", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
-    "JitKernel", "KernelSignatureError", "def_gradient", "grad", "value_and_grad", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
+    "JitKernel", "KernelSignatureError", "def_gradient", "grad", "value_and_grad",
+    "check_graph", "fuse", "profile", "register_op", "target_specific", "unregister_op", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "advise", "compare", "explore", "jit", "report",
     "tune",
     *_ops.__all__})

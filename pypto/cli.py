@@ -6,6 +6,12 @@
     pypto report  FILE.py:KERNEL --arg ... [-o report.html] [--check]
     pypto advise  FILE.py:KERNEL --arg ... [--const TM=32] [--min-gain 2] [--workers N]
     pypto tune    FILE.py:KERNEL --arg ... --space TM=16,32,64 --space TN=256,512 [--workers N]
+    pypto build   FILE.py:KERNEL_OR_OP --target a2a3 --arg ... [--const ...] [-o DIR] [--check]
+
+`build` writes the compiled program text (KERNEL.pto), the HTML report (KERNEL.html) and the
+Chrome trace (KERNEL.trace.json) into DIR; it also builds an op of `@pypto.register_op`, as a
+kernel whose last parameter `out` receives the op's result (--arg for its tensors, --const for
+its other arguments).
 
 Kernels compile from shapes alone (`pypto.Tensor(shape, dtype)` specs), so no data is needed: the
 simulation is then timing only.  `--check` runs it with seeded random inputs instead, so that
@@ -114,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a constant, a compile option (true/false) or 'machine' and its values")
     t.add_argument("--top", type=_count, default=20, metavar="N", help="rows to print (default 20; 0 = all)")
     workers(t)
+    b = sub.add_parser("build", help="write a kernel's program text, HTML report and Chrome trace into a directory",
+                       description="Compile a kernel (or an op of @pypto.register_op, wrapped in a kernel whose "
+                                   "last parameter `out` receives its result) for the given shapes and machine, "
+                                   "simulate it, and write NAME.pto (the program text), NAME.html (the report) "
+                                   "and NAME.trace.json (the Chrome trace) into a directory.")
+    common(b)
+    b.add_argument("--target", "-t", dest="machine", default="a2a3", choices=sorted(MACHINES),
+                   help="the machine to build for (the same as --machine; default a2a3)")
+    b.add_argument("--output", "-o", metavar="DIR", default="build",
+                   help="the directory to write into (default ./build; made when missing)")
     return p
 
 
@@ -249,6 +265,60 @@ def find_kernel(module, path: str, name: str | None):
     return obj
 
 
+def find_buildable(module, path: str, name: str | None):
+    """A kernel or a registered op (`@pypto.register_op`) of the module, by its variable's name
+    (or the op's registered name)."""
+    from .frontend.custom import CustomOp
+    from .frontend.jit import JitKernel
+    found = {k: v for k, v in vars(module).items() if isinstance(v, (JitKernel, CustomOp))}
+    names = ", ".join(found) if found else "none (no @pypto.jit function or @pypto.register_op)"
+    if name is None:
+        if len(found) == 1:
+            return next(iter(found.values()))
+        raise UsageError(f"{path} defines {'several kernels and ops' if found else 'no kernel or op'}; name one as "
+                         f"{path}:NAME (found: {names})")
+    obj = found.get(name) or next((v for v in found.values() if isinstance(v, CustomOp) and v.name == name), None)
+    if obj is None:
+        what = f" ('{name}' is a {type(getattr(module, name)).__name__})" if hasattr(module, name) else ""
+        raise UsageError(f"no kernel or registered op '{name}' in {path}{what} (found: {names})")
+    return obj
+
+
+def op_kernel(op, arg_texts, const_texts, machine: str):
+    """(kernel, specs, constants) of a registered op built alone: its tensors from --arg, its
+    other arguments from --const, and `out` shaped by the op's result."""
+    from .frontend.dynamic import DYNAMIC
+    from .frontend.tracer import Tensor
+    params = op.signature.parameters
+    sig = f"{op.name}({', '.join(params)})"
+    given = {}
+    for text in arg_texts:
+        name, shape, d = parse_arg(text)
+        if name in given:
+            raise UsageError(f"--arg {name} is given twice")
+        if name not in params:
+            raise UsageError(f"{op.name} has no parameter '{name}' (parameters of {sig})")
+        if DYNAMIC in shape:
+            raise UsageError(f"--arg {text}: a registered op is built for static shapes")
+        given[name] = Tensor(shape, d, name)
+    consts = {}
+    for text in const_texts:
+        name, value = parse_const(text)
+        if name not in params or name in given:
+            raise UsageError(f"{op.name} has no other argument '{name}' (parameters of {sig}; tensors by --arg)")
+        consts[name] = value
+    missing = [p for p, v in params.items() if p not in given and p not in consts and v.default is v.empty]
+    if missing:
+        raise UsageError(f"missing --arg (a tensor) or --const (a number) for {', '.join(missing)} of {sig}")
+    if not given:
+        raise UsageError(f"{op.name} needs at least one tensor: --arg NAME=DIMS:DTYPE for one of {sig}")
+    names = [p for p in params if p in given]
+    kernel = op.kernel(names)
+    specs = [given[n] for n in names]
+    result = op.result_spec(specs, consts, machine)
+    return kernel, specs + [Tensor(result.shape, result.dtype, kernel.tensor_params[-1])], consts
+
+
 def tensor_specs(kernel, arg_texts):
     """pypto.Tensor specs in the kernel's parameter order from the --arg values."""
     from .frontend.tracer import Tensor
@@ -301,13 +371,17 @@ def random_inputs(ck, seed: int, size: int | None = None):
 
 
 # --- commands ----------------------------------------------------------------------------------
-def _prepare(ns):
+def _prepare(ns, ops: bool = False):
     path, name = parse_target(ns.target)
     sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
     module = load_module(path)
-    kernel = find_kernel(module, path, name)
-    specs = tensor_specs(kernel, ns.arg)
-    consts = constants(kernel, ns.const)
+    kernel = find_buildable(module, path, name) if ops else find_kernel(module, path, name)
+    from .frontend.custom import CustomOp
+    if isinstance(kernel, CustomOp):
+        kernel, specs, consts = op_kernel(kernel, ns.arg, ns.const, ns.machine)
+    else:
+        specs = tensor_specs(kernel, ns.arg)
+        consts = constants(kernel, ns.const)
     ck = kernel.compile(*specs, machine=ns.machine, **consts)
     size = _dynamic_size(ck, specs, ns.size)
     if ns.check:
@@ -365,6 +439,31 @@ def cmd_report(ns, out) -> int:
     verdict = {True: ", check OK", False: ", check MISMATCH", None: ""}[res.ok]
     print(f"wrote report {path}: {ck.name} on {ck.machine.name}, {res.cycles} cycles "
           f"({res.time_us} us), bound {res.stats.get('bound')}{verdict}", file=out)
+    return EXIT_OK
+
+
+def cmd_build(ns, out) -> int:
+    from .viz.report import write_report
+    ck, res = _prepare(ns, ops=True)
+    try:
+        os.makedirs(ns.output, exist_ok=True)
+    except OSError as e:
+        raise UserCodeError(f"cannot make directory {ns.output}: {e.strerror or e}") from None
+    base = os.path.join(ns.output, ck.name)
+    program = res.program or ck.program       # (of a dynamic kernel: the program of the call simulated)
+
+    def text():
+        with open(base + ".pto", "w", encoding="utf-8") as f:
+            f.write(program.text() + "\n")
+    _write(text, base + ".pto")
+    _write(lambda: write_report(ck, base + ".html", res=res), base + ".html")
+    _write(lambda: res.to_chrome_trace(base + ".trace.json"), base + ".trace.json")
+    verdict = {True: ", check OK", False: ", check MISMATCH", None: ""}[res.ok]
+    print(f"built {ck.name} for {ck.machine.name}{f' ({res.size})' if res.size else ''}: {res.cycles} cycles "
+          f"({res.time_us} us), bound {res.stats.get('bound')}{verdict}", file=out)
+    print(f"wrote {base}.pto: the program, {len(program)} instructions in {len(program.tasks)} tasks", file=out)
+    print(f"wrote {base}.html: the report (every level, the timeline, the stats)", file=out)
+    print(f"wrote {base}.trace.json: the Chrome trace (chrome://tracing or ui.perfetto.dev)", file=out)
     return EXIT_OK
 
 
@@ -464,7 +563,7 @@ def main(argv=None) -> int:
             build_parser().print_help(file=out)
             return EXIT_USAGE
         return {"compile": cmd_compile, "report": cmd_report, "advise": cmd_advise,
-                "tune": cmd_tune}[ns.command](ns, out)
+                "tune": cmd_tune, "build": cmd_build}[ns.command](ns, out)
     except UsageError as e:
         print(f"pypto: error: {e}", file=err)
         return EXIT_USAGE

@@ -450,3 +450,32 @@ def test_a_transformer_layer_against_finite_differences():
     want = finite_diff(encoder_layer, args, wrt, {"out": dy})
     for n in wrt:
         close(got[n], want[n])
+
+
+def test_def_gradient_of_a_registered_op_in_the_seeds_form():
+    """The seeds' example: a quantizer has no useful derivative (a staircase), so its gradient is
+    given by hand: dy where x > 0 (a straight-through estimator)."""
+    @pypto.register_op
+    def my_quantize(x, bits):
+        scale = 2 ** bits - 1
+        return pypto.round(x * scale) / scale
+
+    @pypto.jit
+    def k(x, out):
+        out[:] = my_quantize(x, 4) * x
+    x = data((4, 6), away=0.05)
+    out, dy = np.zeros((4, 6), np.float32), np.ones((4, 6), np.float32)
+    try:
+        q = np.round(x.astype(np.float64) * 15) / 15
+        close(grad(k, wrt="x")(x, out, cotangents={"out": dy})["x"], q)       # through its body: d round = 0
+        seen = []
+
+        @pypto.def_gradient(my_quantize)
+        def my_quantize_grad(x, bits, dy):
+            seen.append(bits)
+            return dy * (x > 0), None
+        close(grad(k, wrt="x")(x, out, cotangents={"out": dy})["x"], q + x * (x > 0))
+        assert seen == [4]
+    finally:
+        del_gradient("my_quantize")
+        pypto.unregister_op(my_quantize)

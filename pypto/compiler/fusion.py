@@ -19,12 +19,18 @@ grouping with each row count and lowering one iteration of the group, as `alloca
 it; single-buffered when no row count fits twice, the cut default when not even one row fits).
 A whole-row group computes the reduction and what follows it tile by tile, reading its input
 from HBM once.
+
+A `pypto.fuse()` region (the ops traced in it carry its `FuseRegion` as their `fuse` attr) must
+end up in one group: its vector ops join the group of the region's first op before any other
+candidate, even without reading its values; one that cannot (another domain or tile, a value
+still being reduced across tiles, a cube group, a value of a later group) is a located error
+naming it and why.  With fusion off (options {"fusion": False}) regions are not kept.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import PyptoError
+from ..errors import PyptoError, SourceLoc, UnsupportedError
 from ..ir.core import broadcast_shapes, ceil_div
 from ..ir.tensor import OPS, TensorGraph
 from ..ir.tile import TileGraph
@@ -34,6 +40,18 @@ from .memory import assign_spaces, buffers_that_fit
 from .tileshape import (cube_nest, default_vec_tile, epilogue_vec_tile, matmul_cube_tile, matmul_k,
                         normalize_vec_tile)
 from .tiling import first_iterations
+
+
+@dataclass(frozen=True)
+class FuseRegion:
+    """A `pypto.fuse()` region of a trace: the value of its ops' `fuse` attr (printed as its
+    id: a number, or `op.N` for a region inside a registered op's body; equal by id, the
+    location of its `with` line aside)."""
+    id: int | str
+    loc: SourceLoc | None = field(default=None, compare=False, hash=False)
+
+    def __str__(self):
+        return str(self.id)
 
 
 @dataclass
@@ -56,7 +74,48 @@ def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
 
 
 def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
-    return order_groups(_fuse(g, ctx, whole_row_plan(g, ctx))[0])
+    refusals: dict[int, str] = {}
+    fused = order_groups(_fuse(g, ctx, whole_row_plan(g, ctx), refusals)[0])
+    if ctx is None or ctx.options.get("fusion", True):
+        check_regions(fused, refusals)
+    return fused
+
+
+CUBE_REFUSAL = ("a matmul's group runs on the cube core: only a bias row added to its result and a ReLU "
+                "after it join it")
+
+
+def check_regions(g: TensorGraph, refusals: dict[int, str] | None = None) -> None:
+    """Every `pypto.fuse()` region in one group, or an UnsupportedError at the first op (in graph
+    order) that is not in the group of the region's first op, saying why (`refusals`: node id ->
+    the reason fusion gave when it could not put the op there)."""
+    first: dict = {}
+    for n in g.nodes:
+        region, gid = n.attrs.get("fuse"), n.attrs.get("group")
+        if region is None or gid is None:
+            continue
+        if region not in first:
+            first[region] = n
+            continue
+        lead = first[region]
+        if gid == lead.attrs["group"]:
+            continue
+        why = (refusals or {}).get(n.id)
+        if why is None:
+            why = ("a matmul runs on the cube core in a group of its own (only a bias row and a ReLU join it)"
+                   if n.op == "matmul" else "fusion could not place it there")
+        where = f" (the `with pypto.fuse()` at {region.loc.short()})" if region.loc is not None else ""
+        lead_at = f" at {lead.loc.short()}" if lead.loc is not None else ""
+        hint = ("end the region before this op, or start a new one after it" if "cube" in why or "matmul" in why
+                else "end the region before this op")
+        if "complete only after" in why:
+            hint = ("give the reduced dim one tile (set_vec_tile_shapes with its full size) so that the "
+                    "reduction ends in the tile that reads it, or " + hint)
+        raise UnsupportedError(
+            f"pypto.fuse() region {region}{where} cannot stay one group: '{n.op}' cannot join the group of "
+            f"'{lead.op}'{lead_at}: {why}", loc=n.loc,
+            expected="the ops of the region in one group", got=f"'{n.op}' in group {gid}, '{lead.op}' in group "
+                                                                f"{lead.attrs['group']}", hint=hint)
 
 
 def order_groups(g: TensorGraph) -> TensorGraph:
@@ -208,9 +267,12 @@ def _whole_row_buffers(g, ctx, plan, dom, want) -> int:
     return nbuf
 
 
-def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGraph, list["_Group"]]:
-    """The fused graph and its groups; `plan`: {domain: rows} of whole-row default tiles."""
+def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict,
+          refusals: dict | None = None) -> tuple[TensorGraph, list["_Group"]]:
+    """The fused graph and its groups; `plan`: {domain: rows} of whole-row default tiles;
+    `refusals` receives why a `pypto.fuse()` region's op could not join its region's group."""
     groups: list[_Group] = []
+    regions: dict = {}                 # FuseRegion -> the group of its first op
     group_of: dict[int, int] = {}      # member value -> group id
     source_group: dict[int, int] = {}  # GM-resident value -> group that writes it (-1: kernel input)
     partial: set[int] = set()
@@ -224,7 +286,8 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGr
     def place(n):
         floating.discard(n.id)
         _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
-                      nest=_epilogue_nest(g, n, cube_tile), floating=floating, plan=plan)
+                      nest=_epilogue_nest(g, n, cube_tile), floating=floating, plan=plan,
+                      regions=regions, refusals=refusals)
 
     floating: set[int] = set()         # values made from nothing (fill, iota) not yet placed
 
@@ -257,10 +320,14 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGr
                 ensure_gm(i)
             groups[group_of[into]].members.append(n.id)     # its sum with `into` follows
             group_of[n.id] = group_of[into]
+            if n.attrs.get("fuse") is not None:
+                regions.setdefault(n.attrs["fuse"], group_of[into])
         elif n.op == "matmul":
             for i in n.inputs:
                 ensure_gm(i)
             grp = _Group(len(groups), "cube", n.shape, None)
+            if n.attrs.get("fuse") is not None:
+                regions.setdefault(n.attrs["fuse"], grp.id)
             groups.append(grp)
             grp.members.append(n.id)
             group_of[n.id] = grp.id
@@ -277,6 +344,8 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict) -> tuple[TensorGr
             gid = group_of[tail]
             groups[gid].members.append(n.id)
             group_of[n.id] = gid
+            if n.attrs.get("fuse") is not None:
+                regions.setdefault(n.attrs["fuse"], gid)
             for i in n.inputs:
                 if i != tail and group_of.get(i) != gid:
                     ensure_gm(i)            # the bias row
@@ -323,13 +392,14 @@ def _epilogue_nest(g, n, cube_tile) -> tuple[int, ...] | None:
 
 
 def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True, nest=None, floating=None,
-                  plan=None):
+                  plan=None, regions=None, refusals=None):
     """`nest`: the output tile of the cube group whose result n reads, over n's dims; without
     a tile of the kernel's, a group n starts gets a tile nested in it (its cube tiles are then
     finished by whole vector tiles, which lets the epilogue pair with the cube task).  `floating`:
     values made from nothing (fill, iota) not placed yet; those n reads join its group, before it.
     `plan`: {domain: rows} (`whole_row_plan`); without a tile of the kernel's (or an epilogue's),
-    a group n starts over a planned domain gets that many whole rows."""
+    a group n starts over a planned domain gets that many whole rows.  `regions`: {FuseRegion:
+    group of its first op}; an op of a region tries that group first (`refusals` gets why not)."""
     dom = _iter_shape(g, n)
     dtype = g.node(n.inputs[0]).dtype if OPS[n.op].kind in ("cast", "compare") else n.dtype
     own_tile = None
@@ -342,35 +412,30 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
+    region = n.attrs.get("fuse") if join and regions is not None else None
+    forced = regions.get(region) if region is not None else None
+    if forced is not None and forced not in cands:
+        cands = [forced] + cands        # a pypto.fuse() region's group first
+    elif forced is not None:
+        cands = [forced] + [c for c in cands if c != forced]
     # a reader of a write's result reads the whole buffer from GM, after the write: in the
     # write's group its tile would be the written value's, not the buffer's (a later write
     # into the same buffer does not read it)
     cands = [c for c in cands if not any(group_of.get(i) == c and OPS[g.node(i).op].kind == "write"
                                          and not (n.op == "write" and i == n.inputs[0]) for i in ins)]
     cands = _indexed_candidates(g, n, dom, cands, groups, group_of, ensure_gm)
+    if forced is not None and forced not in cands and refusals is not None:
+        refusals.setdefault(n.id, "it reads or makes a value written into memory by an indexed write (a scatter "
+                                  "or a write into a buffer), which must be complete before its readers run")
     chosen = None
     for gid in cands:
         grp = groups[gid]
-        if grp.kind != "vector":
-            continue
-        shape = dom if OPS[n.op].kind == "write" else n.shape
-        fits = grp.domain == dom or (OPS[n.op].kind != "reduce"
-                                     and broadcast_shapes(shape, grp.domain) == grp.domain
-                                     and len(shape) <= len(grp.domain))
-        if not fits:
-            continue
-        tile = grp.tile if "tile" not in n.attrs else normalize_vec_tile(n.attrs["tile"], grp.domain, dtype, n.loc)
-        if tile != grp.tile:
-            continue
-        if any(i in partial and group_of.get(i) == gid for i in ins):
-            continue
-        if any(group_of.get(i) != gid and _producer(i, group_of, g) >= gid for i in ins):
-            continue
-        pd = _partial_dim(n, grp.domain, grp.tile)
-        if pd is not None and grp.partial_dim not in (None, pd):
-            continue
-        chosen = grp
-        break
+        why = _refusal(g, n, grp, dom, dtype, ins, group_of, partial)
+        if why is None:
+            chosen = grp
+            break
+        if gid == forced and refusals is not None:
+            refusals.setdefault(n.id, why)
     if chosen is None:
         chosen = _Group(len(groups), "vector", dom, own_tile, whole_rows=rows is not None)
         groups.append(chosen)
@@ -390,6 +455,40 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     group_of[n.id] = chosen.id
     tile_of[n.id] = chosen.tile
     chosen.closed = chosen.closed or (OPS[n.op].kind == "write" and n.op != "write")
+    if region is not None:
+        regions.setdefault(region, chosen.id)
+
+
+def _refusal(g, n, grp, dom, dtype, ins, group_of, partial) -> str | None:
+    """Why vector op n cannot join group `grp` (None: it can)."""
+    gid = grp.id
+    if grp.kind != "vector":
+        return CUBE_REFUSAL
+    shape = dom if OPS[n.op].kind == "write" else n.shape
+    fits = grp.domain == dom or (OPS[n.op].kind != "reduce"
+                                 and broadcast_shapes(shape, grp.domain) == grp.domain
+                                 and len(shape) <= len(grp.domain))
+    if not fits:
+        return f"it iterates over {list(dom)}, the group over {list(grp.domain)}"
+    tile = grp.tile if "tile" not in n.attrs else normalize_vec_tile(n.attrs["tile"], grp.domain, dtype, n.loc)
+    if tile != grp.tile:
+        return f"its tile {list(tile)} differs from the group's {list(grp.tile)}"
+    busy = next((i for i in ins if i in partial and group_of.get(i) == gid), None)
+    if busy is not None:
+        r = g.node(busy)
+        d = r.attrs["dim"]
+        at = f" at {r.loc.short()}" if r.loc is not None else ""
+        return (f"it reads the {r.op}{at}, a reduction over dim {d} that spans {ceil_div(grp.domain[d], grp.tile[d])} "
+                f"tiles of {grp.tile[d]}: its result is complete only after the group's last tile")
+    late = next((i for i in ins if group_of.get(i) != gid and _producer(i, group_of, g) >= gid), None)
+    if late is not None:
+        r = g.node(late)
+        at = f" at {r.loc.short()}" if r.loc is not None else ""
+        return f"it reads the {r.op}{at}, a value computed by a group that runs after this one"
+    pd = _partial_dim(n, grp.domain, grp.tile)
+    if pd is not None and grp.partial_dim not in (None, pd):
+        return f"it reduces over dim {pd} across tiles, and the group already reduces over dim {grp.partial_dim}"
+    return None
 
 
 def _indexed_candidates(g, n, dom, cands, groups, group_of, ensure_gm) -> list[int]:

@@ -43,12 +43,12 @@ class Rewriter(Builder):
     def dtype(self, i: int) -> DType:
         return self.nodes[i].dtype
 
-    def red(self, op, a, dim, tile=None):
-        if tile is None:
+    def red(self, op, a, dim, tile=None, carry=None):
+        if tile is None and not carry:
             return super().red(op, a, dim)
         s = list(self.shape(a))
         s[dim] = 1
-        return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **_tile(tile)})
+        return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **_tile(tile), **(carry or {})})
 
     def graph(self) -> TensorGraph:
         return self.g.replace(self.nodes)
@@ -56,6 +56,15 @@ class Rewriter(Builder):
 
 def _tile(tile):
     return {"tile": tile} if tile else {}
+
+
+# attrs that follow an op into the nodes a pass rewrites it to: its `pypto.fuse()` region and,
+# for the parts of a registered op (`pypto.register_op`), the op's name
+CARRIED = ("fuse", "from")
+
+
+def carried(n: TNode) -> dict:
+    return {k: n.attrs[k] for k in CARRIED if k in n.attrs}
 
 
 # ---------------------------------------------------------------------------------------
@@ -71,7 +80,9 @@ def decompose(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
             continue
         rw.loc = n.loc
         t = n.attrs.get("tile")
-        rw.extra = _tile(t)
+        rw.extra = {**_tile(t), **carried(n)}
+        if row.extra.get("registered"):         # a pypto.register_op: its parts name it
+            rw.extra["from"] = n.attrs.get("from", n.op)
         out = row.decompose(rw, [rw.map[i] for i in n.inputs], n.attrs)
         out = rw.cast(out, n.dtype)
         if rw.shape(out) != n.shape:            # a reduction without keepdim of a keepdim result
@@ -116,7 +127,7 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
         rw.loc = n.loc
         if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
             x, t = rw.map[n.inputs[0]], n.attrs.get("tile")
-            r = rw.red(n.op, x, n.attrs["dim"], t)
+            r = rw.red(n.op, x, n.attrs["dim"], t, carried(n))
             shape = n.shape or (1,)
             rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":

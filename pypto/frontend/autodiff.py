@@ -147,15 +147,19 @@ class _Tape:
 
 
 def _user_rule(e: _Entry, ct: Tensor):
-    """Call a def_gradient rule with the op's arguments (a registered op's in its own order)."""
-    attrs = {k: v for k, v in e.attrs.items() if k != "tile"}
-    order = OPS[e.op].extra.get("params")
-    if order:                                   # [(name, is_tensor)] of a registered op
-        it = iter(e.ins)
-        args = [next(it) if is_t else attrs.get(name) for name, is_t in order]
+    """Call a def_gradient rule with the op's arguments: a registered op's in its signature's
+    order (tensors and attributes as the user called it, then dy), a registry op's tensors then
+    dy, its attributes by keyword."""
+    from .custom import registered
+    attrs = {k: v for k, v in e.attrs.items() if k not in ("tile", "fuse", "target", "cube_tile")}
+    op = registered().get(e.op)
+    if op is not None:
+        tensors = iter(e.ins)
+        order = [(p, p not in attrs) for p in op.signature.parameters]
+        args = [next(tensors) if is_t else attrs[p] for p, is_t in order]
         got = e.rule(*args, ct)
-        got = got if isinstance(got, (tuple, list)) else (got,)
-        return [g for (name, is_t), g in zip(order, got) if is_t]
+        got = list(got) if isinstance(got, (tuple, list)) else [got]
+        return [g for (p, is_t), g in zip(order, got) if is_t]
     got = e.rule(*e.ins, ct, **attrs)
     return list(got) if isinstance(got, (tuple, list)) else [got]
 

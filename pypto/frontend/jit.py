@@ -7,6 +7,7 @@ import inspect
 import math
 import numbers
 import textwrap
+import time
 import traceback
 
 import numpy as np
@@ -15,6 +16,7 @@ from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
                       caller_loc, in_package, located)
 from ..target.machine import get_machine
+from . import custom, profiling
 from .dynamic import DYNAMIC, SymbolicScalar
 from .tracer import Tensor, TraceContext
 
@@ -133,7 +135,8 @@ class JitKernel:
         passes = tuple(pipeline.passes) if pipeline is not None else None
         dynamic = tuple(s.name for s in specs if s.shape and s.shape[0] is DYNAMIC)
         key = (self._source_hash, tuple((s.shape, s.dtype.name) for s in specs),
-               tuple(sorted(values.items())), m, snapshots, passes, tuple(sorted((options or {}).items())))
+               tuple(sorted(values.items())), m, snapshots, passes, tuple(sorted((options or {}).items())),
+               custom.generation())
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -143,7 +146,7 @@ class JitKernel:
             ck = self._compile_dynamic(specs, dynamic, values, m, pipeline, options, snapshots)
             self._cache[key] = ck
             return ck
-        traced = self._trace(specs, values)
+        traced = self._trace(specs, values, machine=m)
         try:
             levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
                                               verify="each" if self.debug else "levels", snapshots=snapshots)
@@ -166,10 +169,10 @@ class JitKernel:
         from ..compiler.dynamic import CHUNK, MAX_CHUNK_INSTRS, DynamicInfo, chunk_for, ladder, row_axes
         from ..sim.timing import timed
         from .kernel import CompiledKernel
-        traced = self._trace(specs, values, chunk=CHUNK)
+        traced = self._trace(specs, values, chunk=CHUNK, machine=m)
         chunk = max(chunk_for(traced, CHUNK), max(self._loop_steps, default=1))   # a loop's step divides it
         if chunk != CHUNK:
-            traced = self._trace(specs, values, chunk=chunk)
+            traced = self._trace(specs, values, chunk=chunk, machine=m)
         verify = "each" if self.debug else "levels"
         # the rows of the dim kept apart: checked on the Tensor Graph the tensor passes make,
         # before the rest of the pipeline (a refusal costs milliseconds, not a whole compile)
@@ -182,7 +185,7 @@ class JitKernel:
         for rows in ladder(max(self._loop_steps, default=1), chunk):
             if compiled is not None and len(compiled[1]["pto"]) * rows > MAX_CHUNK_INSTRS * compiled[0]:
                 break
-            g = traced if rows == chunk else self._trace(specs, values, chunk=rows)
+            g = traced if rows == chunk else self._trace(specs, values, chunk=rows, machine=m)
             levels, log, snaps = _for_chunk(pipeline.run, rows, g, PassContext(m, dict(options or {}), timing=timed),
                                             verify=verify, snapshots=snapshots)
             programs[rows] = levels["pto"]
@@ -300,10 +303,11 @@ class JitKernel:
             values[k] = v
         return values
 
-    def _trace(self, specs, values, chunk: int | None = None):
+    def _trace(self, specs, values, chunk: int | None = None, machine=None):
         """The Tensor Graph of the kernel for these specs; with `chunk`, a pypto.DYNAMIC dim is a
-        SymbolicScalar N standing for `chunk` rows."""
-        with TraceContext(self.name) as ctx:
+        SymbolicScalar N standing for `chunk` rows; `machine`: the Machine compiled for (what
+        `pypto.target_specific` chooses by)."""
+        with TraceContext(self.name, machine) as ctx:
             ctx.dynamic = chunk is not None
             proxies = [ctx.input(s.name, tuple(SymbolicScalar(chunk) if d is DYNAMIC else d for d in s.shape),
                                  s.dtype, self.loc) for s in specs]
@@ -339,15 +343,20 @@ class JitKernel:
     # --- run ----------------------------------------------------------------------------------
     def __call__(self, *args, machine="a2a3", **consts):
         """Compile (cached) and simulate functionally; write the results into the output arrays."""
+        watched = profiling.collecting()      # inside a pypto.profile() block
+        start = time.perf_counter() if watched else 0.0
         try:
             ck = self._compile(args, machine, self.debug, consts)
-            res = ck.simulate(*args, mode="functional", check=False)
+            with profiling.inner_runs(watched):
+                res = ck.simulate(*args, mode="functional", check=False)
         except PyptoError as e:
             raise located(e).with_traceback(None) from None
         from .kernel import as_array
         for name, a in zip(self.tensor_params, args):
             if name in ck.traced.output_names:
                 as_array(a)[...] = res.outputs[name]
+        if watched:
+            profiling.record(ck, "call", time.perf_counter() - start, args=args)
 
     def cache_clear(self):
         self._cache.clear()

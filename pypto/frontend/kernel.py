@@ -28,6 +28,7 @@ from ..ir.tile import TileGraph
 from ..sim.result import SimResult
 from ..sim.run import simulate as run_sim
 from ..target.machine import Machine
+from . import profiling
 
 
 @dataclass
@@ -117,7 +118,7 @@ class CompiledKernel:
             from .tracer import Tensor
             specs = [Tensor((n,) + p.shape[1:] if p.name in self.dynamic.params else p.shape, p.dtype, p.name)
                      for p in self.traced.params]
-            got = self._remember(key, self.kernel._trace(specs, self.consts))
+            got = self._remember(key, self.kernel._trace(specs, self.consts, machine=self.machine))
         return got
 
     def program_for(self, n: int) -> Program:
@@ -195,6 +196,10 @@ class CompiledKernel:
         A kernel with a pypto.DYNAMIC dim runs `program_for(N)` for the arrays' size N (or, in
         timing mode without arrays, for `size=N`).
         """
+        if profiling.collecting():      # inside a pypto.profile() block: this run is recorded
+            return profiling.watch(self, "simulate", lambda: self.simulate(
+                *args, machine=machine, mode=mode, check=check, checked=checked, trace=trace, engine=engine,
+                size=size), args=args, size=size)
         if machine is not None and machine != self.machine.name and machine != self.machine:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
                                                           trace=trace, engine=engine, size=size)

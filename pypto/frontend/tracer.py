@@ -72,13 +72,26 @@ def _user_calls() -> bool:
     return called_by_user(__file__)
 
 
+# the op kinds that take the kernel's vector tile (set_vec_tile_shapes) as their `tile` attr
+TILED_KINDS = ("unary", "binary", "reduce", "cast", "composite", "compare", "select", "broadcast", "fill", "iota")
+
+
 class TraceContext:
-    """Collects the nodes of one kernel trace."""
+    """Collects the nodes of one kernel trace.
+
+    `machine` is the Machine compiled for (None when a trace is not for one compile: a probe);
+    `pypto.target_specific` reads it and sets `machine_used`.  `fuse` is the open
+    `pypto.fuse()` region (a `compiler.fusion.FuseRegion`): the ops traced in it get it as
+    their `fuse` attr."""
 
     _stack: list["TraceContext"] = []
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, machine=None):
         self.name = name
+        self.machine = machine
+        self.machine_used = False
+        self.fuse = None
+        self.fuse_count = 0
         self.nodes: list[TNode] = []
         self.params: list[Param] = []
         self.vec_tile: TileSpec | None = None
@@ -107,16 +120,21 @@ class TraceContext:
 
     def add(self, op: str, inputs: Sequence["Tensor"], out_shape, dtype, /, **attrs) -> "Tensor":
         for t in inputs:
+            if t._ctx is not self:
+                raise UnsupportedError(
+                    f"{op}: a tensor of another trace", loc=user_loc(),
+                    expected="tensors of the kernel (or registered op) being traced", got=repr(t),
+                    hint="a registered op's body computes only with its arguments: pass the tensor as one more")
             if t._param is not None and t._param in self.stored:
                 raise UnsupportedError(
                     f"'{t._param}' is read after the kernel wrote to it", loc=user_loc(),
                     expected="outputs to be written after their last read", got=f"a read of {t._param}")
-        if OPS[op].kind in ("unary", "binary", "reduce", "cast", "composite", "compare", "select", "broadcast",
-                            "fill",
-                            "iota") and self.vec_tile:
+        if OPS[op].kind in TILED_KINDS and self.vec_tile:
             attrs.setdefault("tile", self.vec_tile)
         if op == "matmul" and self.cube_tile:
             attrs.setdefault("tile", self.cube_tile)
+        if self.fuse is not None and op not in ("input", "const", "store"):
+            attrs.setdefault("fuse", self.fuse)
         out_shape = tuple(out_shape)
         symbolic = any(isinstance(d, SymbolicScalar) for d in out_shape)
         if self.dynamic:                # graph nodes hold plain ints; the proxy keeps the symbols
