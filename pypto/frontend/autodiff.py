@@ -439,7 +439,67 @@ def grad(kernel, wrt) -> GradFn:
     return GradFn(kernel, wrt)
 
 
-def value_and_grad(kernel, wrt) -> GradFn:
-    """Like `grad`, also giving the outputs: `(outputs, gradients)` from one backward kernel that
-    writes both (the outputs are written into the output arrays passed, as a kernel call does)."""
-    return GradFn(kernel, wrt, value=True)
+class LossGrad:
+    """`pypto.value_and_grad(loss_fn)`: `(model, *inputs) -> (loss, {state-dict key: gradient})`,
+    each parameter's `.grad` set.  `loss_fn(model, *inputs)` is written with pypto ops and
+    returns one number (a tensor of one element); the model (a `pypto.nn.Module`) turns it into
+    a kernel over its parameters (`model.to_kernel(*inputs, fn=loss_fn)`), and one backward
+    kernel computes the loss and the gradients of every parameter that requires one."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self._grads: dict = {}              # forward kernel -> its GradFn
+        self.grad_fn: GradFn | None = None  # of the last call: .backward_kernel, .backward_args
+
+    def __repr__(self):
+        return f"<pypto.value_and_grad of {getattr(self.fn, '__name__', self.fn)!r}>"
+
+    @property
+    def backward_kernel(self):
+        return None if self.grad_fn is None else self.grad_fn.backward_kernel
+
+    @property
+    def backward_args(self):
+        return None if self.grad_fn is None else self.grad_fn.backward_args
+
+    def __call__(self, model, *inputs, machine="a2a3"):
+        if not hasattr(model, "to_kernel") or not hasattr(model, "named_parameters"):
+            raise PyptoError("value_and_grad(loss_fn) is called with a model first: vg(model, *inputs)",
+                             expected="a pypto.nn.Module", got=type(model).__name__,
+                             hint="for a @pypto.jit kernel use pypto.value_and_grad(kernel, wrt=[...])")
+        jk, arrays, names = model.to_kernel(*inputs, fn=self.fn)
+        params = dict(model.named_parameters())
+        wrt = [k for k, key in names.items() if getattr(params[key], "requires_grad", True)]
+        if not wrt:
+            raise PyptoError("value_and_grad: no parameter of the model requires a gradient",
+                             expected="a model with parameters", got=f"{type(model).__name__} with none")
+        g = self._grads.get(jk)
+        if g is None or g.wrt != tuple(wrt):
+            g = self._grads[jk] = GradFn(jk, wrt, value=True)
+        self.grad_fn = g
+        outs, grads = g(*arrays, machine=machine)
+        (loss,) = outs.values()
+        by_key = {}
+        for k, gr in grads.items():
+            params[names[k]].grad = gr
+            by_key[names[k]] = gr
+        return (float(loss.reshape(-1)[0]) if loss.size == 1 else loss), by_key
+
+
+def value_and_grad(fn, wrt=None):
+    """The value and the gradients in one backward kernel.
+
+    - `pypto.value_and_grad(kernel, wrt=["w"])(*args, cotangents=...)` -> (outputs, gradients),
+      the outputs also written into the output arrays passed, as a kernel call does;
+    - `pypto.value_and_grad(loss_fn)(model, *inputs)` -> (loss, {parameter key: gradient}) for a
+      scalar loss of a `pypto.nn.Module`, each parameter's `.grad` set (see `LossGrad`)."""
+    from .jit import JitKernel
+    if isinstance(fn, JitKernel):
+        if wrt is None:
+            raise KernelSignatureError(f"value_and_grad({fn.name}) needs wrt: the inputs to differentiate",
+                                       loc=fn.sig_loc(), expected="wrt=['x', ...]", got="no wrt")
+        return GradFn(fn, wrt, value=True)
+    if not callable(fn):
+        raise PyptoError("value_and_grad takes a @pypto.jit kernel or a loss function (model, *inputs) -> loss",
+                         expected="a callable", got=type(fn).__name__)
+    return LossGrad(fn)
