@@ -30,6 +30,7 @@ from .tracer import Tensor, TraceContext
 
 # rules given with @pypto.def_gradient: op name -> f(*op arguments, dy) -> one gradient per argument
 _OVERRIDES: dict[str, Callable] = {}
+_GENERATION = [0]       # bumped when a rule is given or taken back: backward kernels are written anew
 
 
 def _op_name(op) -> str:
@@ -67,13 +68,15 @@ def def_gradient(op):
 
     def register(fn):
         _OVERRIDES[name] = fn
+        _GENERATION[0] += 1
         return fn
     return register
 
 
 def del_gradient(op) -> None:
     """Forget the rule `def_gradient` gave `op` (its own rule applies again)."""
-    _OVERRIDES.pop(_op_name(op), None)
+    if _OVERRIDES.pop(_op_name(op), None) is not None:
+        _GENERATION[0] += 1
 
 
 class _Writer(Builder):
@@ -274,7 +277,7 @@ class GradFn:
                                            got=str(p.dtype))
         cots = self._cotangents(g, outs, cotangents)
         self._outs = outs
-        key = (tuple(cots), tuple(sorted(consts)))
+        key = (tuple(cots), tuple(sorted(consts)), _GENERATION[0])
         jk = self._kernels.get(key)
         if jk is None:
             jk = self._kernels[key] = self._make(tuple(cots), outs, consts)
@@ -383,7 +386,7 @@ class GradFn:
         jk = JitKernel(backward, pipeline=k.pipeline, debug=k.debug)
         jk.loc = k.loc
         jk._def = _DefInfo()            # its signature errors point at the forward kernel's def line
-        jk._source_hash = hashlib.sha1(repr((k._source_hash, wrt, cots, value)).encode()).hexdigest()
+        jk._source_hash = hashlib.sha1(repr((k._source_hash, wrt, cots, value, _GENERATION[0])).encode()).hexdigest()
         jk.forward_kernel = k
         return jk
 
