@@ -41,6 +41,7 @@ bench: install
 	$(PYTHON) benchmarks/dynamic_shapes.py
 	$(PYTHON) benchmarks/cost_fidelity.py
 	$(PYTHON) benchmarks/tune.py
+	$(PYTHON) benchmarks/nn.py
 
 # Differential fuzzing (tests/fuzz): `make fuzz SEEDS=1000 BUDGET=1800 [SEED=first] [DYNAMIC_EVERY=K]`;
 # SEEDS=0 runs until the budget (seconds); without SEED a fresh random first seed; DYNAMIC_EVERY:

@@ -16,6 +16,7 @@ from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
 from .ir.program import Program
+from . import nn, optim  # noqa: F401  (pypto.nn: torch.nn-style modules written with pypto ops; pypto.optim)
 
 __version__ = "0.1.0"
 
@@ -81,7 +82,7 @@ def unload_ipython_extension(ipython):
 __all__ = sorted({
     "CompilerPipeline", "DYNAMIC", "SymbolicScalar", "cond", "loop", "DT_BF16", "DT_BOOL", "DT_FP16", "DT_FP32", "DT_INT8", "DT_INT32", "DType", "DTypeError",
     "JitKernel", "KernelSignatureError", "def_gradient", "grad", "value_and_grad",
-    "check_graph", "fuse", "profile", "register_op", "target_specific", "unregister_op", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
+    "check_graph", "fuse", "nn", "optim", "profile", "register_op", "target_specific", "unregister_op", "MagicUsageError", "Program", "PyptoError", "ShapeError", "SimulationError",
     "Tensor", "TileShapeError", "UnsupportedError", "VerificationError", "advise", "compare", "explore", "jit", "report",
     "tune",
     *_ops.__all__})

@@ -115,7 +115,7 @@ want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 have="$(cat "$STAMP" 2>/dev/null || true)"
 # (a package of the extras that went missing from .venv, e.g. uninstalled by hand, also redoes it)
 if [ "$want" = "$have" ] && "$VENV/bin/python" -c \
-        'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("playwright", "jupyterlab", "nbval", "distributed")))' \
+        'import importlib.util as u, sys; sys.exit(any(u.find_spec(m) is None for m in ("playwright", "jupyterlab", "nbval", "distributed", "torch")))' \
         >/dev/null 2>&1; then
     log "up to date (.venv, pyproject.toml unchanged)"
     exit 0

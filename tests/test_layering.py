@@ -23,8 +23,8 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pypto")
 
-LAYERS = (("base",), ("target",), ("ir",), ("compiler", "sim"), ("frontend",), ("tuning",), ("viz",), ("magics",), ("top",),
-          ("cli",))
+LAYERS = (("base",), ("target",), ("ir",), ("compiler", "sim"), ("frontend",), ("tuning", "nn"), ("viz",), ("magics",),
+          ("top",), ("cli",))
 RANK = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
 
 # (importing module, imported module, why): the upward imports there are, all lazy
@@ -44,6 +44,8 @@ ALLOWED = (
      "PassDiff._repr_html_: a notebook shows what a pass changed as an HTML diff"),
     ("pypto.frontend.kernel", "pypto.viz.graphs",
      "PassDiff.graph(): the graph after a pass with its new nodes coloured"),
+    ("pypto.nn.profile", "pypto.viz.nn_report",
+     "ModelProfile._repr_html_: a model's profile shows as tables in a notebook; pypto.nn returns data"),
     ("pypto.viz.report", "pypto",
      "the report names pypto's version, which pypto/__init__.py defines (until it moves to a base module)"),
 )

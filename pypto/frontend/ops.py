@@ -535,10 +535,16 @@ def log10(x): return _unary("log10", x)
 
 
 def gelu(x, approximate: str = "tanh"):
-    """GELU; `approximate="tanh"` (the default here, as in CANN's kernels): 0.5 x (1 + tanh(...))."""
+    """GELU; `approximate="tanh"` (the default here, as in CANN's kernels): 0.5 x (1 + tanh(...));
+    `approximate="none"` (torch's default): the exact form 0.5 x (1 + erf(x / sqrt(2)))."""
+    if approximate == "none":
+        x = _tensor(x, "gelu")
+        _float_only(x, "gelu")
+        half = mul(x, 0.5)
+        return mul(half, add(erf(mul(x, 0.7071067811865476)), 1.0))    # noqa: F821 (erf: the registry's row)
     if approximate != "tanh":
-        raise UnsupportedError("gelu: only the tanh approximation is available", loc=user_loc(),
-                               expected='approximate="tanh"', got=repr(approximate))
+        raise UnsupportedError("gelu: unknown approximation", loc=user_loc(),
+                               expected='approximate="tanh" or "none"', got=repr(approximate))
     return _unary("gelu", x)
 
 
