@@ -2,8 +2,11 @@
 
 The kernels are the benchmarks' own (benchmarks/kernels.py), so the figures the tests pin are the
 ones the benchmarks report."""
+import inspect
 import os
 import sys
+
+import pytest
 
 from pypto.ir.exec import TileRef
 from pypto.ir.gm import GMRef
@@ -48,3 +51,20 @@ def unary_kernel(fn):
 def tile_consts(tiles):
     """The constants of a (TM, TN) tile, or none for pypto's default tile."""
     return {} if tiles is None else {"TM": tiles[0], "TN": tiles[1]}
+
+
+@pytest.fixture
+def fresh_registry():
+    """Every op a test registers (pypto.register_op) is removed after it: the registry is global,
+    and docs/ops.md and tests/test_registry.py read it."""
+    from pypto.frontend import custom
+    before = set(custom.registered())
+    yield
+    for name in set(custom.registered()) - before:
+        custom.unregister_op(name)
+
+
+def line_of(fn, text: str) -> int:
+    """The line number of the first line of `fn`'s source containing `text`."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(k for k, ln in enumerate(lines) if text in ln)

@@ -15,21 +15,11 @@ from pypto.frontend.custom import fuse, register_op, unregister_op
 from pypto.ir.ops import OPS, Builder
 from pypto.ir.program import Program
 
+from common import fresh_registry, line_of  # noqa: F401  (the fixture, used by every test)
 
-@pytest.fixture(autouse=True)
-def registry():
-    """Every op a test registers is removed after it (the registry is global: docs/ops.md and
-    tests/test_registry.py read it)."""
-    before = set(custom.registered())
-    yield
-    for name in set(custom.registered()) - before:
-        unregister_op(name)
+pytestmark = pytest.mark.usefixtures("fresh_registry")
 
 
-def line_of(fn, text: str) -> int:
-    """The line number of the first line of `fn`'s source containing `text`."""
-    lines, first = inspect.getsourcelines(fn)
-    return first + next(k for k, ln in enumerate(lines) if text in ln)
 
 
 def quantize_op():

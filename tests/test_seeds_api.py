@@ -21,20 +21,13 @@ from pypto.frontend.graph_check import check_graph
 from pypto.ir.program import Program
 from pypto.viz.profile import profile
 
+from common import fresh_registry, line_of  # noqa: F401  (the fixture, used by every test)
+
+pytestmark = pytest.mark.usefixtures("fresh_registry")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(autouse=True)
-def registry():
-    before = set(custom.registered())
-    yield
-    for name in set(custom.registered()) - before:
-        unregister_op(name)
-
-
-def line_of(fn, text: str) -> int:
-    lines, first = inspect.getsourcelines(fn)
-    return first + next(k for k, ln in enumerate(lines) if text in ln)
 
 
 @pypto.jit

@@ -25,6 +25,7 @@ class OpEntry(NamedTuple):
     lowering: str                # "PTO" (instructions of its own) or "decomposition" or "frontend"
     instructions: tuple[str, ...]
     doc: str
+    gradient: str = ""           # its rule (the registry's `grad` column), "decomposition" or "none"
 
 
 class _Recorder(Builder):
@@ -86,6 +87,21 @@ def _primitives(row) -> tuple[str, ...]:
     return tuple(dict.fromkeys(rec.used))
 
 
+def _gradient(row) -> str:
+    """How `pypto.grad` differentiates the op: by its rule, through its decomposition, or not (its
+    result is a mask or an index, or it has no operand)."""
+    if row.grad is not None:
+        return "0 (piecewise constant)" if getattr(row.grad, "__name__", "") == "_g_zero" else "rule"
+    if row.decompose is not None:
+        rec = _Recorder(max(row.arity, 1))
+        try:
+            out = row.decompose(rec, list(rec._vals), _Attrs())
+        except Exception:  # pragma: no cover - a decomposition that needs real attrs
+            return "decomposition"
+        return "decomposition" if rec.dtype(out).is_float else "none"
+    return "none"
+
+
 def _first_sentence(doc: str) -> str:
     text = " ".join(doc.split("\n\n")[0].split())
     m = re.search(r"(?<!\.)\.\s", text)          # (not the ".." of "0 .. n-1")
@@ -121,9 +137,13 @@ def op_table() -> list[OpEntry]:
         if row.kind == "composite":
             prims = _primitives(row)
             instrs = tuple(dict.fromkeys(i for p in prims for i in _instructions(OPS[p])[:1]))
-            entries.append(OpEntry(names, row.name, row.kind, kinds, "decomposition: " + ", ".join(prims), instrs, doc))
+            grad = _gradient(row)
+            if row.name == "top_index":          # pypto.topk: its rounds pick indices; its values are a gather
+                grad = "values: gather's rule; indices: none"
+            entries.append(OpEntry(names, row.name, row.kind, kinds, "decomposition: " + ", ".join(prims), instrs, doc,
+                                   grad))
         else:
-            entries.append(OpEntry(names, row.name, row.kind, kinds, "PTO", _instructions(row), doc))
+            entries.append(OpEntry(names, row.name, row.kind, kinds, "PTO", _instructions(row), doc, _gradient(row)))
     return sorted(entries, key=lambda e: (e.lowering == "frontend", e.names[0]))
 
 
@@ -141,15 +161,18 @@ def op_table_markdown() -> str:
            f"the registry has {len(OPS)} rows in all (with the internal ones: input, const, store, copy, ...).", "",
            "`dtypes`: `floats` for ops that need fp32/fp16/bf16, `all` for those that also take int8/int32 "
            "(and masks, where it makes sense).  `instructions`: the PTO instructions its lowering can emit "
-           "(for a decomposition, those of its parts).", "",
-           "| op | kind | dtypes | lowering | instructions | what |", "|---|---|---|---|---|---|"]
+           "(for a decomposition, those of its parts).  `gradient`: how `pypto.grad` differentiates it: by its "
+           "rule (the registry's `grad` column), through its decomposition, or `none` (its result is a mask or "
+           "an index: no gradient flows through it).", "",
+           "| op | kind | dtypes | lowering | instructions | gradient | what |", "|---|---|---|---|---|---|---|"]
     for e in rows:
         names = ", ".join(f"`{n}`" for n in e.names)
-        out.append(f"| {names} | {e.kind} | {e.dtypes} | {e.lowering} | {' '.join(e.instructions)} | {e.doc} |")
+        out.append(f"| {names} | {e.kind} | {e.dtypes} | {e.lowering} | {' '.join(e.instructions)} | {e.gradient} "
+                   f"| {e.doc} |")
     out += ["", "## Built in the frontend", "",
             "Shape and layout ops (views, transposes and reshapes of GM tensors, free until a copy is needed), "
             "concatenation and padding (writes into a tensor of the kernel), convolution (matmuls per kernel "
-            "position), and the reductions over several dims.", "",
+            "position), and the reductions over several dims.  Their gradients are those of their parts.", "",
             "| op | what |", "|---|---|"]
     for e in built:
         out.append(f"| {', '.join(f'`{n}`' for n in e.names)} | {e.doc} |")

@@ -478,14 +478,8 @@ class Module:
                          expected="def forward(self, x): ... written with pypto ops", got="none")
 
     def __call__(self, *args, **kwargs):
-        if TraceContext._stack or any(_is_traced(v) for v in _flat(args, kwargs)):
-            st = _state()
-            st.calls.append(self)
-            try:
-                return self.forward(*args, **kwargs)
-            finally:
-                st.calls.pop()
-        if self._kernel_per_child:
+        # in a trace its ops join it; a model of kernels per child (Transformer) calls them in turn
+        if TraceContext._stack or self._kernel_per_child or any(_is_traced(v) for v in _flat(args, kwargs)):
             st = _state()
             st.calls.append(self)
             try:

@@ -208,7 +208,17 @@ def _flat_last(x, k):
     return x.reshape(*lead, math.prod(x.shape[-k:])), tuple(x.shape)
 
 
-class LayerNorm(Module):
+class _Norm(Module):
+    """What LayerNorm and RMSNorm share: a normalized_shape, an eps, an optional weight."""
+
+    def _config(self):
+        return (self.normalized_shape, self.eps)
+
+    def extra_repr(self):
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LayerNorm(_Norm):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last len(normalized_shape) dims;
     `weight` (ones) and `bias` (zeros) of normalized_shape when elementwise_affine."""
 
@@ -227,12 +237,6 @@ class LayerNorm(Module):
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
 
-    def _config(self):
-        return (self.normalized_shape, self.eps)
-
-    def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
-
     def forward(self, input):
         shape = self.normalized_shape
         _check_normalized(self, input, shape)
@@ -247,7 +251,7 @@ class LayerNorm(Module):
         return y if back is None else y.reshape(*back)
 
 
-class RMSNorm(Module):
+class RMSNorm(_Norm):
     """x / sqrt(mean(x^2) + eps) * weight over the last len(normalized_shape) dims; eps None:
     the machine epsilon of the input's dtype (torch.nn.RMSNorm)."""
 
@@ -261,12 +265,6 @@ class RMSNorm(Module):
             self.weight = Parameter(np.ones(self.normalized_shape, _np_dtype(dtype)))
         else:
             self.register_parameter("weight", None)
-
-    def _config(self):
-        return (self.normalized_shape, self.eps)
-
-    def extra_repr(self):
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
     def forward(self, input):
         shape = self.normalized_shape
