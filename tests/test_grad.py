@@ -150,6 +150,39 @@ UNARY = [
 ]
 
 
+# d/dx of element-wise ops, written out in numpy (float64): a second reference beside the differences
+ANALYTIC = {
+    "exp": np.exp, "log": lambda x: 1 / x, "sqrt": lambda x: 0.5 / np.sqrt(x), "rsqrt": lambda x: -0.5 * x ** -1.5,
+    "reciprocal": lambda x: -1 / (x * x), "abs": np.sign, "neg": lambda x: -np.ones_like(x),
+    "relu": lambda x: (x > 0).astype(float), "sigmoid": lambda x: _sig(x) * (1 - _sig(x)),
+    "tanh": lambda x: 1 - np.tanh(x) ** 2, "silu": lambda x: _sig(x) * (1 + x * (1 - _sig(x))),
+    "softplus": lambda x: _sig(x), "square": lambda x: 2 * x, "expm1": np.exp,
+    "log1p": lambda x: 1 / (1 + x), "exp2": lambda x: np.log(2) * np.exp2(x), "log2": lambda x: 1 / (x * np.log(2)),
+    "log10": lambda x: 1 / (x * np.log(10)), "softsign": lambda x: 1 / (1 + np.abs(x)) ** 2,
+    "sinh": np.cosh, "cosh": np.sinh, "asinh": lambda x: 1 / np.sqrt(x * x + 1),
+    "acosh": lambda x: 1 / np.sqrt(x * x - 1), "atanh": lambda x: 1 / (1 - x * x),
+    "logsigmoid": lambda x: 1 - _sig(x), "tanhshrink": lambda x: np.tanh(x) ** 2,
+    "elu": lambda x: np.where(x > 0, 1.0, np.exp(x)), "floor": np.zeros_like, "round": np.zeros_like,
+    "frac": np.ones_like, "sign": np.zeros_like, "pow 3": lambda x: 3 * x * x, "pow 0.5": lambda x: 0.5 / np.sqrt(x),
+    "pow -1.5": lambda x: -1.5 * x ** -2.5, "pow 1.7": lambda x: 1.7 * x ** 0.7,
+    "clamp": lambda x: ((x > -1.0) & (x < 0.5)).astype(float),
+    "leaky_relu": lambda x: np.where(x > 0, 1.0, 0.1),
+}
+
+
+def _sig(x):
+    return 1 / (1 + np.exp(-x))
+
+
+@pytest.mark.parametrize("name", sorted(ANALYTIC))
+def test_elementwise_gradient_matches_its_derivative(name):
+    fn, dom = next((f, d) for n, f, d in UNARY if n == name)
+    x = data((6, 10), **{"lo": -2.0, "hi": 2.0, **dom})
+    dy = RNG.standard_normal((6, 10)).astype(np.float32)
+    got = grad(unary_kernel(fn), wrt="x")(x, np.zeros((6, 10), np.float32), cotangents={"out": dy})["x"]
+    close(got, dy * ANALYTIC[name](x.astype(np.float64)))
+
+
 @pytest.mark.parametrize("name,fn,dom", UNARY, ids=[u[0] for u in UNARY])
 def test_op_gradient_matches_finite_differences(name, fn, dom):
     x = data((6, 10), **{"lo": -2.0, "hi": 2.0, **dom})
@@ -361,6 +394,15 @@ def test_gradient_through_argmax_only_is_a_located_error():
         grad(k, wrt="x")(x, np.zeros((3, 1), np.float32), cotangents={"out": np.ones((3, 1), np.float32)})
     assert "argmax" in e.value.message and "no gradient" in e.value.message
     assert e.value.loc is not None and e.value.loc.line == k.loc.line + 2
+
+
+def test_gradient_through_a_comparison_only_is_a_located_error():
+    @pypto.jit
+    def k(x, out):
+        out[:] = pypto.cast(x > 0.5, F32) * 2.0
+    with pytest.raises(UnsupportedError, match="only through gt") as e:
+        grad(k, wrt="x")(data((2, 3)), np.zeros((2, 3), np.float32), cotangents={"out": np.ones((2, 3), np.float32)})
+    assert e.value.loc.line == k.loc.line + 2
 
 
 def test_a_mask_times_x_is_differentiable_as_in_torch():
