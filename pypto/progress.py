@@ -6,7 +6,9 @@ passes or instructions, `unit` naming them), `update(done, detail)` says how far
 draw.  Who listens decides how it looks:
 
 - by default, a one-line bar on stderr once a stage has run for `STDERR_AFTER_S` (a script or a
-  terminal sees a long simulation move, as before);
+  terminal sees a long simulation move, as before); not in a Jupyter kernel, where the line would
+  stay among the cell's stored outputs, there or not by the machine's speed (nbval compares them);
+  the explorer, the magic and `pypto.tune` draw bars of their own there;
 - inside `listening(callback)` (the explorer and the magic use it), `callback(event)` gets every
   update as a `ProgressEvent` instead, and nothing is written to stderr; the callback throttles
   and draws (a progress bar in the notebook, next to the view it is refreshing).
@@ -80,7 +82,7 @@ class Stage:
         elapsed = time.perf_counter() - self.t0
         if self.listener is not None:
             self.listener(ProgressEvent(self.what, done, self.total, detail, self.unit, elapsed, False))
-        elif not self.quiet and elapsed >= STDERR_AFTER_S:
+        elif not self.quiet and elapsed >= STDERR_AFTER_S and not _in_kernel():
             self.shown = True
             frac = min(done / self.total, 1.0)
             bar = "#" * int(30 * frac)
@@ -95,6 +97,11 @@ class Stage:
         elif self.shown:
             self.update(done)
             sys.stderr.write("\n")
+
+
+def _in_kernel() -> bool:
+    """Whether stderr is a Jupyter kernel's stream (ipykernel's OutStream)."""
+    return type(sys.stderr).__module__.startswith("ipykernel")
 
 
 def stage(what: str, total: int, unit: str = "", quiet: bool = False) -> Stage:

@@ -10,6 +10,7 @@ dropped so that the diff shows only what the notebooks print.
 """
 from __future__ import annotations
 
+import os
 import pathlib
 import sys
 
@@ -17,6 +18,10 @@ import nbformat
 from nbclient import NotebookClient
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from conftest import REPRODUCIBLE  # noqa: E402  (the CPU kernels nbval checks the outputs with)
+
+os.environ.update(REPRODUCIBLE)     # the notebook kernels started below inherit it
 ROOT = REPO / "tutorials"
 GALLERY = REPO / "notebooks"
 

@@ -78,3 +78,22 @@ def test_a_failed_compile_closes_its_stage_where_it_stopped():
     first = next(i for i, e in enumerate(seen) if e.closed)
     failed = seen[first - 1].detail.removeprefix("pass ")
     assert failed == "allocate" and seen[first].done == seen[first - 1].done < seen[first].total
+
+
+def test_in_a_jupyter_kernel_a_long_stage_writes_nothing_to_stderr():
+    """A stderr bar there or not by the machine's speed would be a stored output nbval compares
+    (tutorial 03's search cell got one on a loaded machine): a real kernel runs a long stage."""
+    from jupyter_client.manager import start_new_kernel
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        code = ("import pypto.progress as p\np.STDERR_AFTER_S = 0.0\ns = p.stage('simulating k', 10)\n"
+                "s.update(5)\ns.close()\nprint('done', type(__import__('sys').stderr).__module__)")
+        streams = []
+        kc.execute_interactive(code, timeout=60,
+                               output_hook=lambda m: streams.append((m["content"].get("name"), m["content"].get("text")))
+                               if m["msg_type"] == "stream" else None)
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    assert ("stdout", "done ipykernel.iostream\n") in streams
+    assert not [s for s in streams if s[0] == "stderr"], streams
