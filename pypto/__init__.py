@@ -15,6 +15,7 @@ from .frontend.graph_check import check_graph
 from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
+from .frontend import tile  # noqa: F401  (pypto.tile: the Tile tier, PTO instructions in lower case)
 from .ir.program import Program
 from . import nn, optim  # noqa: F401  (pypto.nn: torch.nn-style modules written with pypto ops; pypto.optim)
 

@@ -106,7 +106,7 @@ def check_graph(kernel, *args, machine="a2a3", options=None, **consts) -> Findin
         found.append(_from_error(e))
     found += _unused_inputs(kernel, traced) + _writes(traced) + _dead_values(traced)
     try:
-        ck = JitKernel(kernel.fn, pipeline=kernel.pipeline, debug=True)._compile(
+        ck = JitKernel(kernel.fn, pipeline=kernel.pipeline, debug=True, level=kernel.level)._compile(
             args, m, False, consts, None, options)
         ck.program.verify(m)
     except PyptoError as e:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import inspect
 import math
@@ -14,7 +15,7 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import (DTypeError, KernelSignatureError, PyptoError, ShapeError, SourceLoc, TileShapeError,
-                      caller_loc, in_package, located)
+                      UnsupportedError, caller_loc, in_package, located)
 from ..target.machine import get_machine
 from . import custom, profiling
 from .dynamic import DYNAMIC, SymbolicScalar
@@ -22,10 +23,13 @@ from .tracer import Tensor, TraceContext
 
 
 class JitKernel:
-    """A kernel: tensor parameters (positional) and compile-time integer constants (keyword-only)."""
+    """A kernel: tensor parameters (positional) and compile-time integer constants (keyword-only).
+    `level`: "tensor" (ops on whole tensors, tiled by the compiler) or "tile" (pypto.tile
+    instructions on tiles: the pipeline starts at the Tile Graph the kernel writes)."""
 
-    def __init__(self, fn, pipeline=None, debug: bool = False):
+    def __init__(self, fn, pipeline=None, debug: bool = False, level: str = "tensor"):
         self.fn = fn
+        self.level = level
         self.__name__ = self.name = fn.__name__
         self.__doc__ = fn.__doc__
         self.__wrapped__ = fn
@@ -142,15 +146,28 @@ class JitKernel:
             return hit
         pipeline = pipeline or Pipeline(default_passes())
         check_options(options or {}, pipeline.passes)
-        if dynamic:
+        if self.level == "tile":
+            if dynamic:
+                raise UnsupportedError(f"{self.name} is a tile-level kernel with a pypto.DYNAMIC dim",
+                                       loc=self.sig_loc(dynamic[0]), expected="static shapes", got="pypto.DYNAMIC",
+                                       hint="tile-level kernels are compiled per shape: call them with arrays")
+            from .tile import tile_pipeline
+            tiles: list = []
+            traced = self._trace(specs, values, machine=m, tiles=tiles)
+            pipeline = tile_pipeline(pipeline, tiles[0])
+        elif dynamic:
             ck = self._compile_dynamic(specs, dynamic, values, m, pipeline, options, snapshots)
             self._cache[key] = ck
             return ck
-        traced = self._trace(specs, values, machine=m)
+        else:
+            traced = self._trace(specs, values, machine=m)
         try:
             levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
                                               verify="each" if self.debug else "levels", snapshots=snapshots)
         except TileShapeError as e:
+            if self.level == "tile" and not e.hint:
+                raise TileShapeError(e.message, loc=e.loc, expected=e.expected, got=e.got,
+                                     hint="load smaller views (fewer rows or columns per loop step)") from None
             if e.hint or "do not fit" not in e.message:
                 raise
             hint = _fitting_tile_hint(traced, e, pipeline, m, options)
@@ -303,11 +320,13 @@ class JitKernel:
             values[k] = v
         return values
 
-    def _trace(self, specs, values, chunk: int | None = None, machine=None):
+    def _trace(self, specs, values, chunk: int | None = None, machine=None, tiles: list | None = None):
         """The Tensor Graph of the kernel for these specs; with `chunk`, a pypto.DYNAMIC dim is a
         SymbolicScalar N standing for `chunk` rows; `machine`: the Machine compiled for (what
-        `pypto.target_specific` chooses by)."""
-        with TraceContext(self.name, machine) as ctx:
+        `pypto.target_specific` chooses by).  A tile-level kernel appends its Tile Graph to
+        `tiles` (and its Tensor Graph is the equivalent ops on the views it loads and stores)."""
+        from .tile import TileTrace
+        with TraceContext(self.name, machine) as ctx, TileTrace(ctx) if self.level == "tile" else contextlib.nullcontext() as tt:
             ctx.dynamic = chunk is not None
             proxies = [ctx.input(s.name, tuple(SymbolicScalar(chunk) if d is DYNAMIC else d for d in s.shape),
                                  s.dtype, self.loc) for s in specs]
@@ -338,6 +357,12 @@ class JitKernel:
                 got="no write to any argument",
                 hint="kernels write their results in place into an output argument (out[:] = value)")
         _check_tile_ranks(g)
+        if tt is not None:
+            from ..compiler.tensor_passes import dce
+            tt.check_tensor_ops(g)
+            if tiles is not None:
+                tiles.append(tt.graph(g))
+            g = dce(g)          # (the views a tstore named)
         return g
 
     # --- run ----------------------------------------------------------------------------------
@@ -594,8 +619,15 @@ def _user_frame(tb) -> SourceLoc | None:
     return loc
 
 
-def jit(fn=None, *, pipeline=None, debug: bool = False):
-    """Decorator: `@pypto.jit` or `@pypto.jit(debug=True)`."""
+LEVELS = ("tensor", "tile")
+
+
+def jit(fn=None, *, pipeline=None, debug: bool = False, level: str = "tensor"):
+    """Decorator: `@pypto.jit`, `@pypto.jit(debug=True)`; `@pypto.jit(level="tile")` for a kernel
+    written with `pypto.tile` instructions (it enters the pipeline at the Tile Graph)."""
+    if level not in LEVELS:
+        raise located(UnsupportedError(f"no kernel level {level!r}", expected=" or ".join(map(repr, LEVELS)),
+                                       got=repr(level)))
     if fn is None:
-        return lambda f: JitKernel(f, pipeline=pipeline, debug=debug)
-    return JitKernel(fn, pipeline=pipeline, debug=debug)
+        return lambda f: JitKernel(f, pipeline=pipeline, debug=debug, level=level)
+    return JitKernel(fn, pipeline=pipeline, debug=debug, level=level)

@@ -112,8 +112,8 @@ def _kernel_of(payload):
     if kernel is None:
         import cloudpickle
         from ..frontend.jit import JitKernel
-        fn, pipeline = cloudpickle.loads(payload)
-        kernel = _REBUILT[digest] = JitKernel(fn, pipeline=pipeline)
+        fn, pipeline, *level = cloudpickle.loads(payload)
+        kernel = _REBUILT[digest] = JitKernel(fn, pipeline=pipeline, level=level[0] if level else "tensor")
     return kernel
 
 
@@ -150,7 +150,7 @@ def _payload(kernel, executor):
         raise PyptoError("tuning on another process needs cloudpickle (it comes with dask.distributed)",
                          expected="pip install 'distributed'", got="no cloudpickle",
                          hint="or tune in this process: executor=None") from None
-    return cloudpickle.dumps((kernel.fn, kernel.pipeline))
+    return cloudpickle.dumps((kernel.fn, kernel.pipeline, getattr(kernel, "level", "tensor")))
 
 
 # --- the sweep -----------------------------------------------------------------------------
