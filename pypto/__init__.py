@@ -16,6 +16,8 @@ from .frontend import ops as _ops
 from .frontend.ops import *  # noqa: F401,F403  (the ops: pypto.add, pypto.where, ...)
 from .frontend.tracer import Tensor
 from .frontend import tile  # noqa: F401  (pypto.tile: the Tile tier, PTO instructions in lower case)
+from .frontend import block  # noqa: F401  (pypto.block: the Block tier, tasks written by hand)
+from .frontend.tile_forms import merge_tiles, tile_conv2d  # noqa: F401  (the seeds' forms over pypto.tile)
 from .ir.program import Program
 from . import nn, optim  # noqa: F401  (pypto.nn: torch.nn-style modules written with pypto ops; pypto.optim)
 

@@ -275,7 +275,7 @@ def test_errors_point_at_the_users_line(kernel, marker, cls, says, shape):
 
 def test_unknown_level():
     with pytest.raises(pypto.UnsupportedError, match="no kernel level"):
-        pypto.jit(level="block")
+        pypto.jit(level="exec")
 
 
 @pypto.jit(level="tile")

@@ -8,6 +8,11 @@ Allocation works per fusion group on the tiles of one iteration: tiles with the 
 play the same role in every iteration and share a slot; slots of tiles whose lifetimes do not
 overlap are reused; each slot gets `nbuf` copies (2 = double buffering, so iteration i+1's
 loads can overlap iteration i's compute), selected by the tile's `par` counter.
+
+Tile-level kernels (`pypto.tile`) mark their tiles: `buffers` (the copies `pypto.tile.buffers(n)`
+asked for: their slot gets exactly that many, or the group does not fit) and `rotate` (tiles of
+one iteration sharing a slot take its copies in turn, so that the next one's load or extract
+overlaps the compute on the one before).
 """
 from __future__ import annotations
 
@@ -62,24 +67,28 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
         template = _longest_iteration(nodes)
         slots = _slots(template, nodes, by_id, info.id)
         chunks = _ring_chunks(nodes)
+        asked = _asked_buffers(nodes)
         for space in sorted({s["space"] for s in slots}):
             sl = [s for s in slots if s["space"] == space]
+            fixed = [max((asked[k] for k in s["keys"] if k in asked), default=0) for s in sl]
             for nbuf in range(want_nbuf, 0, -1):
-                total = sum(s["size"] for s in sl) * nbuf
+                total = sum(s["size"] * (f or nbuf) for s, f in zip(sl, fixed))
                 if total <= caps[space]:
                     break
             else:
-                detail = ", ".join(f"{'+'.join(s['keys'])} {s['size']} B" for s in sl)
+                detail = ", ".join(f"{'+'.join(s['keys'])} {s['size']} B" + (f" x {f}" if f else "")
+                                   for s, f in zip(sl, fixed))
                 raise TileShapeError(
                     f"the tiles of group {info.id} do not fit {space} (tile {fmt_shape(info.tile)})",
                     loc=info.loc, expected=f"at most {caps[space] // 1024} KiB of {space}",
-                    got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile")
-            copies = _ring_copies(sl, chunks, nbuf, caps[space] - total)
+                    got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile"
+                        + ("" if not any(fixed) else " or fewer buffers (pypto.tile.buffers)"))
+            copies = [f or c for f, c in zip(fixed, _ring_copies(sl, chunks, nbuf, caps[space] - total))]
             off = 0
             here = placement.setdefault(info.id, {})
             for s, n_copies in zip(sl, copies):
-                for k in s["keys"]:
-                    here[k] = (off, s["size"], n_copies)
+                for i, k in enumerate(s["keys"]):
+                    here[k] = (off, s["size"], n_copies, i, len(s["keys"]))
                 off += s["size"] * n_copies
     out = []
     append = out.append
@@ -88,13 +97,24 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
         space = n.space
         if space and space != "?":
             d = n.attrs._dict
-            off, size, nbuf = placement[n.group][d["key"]]
+            off, size, nbuf, turn, turns = placement[n.group][d["key"]]
             d = d.copy()
-            d["buf"] = off + (d["par"] % nbuf) * size
+            d["buf"] = off + ((d["par"] * turns + turn if d.get("rotate") else d["par"]) % nbuf) * size
             d["nbuf"] = nbuf
             n = n.with_field("attrs", of(d))
         append(n)
     return g.replace(out)
+
+
+def _asked_buffers(nodes: list[TileNode]) -> dict[str, int]:
+    """key -> the copies its tiles ask for (`buffers`, from pypto.tile.buffers), where they do."""
+    out: dict[str, int] = {}
+    for n in nodes:
+        b = n.attrs._dict.get("buffers")
+        if b:
+            k = n.attrs._dict["key"]
+            out[k] = max(out.get(k, 0), b)
+    return out
 
 
 def _ring_chunks(nodes: list[TileNode]) -> dict[str, set]:

@@ -6,7 +6,7 @@ from ..ir.block import BlockGraph
 from ..ir.core import Attrs
 from ..ir.exec import ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
 from ..ir.program import Program
-from ..target.isa import ATTRS, gm_access
+from ..target.isa import ATTRS, SYNC_OPS, gm_access
 from .listsched import DynamicScheduler
 from .pipeline import Pass, PassContext
 from .pressure import BUFFER_PRESSURE
@@ -41,10 +41,15 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             h = how.get(op)
             if h is None:
                 acc = gm_access(op)
-                kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or "tile"
+                kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or (
+                    "flag" if op in SYNC_OPS else "tile")
                 h = how[op] = (kind, None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op))
             kind, pipe = h
             d = n.attrs._dict
+            if kind == "flag":      # a tile-level kernel's own flag (pypto.tile.set_flag / wait_flag)
+                append(make(op, d["src"] if op == "SET_FLAG" else d["dst"], None, (),
+                            Attrs({k: d[k] for k in ("src", "dst", "event")}), n.loc))
+                continue
             names = tuple(d)
             kept = kept_of.get(names)
             if kept is None:

@@ -25,7 +25,8 @@ from .tracer import Tensor, TraceContext
 class JitKernel:
     """A kernel: tensor parameters (positional) and compile-time integer constants (keyword-only).
     `level`: "tensor" (ops on whole tensors, tiled by the compiler) or "tile" (pypto.tile
-    instructions on tiles: the pipeline starts at the Tile Graph the kernel writes)."""
+    instructions on tiles: the pipeline starts at the Tile Graph the kernel writes) or "block"
+    (the same instructions in tasks written by hand, `pypto.block.task`)."""
 
     def __init__(self, fn, pipeline=None, debug: bool = False, level: str = "tensor"):
         self.fn = fn
@@ -146,7 +147,7 @@ class JitKernel:
             return hit
         pipeline = pipeline or Pipeline(default_passes())
         check_options(options or {}, pipeline.passes)
-        if self.level == "tile":
+        if self.level in ("tile", "block"):
             if dynamic:
                 raise UnsupportedError(f"{self.name} is a tile-level kernel with a pypto.DYNAMIC dim",
                                        loc=self.sig_loc(dynamic[0]), expected="static shapes", got="pypto.DYNAMIC",
@@ -154,7 +155,8 @@ class JitKernel:
             from .tile import tile_pipeline
             tiles: list = []
             traced = self._trace(specs, values, machine=m, tiles=tiles)
-            pipeline = tile_pipeline(pipeline, tiles[0])
+            pipeline = tiles[1].pipeline(pipeline, tiles[0]) if self.level == "block" else \
+                tile_pipeline(pipeline, tiles[0])
         elif dynamic:
             ck = self._compile_dynamic(specs, dynamic, values, m, pipeline, options, snapshots)
             self._cache[key] = ck
@@ -165,7 +167,7 @@ class JitKernel:
             levels, log, snaps = pipeline.run(traced, PassContext(m, dict(options or {}), timing=timed),
                                               verify="each" if self.debug else "levels", snapshots=snapshots)
         except TileShapeError as e:
-            if self.level == "tile" and not e.hint:
+            if self.level in ("tile", "block") and not e.hint:
                 raise TileShapeError(e.message, loc=e.loc, expected=e.expected, got=e.got,
                                      hint="load smaller views (fewer rows or columns per loop step)") from None
             if e.hint or "do not fit" not in e.message:
@@ -325,8 +327,10 @@ class JitKernel:
         SymbolicScalar N standing for `chunk` rows; `machine`: the Machine compiled for (what
         `pypto.target_specific` chooses by).  A tile-level kernel appends its Tile Graph to
         `tiles` (and its Tensor Graph is the equivalent ops on the views it loads and stores)."""
+        from .block import BlockTrace
         from .tile import TileTrace
-        with TraceContext(self.name, machine) as ctx, TileTrace(ctx) if self.level == "tile" else contextlib.nullcontext() as tt:
+        trace = {"tile": TileTrace, "block": BlockTrace}.get(self.level)
+        with TraceContext(self.name, machine) as ctx, trace(ctx) if trace else contextlib.nullcontext() as tt:
             ctx.dynamic = chunk is not None
             proxies = [ctx.input(s.name, tuple(SymbolicScalar(chunk) if d is DYNAMIC else d for d in s.shape),
                                  s.dtype, self.loc) for s in specs]
@@ -361,7 +365,7 @@ class JitKernel:
             from ..compiler.tensor_passes import dce
             tt.check_tensor_ops(g)
             if tiles is not None:
-                tiles.append(tt.graph(g))
+                tiles.extend((tt.graph(g), tt))
             g = dce(g)          # (the views a tstore named)
         return g
 
@@ -619,12 +623,14 @@ def _user_frame(tb) -> SourceLoc | None:
     return loc
 
 
-LEVELS = ("tensor", "tile")
+LEVELS = ("tensor", "tile", "block")
 
 
 def jit(fn=None, *, pipeline=None, debug: bool = False, level: str = "tensor"):
     """Decorator: `@pypto.jit`, `@pypto.jit(debug=True)`; `@pypto.jit(level="tile")` for a kernel
-    written with `pypto.tile` instructions (it enters the pipeline at the Tile Graph)."""
+    written with `pypto.tile` instructions (it enters the pipeline at the Tile Graph);
+    `@pypto.jit(level="block")` for one whose tile instructions are grouped into tasks by hand
+    (`pypto.block.task`: it enters the pipeline at the Block Graph)."""
     if level not in LEVELS:
         raise located(UnsupportedError(f"no kernel level {level!r}", expected=" or ".join(map(repr, LEVELS)),
                                        got=repr(level)))

@@ -10,8 +10,16 @@ iterations of one group, which `partition` splits into tasks; a group's tile sha
 largest its chains use, and a smaller chain (the tail of a loop) carries its own as `valid`.
 The pipeline then runs from the first pass after `tiling` (`tile_pipeline`).
 
-This slice covers loads, stores and the vector instructions on UB tiles; the cube path
-(L1 / L0 staging, TMATMUL), explicit buffering and flags are not yet tile-level operations.
+Vector chains work on UB tiles.  Cube chains stage operands explicitly: tload into L1,
+textract into L0A / L0B, tmatmul / tmatmul_acc / tmatmul_bias into an L0C accumulator (a bias
+row tmov'd into BT) and tstore from L0C (FIX); their Tensor-level twin is a matmul (a sum of
+matmuls for an accumulation).  A chain with a matmul is a cube group (AIC tasks).
+
+`buffers(n)` sets the copies of the slots of the tiles traced after it (allocate's N-buffering);
+`manual_sync()` makes the kernel's own `set_flag` / `wait_flag` the only flags of its program.
+A flag belongs to the chain of the tile op traced before it (before any, the first one's): as
+the compiler hands a loop's iterations to different cores, each iteration's sets and waits
+should pair up within it.
 """
 from __future__ import annotations
 
@@ -77,6 +85,10 @@ class TileTrace:
         self.made: set[int] = set()           # tensor nodes made by tile ops
         self.loaded: dict[str, list] = {}     # param -> windows loaded
         self.stored: dict[str, list] = {}     # param -> windows stored
+        self.consumed: dict[int, object] = {}  # tile accumulated into by tmatmul_acc -> that line
+        self.nbuf: int | None = None          # buffers(n) in force
+        self.manual = None                    # the line of manual_sync(), if called
+        self.pending: list[int] = []          # flags traced before any tile op (the first one's chain)
 
     def __enter__(self):
         TileTrace._stack.append(self)
@@ -97,10 +109,16 @@ class TileTrace:
     # --- recording ---------------------------------------------------------------------------
     def add(self, op, inputs, shape, dtype, space, loc, value=None, win=None, **attrs):
         k = len(self.ops)
+        if self.nbuf is not None and space:
+            attrs["buffers"] = self.nbuf
         self.ops.append(_Op(op, tuple(t.id for t in inputs), tuple(shape), dtype, space, attrs, loc, win))
         self.parent.append(k)
         for t in inputs:
             self._union(k, t.id)
+        if op not in isa.SYNC_OPS:
+            for f in self.pending:          # (flags before the first tile op)
+                self._union(k, f)
+            self.pending.clear()
         return None if value is None else Tile(self, k, tuple(shape), dtype, space, value)
 
     def tensor(self, op, inputs, shape, dtype, **attrs) -> Tensor:
@@ -170,11 +188,22 @@ class TileTrace:
 
     def graph(self, g: TensorGraph) -> TileGraph:
         """The Tile Graph of the traced tile ops: one group per class of isomorphic chains."""
+        read = {i for o in self.ops for i in o.inputs}
         for k, o in enumerate(self.ops):
-            if o.space == "L1" and not any(k in p.inputs for p in self.ops):
-                raise UnsupportedError("an L1 tile feeds the cube (tmatmul), which tile-level kernels do not have yet",
-                                       loc=o.loc, expected='a tile in UB: tload(view, space="UB")',
-                                       got="a tile loaded into L1 that nothing reads")
+            if o.space in ("L1", "L0A", "L0B", "BT") and k not in read:
+                raise UnsupportedError(f"a tile in {o.space} that nothing reads", loc=o.loc,
+                                       expected="L1 -> textract / tmov -> tmatmul", got=f"an unused {o.space} tile",
+                                       hint="L1 tiles feed the cube through pypto.tile.textract (L0A / L0B) or "
+                                            'tmov(row, space="BT"); vector ops want tload(view, space="UB")')
+            if o.op in isa.SYNC_OPS and self.manual is None:
+                raise UnsupportedError(f"pypto.tile.{o.op.lower()} in a kernel the compiler synchronises", loc=o.loc,
+                                       expected="pypto.tile.manual_sync() called in the kernel first",
+                                       got=f"{o.op.lower()} without manual_sync()",
+                                       hint="call pypto.tile.manual_sync() at the top of the kernel: the compiler "
+                                            "then inserts no flags of its own")
+        if self.pending:                    # a kernel of flags only
+            raise UnsupportedError("a kernel with flags and no tile op", loc=self.ops[self.pending[0]].loc,
+                                   expected="tile ops for the flags to order", got="only set_flag / wait_flag")
         roles = {}
         for p in g.params:
             st, ld = p.name in self.stored, p.name in self.loaded
@@ -192,11 +221,18 @@ class TileTrace:
             width = len(group[0])
             shapes = [tuple(map(max, *(self.ops[c[p]].shape for c in group))) if len(group) > 1
                       else self.ops[group[0][p]].shape for p in range(width)]
+            cube = any(self.ops[k].op.startswith("TMATMUL") for k in group[0])
+            self._check_flags(group[0], cube)
             for outer, members in enumerate(group):
                 new_id = {}
+                key_of = {}
                 for p, k in enumerate(members):
                     o = self.ops[k]
-                    attrs = {"key": f"t{p}", "par": outer, **o.attrs}
+                    # an accumulation writes its accumulator's tile: the same slot
+                    key_of[k] = key_of[o.inputs[0]] if o.op == "TMATMUL_ACC" else f"t{p}"
+                    attrs = {"key": key_of[k], "par": outer, **o.attrs}
+                    if o.space:
+                        attrs["rotate"] = True      # (memory.allocate)
                     if o.win is not None:
                         name, off, shape, strides = o.win
                         attrs["gm"] = GMRef(buffers[name], off, shape, strides)
@@ -206,11 +242,42 @@ class TileTrace:
                                                 () if store else shapes[p], () if store else o.shape, o.dtype,
                                                 o.space, gid, outer, 0, Attrs.of(attrs), o.loc))
             first = self.ops[group[0][0]]
-            tile = next((shapes[p] for p, k in enumerate(group[0]) if self.ops[k].op == "TLOAD"), shapes[0])
             st = next((self.ops[k].win for k in group[0] if self.ops[k].op == "TSTORE"), None)
-            domain = buffers[st[0]].shape if st else tile
-            infos.append(GroupInfo(gid, "vector", tuple(domain), tuple(tile), len(group), 1, first.loc))
-        return TileGraph(g.name, tuple(buffers.values()), tuple(infos), tuple(nodes))
+            if cube:
+                domain, tile = self._cube_shape(group[0], shapes, buffers[st[0]].shape if st else None)
+            else:
+                tile = next((shapes[p] for p, k in enumerate(group[0]) if self.ops[k].op == "TLOAD"), shapes[0])
+                domain = buffers[st[0]].shape if st else tile
+            infos.append(GroupInfo(gid, "cube" if cube else "vector", tuple(domain), tuple(tile), len(group), 1,
+                                   first.loc))
+        out = TileGraph(g.name, tuple(buffers.values()), tuple(infos), tuple(nodes))
+        if self.manual is not None:
+            out.__dict__[MANUAL_SYNC] = True
+        return out
+
+    def _cube_shape(self, members: list[int], shapes, out_shape) -> tuple[tuple, tuple]:
+        """(domain (1, M, K, N), tile (mL0, kL0, nL0, kL1)) of a cube chain: K the depth its
+        matmuls add up, kL0 / kL1 the depth of its first L0A / L1 tile of A."""
+        pos = {k: p for p, k in enumerate(members)}
+        mms = [k for k in members if self.ops[k].op.startswith("TMATMUL")]
+        a0 = self.ops[mms[0]].inputs[-2]
+        l1 = self.ops[a0].inputs[0]
+        m, n = shapes[pos[mms[0]]]
+        k = sum(self.ops[self.ops[j].inputs[-2]].shape[1] for j in mms)
+        M, N = out_shape[-2:] if out_shape else (m, n)
+        return (1, M, k, N), (m, shapes[pos[a0]][1], n, shapes[pos[l1]][1])
+
+    def _check_flags(self, members: list[int], cube: bool) -> None:
+        """A chain's flags name pipes of the core that runs it."""
+        pipes = ("MTE2", "MTE1", "M", "FIX") if cube else ("MTE2", "V", "MTE3")
+        for k in members:
+            o = self.ops[k]
+            if o.op in isa.SYNC_OPS:
+                bad = [p for p in (o.attrs["src"], o.attrs["dst"]) if p not in pipes]
+                if bad:
+                    raise UnsupportedError(f"{o.op.lower()} names the {bad[0]} pipe, which the "
+                                           f"{'AIC' if cube else 'AIV'} running this chain does not have",
+                                           loc=o.loc, expected=", ".join(pipes), got=bad[0])
 
     def _signature(self, members: list[int]) -> tuple:
         """What isomorphic chains share: per op its instruction, dtype, space, rank, attrs, the
@@ -224,9 +291,14 @@ class TileTrace:
         return tuple(out)
 
 
+# TileGraph side table: the kernel called manual_sync() (its flags are the program's only ones)
+MANUAL_SYNC = "_manual_sync"
+
+
 def tile_pipeline(pipeline, tile_graph: TileGraph):
     """The passes of `pipeline` after its Tensor -> Tile lowering, behind a lowering that gives
-    the kernel's own Tile Graph."""
+    the kernel's own Tile Graph.  A manually synchronised kernel (`manual_sync`) keeps its
+    instruction order (no list scheduling) and its own flags (insert_sync adds none)."""
     from ..compiler.pipeline import Pass, Pipeline
     cut = next((i for i, p in enumerate(pipeline.passes) if p.level == "tensor->tile"), None)
     if cut is None:
@@ -234,7 +306,11 @@ def tile_pipeline(pipeline, tile_graph: TileGraph):
                          expected="a pipeline with the 'tiling' pass", got=[p.name for p in pipeline.passes])
     given = Pass("tile_kernel", "tensor->tile", lambda g, ctx: tile_graph,
                  "the Tile Graph the tile-level kernel wrote (no automatic tiling or fusion)")
-    return Pipeline([given, *pipeline.passes[cut + 1:]])
+    rest = pipeline.passes[cut + 1:]
+    if tile_graph.__dict__.get(MANUAL_SYNC):
+        rest = [Pass("insert_sync", "exec", lambda g, ctx: g, "manual sync: the kernel's own SET_FLAG / WAIT_FLAG")
+                if p.name == "insert_sync" else p for p in rest if p.name != "scheduling"]
+    return Pipeline([given, *rest])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,18 +353,26 @@ def tload(view, space: str = "UB") -> Tile:
 
 
 def tstore(view, tile: Tile) -> None:
-    """TSTORE: a UB tile into a view of a kernel tensor (`out[i:i + TM, :]`) of its shape."""
+    """TSTORE: a UB tile (MTE3) or an L0C accumulator (FIX, converting to the view's dtype) into
+    a view of a kernel tensor (`out[i:i + TM, :]`) of its shape."""
     tr = TileTrace.current("tstore")
     loc = user_loc()
     name, off, shape, strides = tr.window(view, "tstore")
     _tiles(tr, "tstore", [tile])
-    if tile.space != "UB":
+    if tile.space not in ("UB", "L0C"):
         raise UnsupportedError(f"tstore of a tile in {tile.space}", loc=loc, expected="UB -> GM (or L0C -> GM)",
                                got=f"{tile.space} -> GM")
     if tuple(shape) != tile.shape:
         raise ShapeError("tstore: the view and the tile differ in shape", loc=loc,
                          expected=fmt_shape(tile.shape), got=f"view {fmt_shape(shape)}")
-    if view.dtype != tile.dtype:
+    value = tile.value
+    if tile.space == "L0C" and view.dtype != tile.dtype:
+        if view.dtype.is_float != tile.dtype.is_float:
+            raise DTypeError(f"tstore of a {tile.dtype} accumulator into {view.dtype} '{name}'", loc=loc,
+                             expected="a floating-point view for a floating-point accumulator" if tile.dtype.is_float
+                             else "an integer view", got=str(view.dtype))
+        value = tr.tensor("cast", [value], tile.shape, view.dtype, to=view.dtype.name)    # FIX converts
+    elif view.dtype != tile.dtype:
         raise DTypeError(f"tstore of a {tile.dtype} tile into {view.dtype} '{name}'", loc=loc,
                          expected=str(view.dtype), got=str(tile.dtype), hint="convert it first: pypto.tile.tcvt")
     base = tr.ctx.nodes[view._node]
@@ -304,9 +388,131 @@ def tstore(view, tile: Tile) -> None:
     attrs = {"param": name, "offsets": offsets, "shape": tuple(shape)}
     if any(k != 1 for k in steps):
         attrs["steps"] = steps
-    tr.made.add(tr.ctx.add("store", [tile.value], tuple(shape), tile.dtype, **attrs)._node)
+    tr.made.add(tr.ctx.add("store", [value], tuple(shape), view.dtype, **attrs)._node)
     tr.stored.setdefault(name, []).append((name, off, shape, strides))
-    tr.add("TSTORE", [tile], (), tile.dtype, "", loc, win=(name, off, shape, strides))
+    tr.add("TSTORE", [tile], (), view.dtype, "", loc, win=(name, off, shape, strides))
+
+
+# --- the cube path -----------------------------------------------------------------------------
+
+def _fits(tr: TileTrace, space: str, shape, dtype, loc, hint: str) -> None:
+    caps = _machine_caps(tr)
+    nbytes = tile_bytes(tuple(shape), dtype)
+    if caps is not None and nbytes > caps[space]:
+        raise TileShapeError(f"the tile does not fit {space}", loc=loc,
+                             expected=f"at most {caps[space] / 1024:g} KiB of {space}",
+                             got=f"{dtype}{fmt_shape(shape)} = {nbytes / 1024:.1f} KiB", hint=hint)
+
+
+def _in_space(t: Tile, spaces: tuple[str, ...], what: str, loc, hint: str | None = None) -> None:
+    if t.space not in spaces:
+        raise UnsupportedError(f"{what} takes a tile in {' or '.join(spaces)}", loc=loc,
+                               expected="a tile in " + " or ".join(spaces), got=f"a tile in {t.space}", hint=hint)
+
+
+def textract(tile: Tile, space: str, offsets=(0, 0), shape=None) -> Tile:
+    """TEXTRACT (MTE1): the window `shape` at `offsets` of an L1 tile (the whole tile by default)
+    into L0A (a matmul's left operand) or L0B (its right one)."""
+    tr, loc = TileTrace.current("textract"), user_loc()
+    _tiles(tr, "textract", [tile])
+    _in_space(tile, ("L1",), "textract", loc, hint='stage it in L1 first: tload(view, space="L1")')
+    if space not in ("L0A", "L0B"):
+        raise UnsupportedError(f"textract into {space!r}", loc=loc, expected="L0A or L0B",
+                               got=f"L1 -> {space}", hint='a bias row goes to BT with tmov(row, space="BT")')
+    if tile.ndim != 2:
+        raise ShapeError(f"textract of a tile of rank {tile.ndim}", loc=loc, expected="a 2-D L1 tile",
+                         got=fmt_shape(tile.shape))
+    offsets = tuple(int(o) for o in offsets)
+    shape = tuple(int(d) for d in (shape if shape is not None else
+                                   (a - o for a, o in zip(tile.shape, offsets))))
+    if len(offsets) != 2 or len(shape) != 2 or any(o < 0 or d <= 0 or o + d > a
+                                                   for o, d, a in zip(offsets, shape, tile.shape)):
+        raise ShapeError("textract: the window is not inside the L1 tile", loc=loc,
+                         expected=f"offsets + shape within {fmt_shape(tile.shape)}",
+                         got=f"offsets {offsets}, shape {fmt_shape(shape)}")
+    _fits(tr, space, shape, tile.dtype, loc, "extract a smaller window (shape=...) and accumulate over K")
+    value = tile.value[offsets[0]:offsets[0] + shape[0], offsets[1]:offsets[1] + shape[1]]
+    return tr.add("TEXTRACT", [tile], shape, tile.dtype, space, loc, value=value, offsets=offsets)
+
+
+def tmov(tile: Tile, space: str) -> Tile:
+    """TMOV (MTE1): a bias row [1, N] of an L1 tile into the bias table (space="BT")."""
+    tr, loc = TileTrace.current("tmov"), user_loc()
+    _tiles(tr, "tmov", [tile])
+    if tile.space == "L0C" and space == "UB":
+        raise UnsupportedError("tmov L0C -> UB is not an instruction of this machine's table yet", loc=loc,
+                               expected='tmov(l1_row, space="BT")', got="L0C -> UB",
+                               hint="tstore the accumulator to GM, then tload it into UB in a vector chain")
+    _in_space(tile, ("L1",), "tmov", loc)
+    if space != "BT":
+        raise UnsupportedError(f"tmov into {space!r}", loc=loc, expected="L1 -> BT (a bias row)",
+                               got=f"{tile.space} -> {space}", hint="L0A / L0B are filled by textract")
+    if tile.ndim != 2 or tile.shape[0] != 1:
+        raise ShapeError("tmov: a bias row is one row", loc=loc, expected="[1, N]", got=fmt_shape(tile.shape))
+    _fits(tr, "BT", tile.shape, tile.dtype, loc, "a narrower bias row (fewer columns per output tile)")
+    return tr.add("TMOV", [tile], tile.shape, tile.dtype, "BT", loc, value=tile.value)
+
+
+def _acc_dtype(dtype: dt.DType) -> dt.DType:
+    return dt.DT_INT32 if dtype == dt.DT_INT8 else dt.DT_FP32
+
+
+def _product(tr: TileTrace, name: str, a: Tile, b: Tile, loc) -> tuple[tuple[int, int], dt.DType, Tensor]:
+    """The checks of a matmul's operands; its shape, accumulator dtype and Tensor-level product."""
+    _tiles(tr, name, [a, b])
+    for t, want, which in ((a, "L0A", "left"), (b, "L0B", "right")):
+        if t.space != want:
+            raise UnsupportedError(f"{name}: the {which} operand is in {t.space}", loc=loc,
+                                   expected=f"the {which} operand in {want}", got=f"a tile in {t.space}",
+                                   hint=f'extract it: pypto.tile.textract(l1_tile, space="{want}")')
+    if a.dtype != b.dtype:
+        raise DTypeError(f"{name}: the operands differ in dtype", loc=loc, expected=f"{a.dtype} x {a.dtype}",
+                         got=f"{a.dtype} x {b.dtype}")
+    if a.dtype not in (dt.DT_FP16, dt.DT_BF16, dt.DT_FP32, dt.DT_INT8):
+        raise DTypeError(f"{name}: the cube does not multiply {a.dtype}", loc=loc, expected="fp16, bf16, fp32 or int8",
+                         got=str(a.dtype))
+    if a.shape[1] != b.shape[0]:
+        raise ShapeError(f"{name}: K differs", loc=loc, expected=f"[M, K] x [K, N] with K = {a.shape[1]}",
+                         got=f"{fmt_shape(a.shape)} x {fmt_shape(b.shape)}")
+    shape, acc = (a.shape[0], b.shape[1]), _acc_dtype(a.dtype)
+    _fits(tr, "L0C", shape, acc, loc, "a smaller output tile (fewer rows of A or columns of B)")
+    value = tr.tensor("matmul", [a.value, b.value], shape, acc, a_trans=False, b_trans=False, out_dtype=acc.name)
+    return shape, acc, value
+
+
+def tmatmul(a: Tile, b: Tile) -> Tile:
+    """TMATMUL (M): L0A [M, K] x L0B [K, N] -> a new L0C accumulator [M, N] (fp32; int32 for int8)."""
+    tr, loc = TileTrace.current("tmatmul"), user_loc()
+    shape, acc, value = _product(tr, "tmatmul", a, b, loc)
+    return tr.add("TMATMUL", [a, b], shape, acc, "L0C", loc, value=value)
+
+
+def tmatmul_acc(acc: Tile, a: Tile, b: Tile) -> Tile:
+    """TMATMUL_ACC (M): acc += a x b, in place; use the tile it returns (acc is overwritten)."""
+    tr, loc = TileTrace.current("tmatmul_acc"), user_loc()
+    _tiles(tr, "tmatmul_acc", [acc])
+    shape, dtype, value = _product(tr, "tmatmul_acc", a, b, loc)
+    _in_space(acc, ("L0C",), "tmatmul_acc (its accumulator)", loc, hint="start it with pypto.tile.tmatmul(a, b)")
+    if acc.shape != shape or acc.dtype != dtype:
+        raise ShapeError("tmatmul_acc: the accumulator does not match the product", loc=loc,
+                         expected=f"{dtype}{fmt_shape(shape)}", got=f"{acc.dtype}{fmt_shape(acc.shape)}")
+    tr.consumed[acc.id] = loc
+    return tr.add("TMATMUL_ACC", [acc, a, b], shape, dtype, "L0C", loc,
+                  value=tr.tensor("add", [acc.value, value], shape, dtype))
+
+
+def tmatmul_bias(bias: Tile, a: Tile, b: Tile) -> Tile:
+    """TMATMUL_BIAS (M): a new L0C accumulator = the BT bias row [1, N] + a x b."""
+    tr, loc = TileTrace.current("tmatmul_bias"), user_loc()
+    _tiles(tr, "tmatmul_bias", [bias])
+    shape, dtype, value = _product(tr, "tmatmul_bias", a, b, loc)
+    _in_space(bias, ("BT",), "tmatmul_bias (its bias)", loc, hint='move the row: tmov(l1_row, space="BT")')
+    if bias.shape != (1, shape[1]):
+        raise ShapeError("tmatmul_bias: the bias row does not match the product", loc=loc,
+                         expected=fmt_shape((1, shape[1])), got=fmt_shape(bias.shape))
+    row = bias.value if bias.dtype == dtype else tr.tensor("cast", [bias.value], bias.shape, dtype, to=dtype.name)
+    return tr.add("TMATMUL_BIAS", [bias, a, b], shape, dtype, "L0C", loc,
+                  value=tr.tensor("add", [value, row], shape, dtype))
 
 
 def _offsets(off: int, strides) -> tuple[int, ...]:
@@ -330,6 +536,12 @@ def _tiles(tr: TileTrace, name: str, tiles) -> None:
                                    got=f"{type(t).__name__} {t!r}"[:80],
                                    hint="load a view first: t = pypto.tile.tload(x[i:i + TM, :])"
                                    if isinstance(t, Tensor) else None)
+        if t.id in tr.consumed:
+            line = tr.consumed[t.id]
+            raise UnsupportedError(f"pypto.tile.{name} of an accumulator tmatmul_acc has since added to",
+                                   loc=user_loc(), expected="the tile tmatmul_acc returned",
+                                   got="the tile before the tmatmul_acc" + (f" of line {line.line}" if line else ""),
+                                   hint="acc = pypto.tile.tmatmul_acc(acc, a, b)")
 
 
 def _tensor_op(kind: str, fn: str) -> str:
@@ -423,10 +635,80 @@ def _make(ins: isa.Instruction):
     return f
 
 
-OPERATIONS: dict[str, object] = {"tload": tload, "tstore": tstore}
+# --- buffering and flags -------------------------------------------------------------------------
+
+class _Buffers:
+    """What `buffers(n)` returns: as a context manager, it restores the count before it on exit."""
+
+    def __init__(self, tr: TileTrace, before):
+        self._tr, self._before = tr, before
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._tr.nbuf = self._before
+
+
+def buffers(n: int) -> _Buffers:
+    """The copies of every slot of the tiles traced from here on (2: double buffering, the next
+    iteration's loads overlap this one's compute; 1: none); `with pypto.tile.buffers(n):` for a
+    block of the kernel only.  Without it the compiler's default (2 where it fits) holds."""
+    tr, loc = TileTrace.current("buffers"), user_loc()
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= 8:
+        raise UnsupportedError("pypto.tile.buffers takes a count of buffers", loc=loc, expected="an int from 1 to 8",
+                               got=repr(n)[:60])
+    before, tr.nbuf = tr.nbuf, int(n)
+    return _Buffers(tr, before)
+
+
+def manual_sync() -> None:
+    """The kernel synchronises its pipes itself with set_flag / wait_flag: the compiler keeps its
+    instruction order and inserts no flags (a missing wait is a race checked simulation reports)."""
+    TileTrace.current("manual_sync").manual = user_loc()
+
+
+PIPES = ("MTE2", "V", "MTE3", "MTE1", "M", "FIX")
+
+
+def _flag(op: str, src_pipe: str, dst_pipe: str, event_id: int) -> None:
+    from ..ir.exec import EVENTS_PER_PIPE_PAIR
+    tr, loc = TileTrace.current(op.lower()), user_loc()
+    for p in (src_pipe, dst_pipe):
+        if p not in PIPES:
+            raise UnsupportedError(f"{op.lower()}: unknown pipe {p!r}", loc=loc, expected=", ".join(PIPES), got=repr(p))
+    if src_pipe == dst_pipe:
+        raise UnsupportedError(f"{op.lower()} from a pipe to itself", loc=loc, expected="two different pipes",
+                               got=f"{src_pipe} -> {dst_pipe}", hint="a pipe runs its instructions in order")
+    if isinstance(event_id, bool) or not isinstance(event_id, numbers.Integral) or \
+            not 0 <= event_id < EVENTS_PER_PIPE_PAIR:
+        raise UnsupportedError(f"{op.lower()}: event id out of range", loc=loc,
+                               expected=f"0 .. {EVENTS_PER_PIPE_PAIR - 1}", got=repr(event_id))
+    tr.add(op, [], (), dt.DT_INT32, "", loc, src=src_pipe, dst=dst_pipe, event=int(event_id))
+    k = len(tr.ops) - 1
+    last = next((j for j in range(k - 1, -1, -1) if tr.ops[j].op not in isa.SYNC_OPS), None)
+    if last is None:
+        tr.pending.append(k)            # before any tile op: the first one's chain
+    else:
+        tr._union(last, k)
+
+
+def set_flag(src_pipe: str, dst_pipe: str, event_id: int) -> None:
+    """SET_FLAG: `src_pipe` signals event `event_id` to `dst_pipe` once its instructions so far
+    are done (needs manual_sync())."""
+    _flag("SET_FLAG", src_pipe, dst_pipe, event_id)
+
+
+def wait_flag(src_pipe: str, dst_pipe: str, event_id: int) -> None:
+    """WAIT_FLAG: `dst_pipe` waits for event `event_id` from `src_pipe` (needs manual_sync())."""
+    _flag("WAIT_FLAG", src_pipe, dst_pipe, event_id)
+
+
+OPERATIONS: dict[str, object] = {"tload": tload, "tstore": tstore, "textract": textract, "tmov": tmov,
+                                 "tmatmul": tmatmul, "tmatmul_acc": tmatmul_acc, "tmatmul_bias": tmatmul_bias}
 for _ins in isa.INSTRUCTIONS.values():
     if _ins.kind in _KINDS and _ins.fn in _MATH and _ins.form in ("", "S", "ROW", "COL", "ROWEXPAND", "COLEXPAND"):
         OPERATIONS[_ins.name.lower()] = globals()[_ins.name.lower()] = _make(_ins)
 del _ins
 
-__all__ = ["Tile", *OPERATIONS]
+__all__ = ["PIPES", "Tile", "buffers", "manual_sync", "set_flag", "wait_flag", *OPERATIONS]

@@ -347,6 +347,13 @@ class Tensor:
     def flatten(self, start_dim=0, end_dim=-1): return _ops().flatten(self, start_dim, end_dim)
     def unflatten(self, dim, sizes): return _ops().unflatten(self, dim, sizes)
     def narrow(self, dim, start, length): return _ops().narrow(self, dim, start, length)
+
+    def to_tile(self, shape=None, *, auto_shape=False, space="UB", load=True, live=2):
+        """In a tile- or block-level kernel: iterate the tiles of this view as (offsets, tile)
+        pairs (`pypto.frontend.tile_forms.to_tile`)."""
+        from .tile_forms import to_tile
+        return to_tile(self, shape, auto_shape=auto_shape, space=space, load=load, live=live)
+
     def split(self, size, dim=0): return _ops().split(self, size, dim)
     def chunk(self, chunks, dim=0): return _ops().chunk(self, chunks, dim)
     def unbind(self, dim=0): return _ops().unbind(self, dim)

@@ -15,7 +15,7 @@ from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from .core import Attrs, TextForm, fmt_shape, quick_init
 from .gm import GMBuffer
-from ..target.isa import INSTRUCTIONS
+from ..target.isa import INSTRUCTIONS, SYNC_OPS
 
 ON_CHIP = ("UB", "L1", "L0A", "L0B", "L0C", "BT")
 
@@ -124,6 +124,8 @@ class TileGraph(TextForm):
 def node_text(n: TileNode) -> str:
     args = ", ".join(f"%{i}" for i in n.inputs)
     a = dict(n.attrs)
+    if n.op in SYNC_OPS:                # a flag of a manually synchronised tile-level kernel
+        return f"{n.op} {a['src']} -> {a['dst']} event={a['event']}" + (f"  @{n.loc.short()}" if n.loc else "")
     extra = []
     if "gm" in a:
         extra.append(("GM " + a["gm"].text()))
@@ -178,7 +180,9 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
         if space == "?" or "?" in srcs:   # before memory-space assignment
             space_of[n.id] = space
             continue
-        if op == "TLOAD":
+        if op in SYNC_OPS:
+            pass
+        elif op == "TLOAD":
             if space not in gm_dsts:
                 _fail(n, "illegal data path", expected="GM -> " + "/".join(gm_dsts), got=f"GM -> {space}")
         elif op == "TSTORE" or op in scatter:
