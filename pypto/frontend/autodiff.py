@@ -62,8 +62,8 @@ def def_gradient(op):
     It is called while the backward kernel is traced, with the op's arguments (its tensors, then
     its attributes: positionally for an op made with `register_op`, by keyword for the registry's
     own) and the cotangent of its result `dy`, and returns one gradient per argument (None where
-    none flows: an attribute, an index).  Returns the function unchanged; `pypto.def_gradient(op,
-    None)`... is not needed: `del_gradient(op)` restores the op's own rule."""
+    none flows: an attribute, an index).  The function is returned unchanged;
+    `pypto.frontend.autodiff.del_gradient(op)` restores the op's own rule."""
     name = _op_name(op)
 
     def register(fn):
@@ -368,10 +368,10 @@ class GradFn:
                     gx = tape.w.zeros(x.shape, x.dtype)
                 out[...] = tape.w.cast(gx, x.dtype) if gx.dtype != x.dtype else gx
             if value:
+                from .ops import _store
                 for n in stores:
                     ctx.loc = n.loc
                     dst = fwd[k.tensor_params.index(n.attrs["param"])]
-                    from .ops import _store
                     _store(dst, val[n.inputs[0]], n.attrs["offsets"], n.shape, n.attrs.get("steps"))
             ctx.loc = None
             _prune(ctx)
