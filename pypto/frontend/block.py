@@ -30,11 +30,10 @@ import heapq
 
 from ..errors import UnsupportedError
 from ..ir.block import BlockGraph, Task
-from ..ir.gm import natural_strides
 from ..ir.tile import TileGraph
 from ..target import isa
-from .tile import Tile, TileTrace, _offsets, _probe
-from .tracer import Tensor, user_loc
+from .tile import TileTrace, _probe
+from .tracer import user_loc
 
 CORE_TYPES = ("AIC", "AIV")
 
@@ -85,7 +84,6 @@ class BlockTrace(TileTrace):
         self.task_of: list[int] = []                 # op -> its task's index
         self.stated: list[tuple[int, int, object]] = []   # (before, after, line of .after)
         self.pairs: dict[int, tuple[int, int, object]] = {}   # vector task -> (cube task, slot, line)
-        self.contents: dict[str, Tensor] = {}        # param -> its contents after the stores so far
         self.all_stored: dict[str, list] = {}
         self.order: list[int] = []                   # final task id -> trace index
 
@@ -145,52 +143,19 @@ class BlockTrace(TileTrace):
                                    loc=loc, expected=f"instructions of an {t.core_type} core",
                                    got=f"{op} ({need})",
                                    hint=f"put it in a task on {need}: with pypto.block.task(\"{need}\")")
-        if op == "TLOAD" and win[0] in self.contents:
-            value = self._forwarded(win, dtype, loc)
         k = len(self.ops)
         out = super().add(op, inputs, shape, dtype, space, loc, value=value, win=win, **attrs)
         self.task_of.append(t.index)
         if t.ops:
             self._union(k, t.ops[0])         # a task is one chain: one outer iteration of its group
         t.ops.append(k)
-        if op == "TSTORE":
-            self._record_store(win, inputs[0])
         return out
 
-    def _param(self, name: str) -> Tensor:
-        node = next(n for n in self.ctx.nodes if n.op == "input" and n.attrs["param"] == name)
-        return Tensor._proxy(self.ctx, node)
+    def reloads_refused(self) -> dict[str, list]:
+        return self.stored              # the open task's stores (tasks pass data through GM)
 
-    def _region(self, win, loc, what: str):
-        name, off, shape, strides = win
-        full = next(p for p in self.ctx.params if p.name == name).shape
-        if len(shape) != len(full):
-            raise UnsupportedError(f"a {what} of '{name}' through a view that drops a dim, in a kernel whose "
-                                   "tasks pass it through GM", loc=loc,
-                                   expected="a slice keeping every dim, e.g. x[i:i + 1, :]",
-                                   got=f"a view of rank {len(shape)} of a tensor of rank {len(full)}")
-        nat = natural_strides(full)
-        attrs = {"offsets": _offsets(off, nat), "shape": tuple(shape)}
-        steps = tuple(s // n for s, n in zip(strides, nat))
-        if any(s != 1 for s in steps):
-            attrs["steps"] = steps
-        return full, attrs
-
-    def _record_store(self, win, tile: Tile) -> None:
-        """The reference's contents of the stored tensor: what later tasks load from it."""
-        name = win[0]
-        full, attrs = self._region(win, self.ops[-1].loc, "tstore")
-        base = self.contents[name] if name in self.contents else self._param(name)
-        self.contents[name] = self._made("write", [base, tile.value], full, tile.dtype, attrs)
-
-    def _forwarded(self, win, dtype, loc) -> Tensor:
-        _, attrs = self._region(win, loc, "tload")
-        return self._made("view", [self.contents[win[0]]], attrs["shape"], dtype, attrs)
-
-    def _made(self, op, inputs, shape, dtype, attrs) -> Tensor:
-        t = self.ctx.add(op, inputs, shape, dtype, **attrs)     # (attrs name a `shape` of their own)
-        self.made.add(t._node)
-        return t
+    def _check_round_trips(self, group_of) -> None:
+        """(the tasks are ordered by their GM windows themselves: `_ordered`)"""
 
     # --- the Tile Graph and the tasks --------------------------------------------------------
     def graph(self, g) -> TileGraph:

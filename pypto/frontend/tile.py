@@ -15,6 +15,12 @@ textract into L0A / L0B, tmatmul / tmatmul_acc / tmatmul_bias into an L0C accumu
 row tmov'd into BT) and tstore from L0C (FIX); their Tensor-level twin is a matmul (a sum of
 matmuls for an accumulation).  A chain with a matmul is a cube group (AIC tasks).
 
+Masks and values made on chip: tcmp / tcmps (a bool tile), tsel / tsels, texpands (a fill) and
+tci (an index sequence); their Tensor-level twins are the compare ops, where, full and iota.
+A chain may load what another chain stored (a GM workspace the caller passes): the reference
+reads the stored data, and the storing chain's group must come first (the `dependencies` pass
+orders their tasks); a reload within one chain or one group is refused (use level="block").
+
 `buffers(n)` sets the copies of the slots of the tiles traced after it (allocate's N-buffering);
 `manual_sync()` makes the kernel's own `set_flag` / `wait_flag` the only flags of its program.
 A flag belongs to the chain of the tile op traced before it (before any, the first one's): as
@@ -37,7 +43,7 @@ from .tracer import Tensor, TraceContext, user_loc
 # the instruction kinds pypto.tile exposes, and the tensor-op kind each one's math is
 _KINDS = {"unary": "unary", "cvt": "cast", "binary": "binary", "scalar": "binary",
           "expand_binary": "binary", "reduce": "reduce"}
-# the math of this slice: arithmetic on numbers (masks and logic come with TCMP / TSEL)
+# the math made from the table's rows (masks, selection, fills and TCI have functions of their own)
 _MATH = set(isa.UNARY_FNS) | set(isa.BINARY_FNS) | set(isa.REDUCE_FNS) | {"CVT"}
 
 
@@ -89,6 +95,12 @@ class TileTrace:
         self.nbuf: int | None = None          # buffers(n) in force
         self.manual = None                    # the line of manual_sync(), if called
         self.pending: list[int] = []          # flags traced before any tile op (the first one's chain)
+        # GM round trips: the stores so far (op, window, stored value) per param, the reference's
+        # contents of a param reloaded after stores, and the (load, store) pairs that overlap
+        self.stores: dict[str, list] = {}
+        self.contents: dict[str, Tensor] = {}
+        self.folded: dict[str, int] = {}      # param -> stores already written into its contents
+        self.round_trips: list[tuple[int, int]] = []
 
     def __enter__(self):
         TileTrace._stack.append(self)
@@ -109,6 +121,8 @@ class TileTrace:
     # --- recording ---------------------------------------------------------------------------
     def add(self, op, inputs, shape, dtype, space, loc, value=None, win=None, **attrs):
         k = len(self.ops)
+        if op == "TLOAD" and win[0] in self.stores:
+            value = self._reloaded(k, win, dtype, loc)
         if self.nbuf is not None and space:
             attrs["buffers"] = self.nbuf
         self.ops.append(_Op(op, tuple(t.id for t in inputs), tuple(shape), dtype, space, attrs, loc, win))
@@ -121,7 +135,7 @@ class TileTrace:
             self.pending.clear()
         return None if value is None else Tile(self, k, tuple(shape), dtype, space, value)
 
-    def tensor(self, op, inputs, shape, dtype, **attrs) -> Tensor:
+    def tensor(self, op, inputs, shape, dtype, /, **attrs) -> Tensor:
         t = self.ctx.add(op, inputs, shape, dtype, **attrs)
         self.made.add(t._node)
         return t
@@ -136,6 +150,72 @@ class TileTrace:
         ra, rb = self._find(a), self._find(b)
         if ra != rb:
             self.parent[max(ra, rb)] = min(ra, rb)
+
+    # --- GM round trips: a load of what the kernel stored reads it in the reference too ---------
+    def reloads_refused(self) -> dict[str, list]:
+        """The windows tload refuses to reload while tracing (a tile-level kernel's round trips
+        are checked once its chains are known, in `graph`)."""
+        return {}
+
+    def _reloaded(self, k: int, win, dtype, loc) -> Tensor:
+        """The reference's view of a loaded window of a param the kernel has stored into: its
+        contents after the stores so far (each store a `write` of the region it covers)."""
+        name = win[0]
+        ref = _probe(self, *win)
+        stores = self.stores[name]
+        self.round_trips += [(k, s) for s, w, _ in stores if ref.overlaps(_probe(self, *w))]
+        for s, w, value in stores[self.folded.get(name, 0):]:
+            full, attrs = self._region(w, self.ops[s].loc, "tstore")
+            base = self.contents[name] if name in self.contents else self._param(name)
+            self.contents[name] = self._made("write", [base, value], full, value.dtype, attrs)
+        self.folded[name] = len(stores)
+        _, attrs = self._region(win, loc, "tload")
+        return self._made("view", [self.contents[name]], attrs["shape"], dtype, attrs)
+
+    def _param(self, name: str) -> Tensor:
+        node = next(n for n in self.ctx.nodes if n.op == "input" and n.attrs["param"] == name)
+        return Tensor._proxy(self.ctx, node)
+
+    def _region(self, win, loc, what: str):
+        name, off, shape, strides = win
+        full = next(p for p in self.ctx.params if p.name == name).shape
+        if len(shape) != len(full):
+            raise UnsupportedError(f"a {what} of '{name}' through a view that drops a dim, in a kernel that "
+                                   "reloads what it stored", loc=loc,
+                                   expected="a slice keeping every dim, e.g. x[i:i + 1, :]",
+                                   got=f"a view of rank {len(shape)} of a tensor of rank {len(full)}")
+        nat = natural_strides(full)
+        attrs = {"offsets": _offsets(off, nat), "shape": tuple(shape)}
+        steps = tuple(s // n for s, n in zip(strides, nat))
+        if any(s != 1 for s in steps):
+            attrs["steps"] = steps
+        return full, attrs
+
+    def _made(self, op, inputs, shape, dtype, attrs) -> Tensor:
+        t = self.ctx.add(op, inputs, shape, dtype, **attrs)
+        self.made.add(t._node)
+        return t
+
+    def _check_round_trips(self, group_of) -> None:
+        """A chain that loads what another stored runs after it: the store's group comes first
+        (the `dependencies` pass then orders their tasks by the GM windows).  A chain reloading
+        its own store, or one of its own group's (the tasks of a group are not ordered), is an
+        error at the load."""
+        for k, s in self.round_trips:
+            lo, so = self.ops[k], self.ops[s]
+            where = f"the tstore of line {so.loc.line}" if so.loc else "an earlier tstore"
+            if self._find(k) == self._find(s):
+                raise UnsupportedError(f"tload of '{lo.win[0]}' where the same chain has already stored", loc=lo.loc,
+                                       expected="loads of data another chain stored",
+                                       got=f"a window overlapping {where}, in the chain of the load",
+                                       hint="keep the tile on chip instead of storing and reloading it")
+            if group_of[self._find(s)] >= group_of[self._find(k)]:
+                raise UnsupportedError(f"tload of '{lo.win[0]}' where an iteration of the same loop has already stored", loc=lo.loc,
+                                       expected="a chain reloading what an earlier, different chain stored "
+                                                "(a later stage of the kernel)",
+                                       got=f"a window overlapping {where}, in a chain of the same group",
+                                       hint='iterations of one group are not ordered at the tile level; order them '
+                                            'as tasks with @pypto.jit(level="block")')
 
     # --- GM windows ----------------------------------------------------------------------------
     def window(self, view, what: str):
@@ -215,6 +295,7 @@ class TileTrace:
         classes: dict[tuple, list[list[int]]] = {}
         for members in chains.values():
             classes.setdefault(self._signature(members), []).append(members)
+        self._check_round_trips({c[0]: gid for gid, group in enumerate(classes.values()) for c in group})
         nodes: list[TileNode] = []
         infos = []
         for gid, group in enumerate(classes.values()):
@@ -281,13 +362,16 @@ class TileTrace:
 
     def _signature(self, members: list[int]) -> tuple:
         """What isomorphic chains share: per op its instruction, dtype, space, rank, attrs, the
-        chain positions of its inputs and the tensor it loads or stores (not the shapes)."""
+        chain positions of its inputs and the tensor it loads or stores (not the shapes, nor the
+        first value of a TCI: a loop's row index starts where its iteration does, as the
+        compiler's own tiling makes it)."""
         pos = {k: p for p, k in enumerate(members)}
         out = []
         for k in members:
             o = self.ops[k]
+            attrs = tuple(sorted((a, repr(v)) for a, v in o.attrs.items() if not (a == "start" and o.op == "TCI")))
             out.append((o.op, o.dtype.name, o.space, len(o.shape), tuple(pos[i] for i in o.inputs),
-                        tuple(sorted((a, repr(v)) for a, v in o.attrs.items())), o.win[0] if o.win else None))
+                        attrs, o.win[0] if o.win else None))
         return tuple(out)
 
 
@@ -335,7 +419,7 @@ def tload(view, space: str = "UB") -> Tile:
                                hint=f"{space} is filled from L1 (textract), not from GM" if space.startswith("L0")
                                else None)
     ref = _probe(tr, name, off, shape, strides)
-    for w in tr.stored.get(name, ()):
+    for w in tr.reloads_refused().get(name, ()):
         if ref.overlaps(_probe(tr, *w)):
             raise UnsupportedError(f"tload of '{name}' where the kernel has already stored", loc=loc,
                                    expected="loads of data the kernel has not written",
@@ -391,6 +475,7 @@ def tstore(view, tile: Tile) -> None:
     tr.made.add(tr.ctx.add("store", [value], tuple(shape), view.dtype, **attrs)._node)
     tr.stored.setdefault(name, []).append((name, off, shape, strides))
     tr.add("TSTORE", [tile], (), view.dtype, "", loc, win=(name, off, shape, strides))
+    tr.stores.setdefault(name, []).append((len(tr.ops) - 1, (name, off, shape, strides), value))
 
 
 # --- the cube path -----------------------------------------------------------------------------
@@ -635,6 +720,147 @@ def _make(ins: isa.Instruction):
     return f
 
 
+# --- masks, selection and values made from nothing (TCMP / TCMPS, TSEL / TSELS, TEXPANDS, TCI) --
+
+def _vector_tiles(tr: TileTrace, name: str, tiles, loc) -> None:
+    _tiles(tr, name, tiles)
+    for t in tiles:
+        if t.space != "UB":
+            raise UnsupportedError(f"{name} works on UB tiles (the vector unit's buffer)", loc=loc,
+                                   expected="tiles in UB", got=f"a tile in {t.space}",
+                                   hint='load it with pypto.tile.tload(view, space="UB")')
+
+
+def _cmp_mode(name: str, cmp, loc) -> str:
+    mode = cmp.upper() if isinstance(cmp, str) else cmp
+    if mode not in isa.COMPARE_MODES:
+        raise UnsupportedError(f"{name}: unknown comparison {cmp!r}", loc=loc,
+                               expected=" ".join(isa.COMPARE_MODES), got=repr(cmp))
+    return mode
+
+
+def _number(name: str, what: str, v, loc) -> None:
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise DTypeError(f"{name}: {what} must be a Python number", loc=loc, expected="an int or a float",
+                         got=repr(v)[:60])
+
+
+def _scalar_of(tr: TileTrace, name: str, v, dtype: dt.DType, loc):
+    """A Python number as a value of `dtype` (refused when an integer dtype would truncate it)."""
+    _number(name, "the scalar", v, loc)
+    if not dtype.is_float and v != int(v):
+        raise DTypeError(f"{name}: the scalar {v!r} would be truncated to {dtype}", loc=loc,
+                         expected=f"an integer for a {dtype} tile", got=repr(v))
+    v = float(v) if dtype.is_float else int(v)
+    return v, tr.tensor("const", [], (), dtype, value=v)
+
+
+def tcmp(a: Tile, b: Tile, cmp: str = "GT") -> Tile:
+    """TCMP: a mask tile (bool) of `a <cmp> b`, element-wise on two UB tiles of one shape and
+    dtype (cmp: EQ NE LT LE GT GE)."""
+    tr, loc = TileTrace.current("tcmp"), user_loc()
+    _vector_tiles(tr, "tcmp", [a, b], loc)
+    mode = _cmp_mode("tcmp", cmp, loc)
+    if a.dtype != b.dtype:
+        raise DTypeError("tcmp: the tiles differ in dtype", loc=loc, expected=f"two {a.dtype} tiles",
+                         got=f"{a.dtype} and {b.dtype}", hint="convert one with pypto.tile.tcvt")
+    if a.shape != b.shape:
+        raise ShapeError("tcmp: the tiles differ in shape", loc=loc, expected=fmt_shape(a.shape),
+                         got=f"{fmt_shape(a.shape)} and {fmt_shape(b.shape)}",
+                         hint="broadcast a row vector first: pypto.tile.trowexpand")
+    value = tr.tensor(mode.lower(), [a.value, b.value], a.shape, dt.DT_BOOL)
+    return tr.add("TCMP", [a, b], a.shape, dt.DT_BOOL, "UB", loc, value=value, cmp=mode)
+
+
+def tcmps(a: Tile, scalar, cmp: str = "GT") -> Tile:
+    """TCMPS: a mask tile (bool) of `a <cmp> scalar` (cmp: EQ NE LT LE GT GE)."""
+    tr, loc = TileTrace.current("tcmps"), user_loc()
+    _vector_tiles(tr, "tcmps", [a], loc)
+    mode = _cmp_mode("tcmps", cmp, loc)
+    v, c = _scalar_of(tr, "tcmps", scalar, a.dtype, loc)
+    value = tr.tensor(mode.lower(), [a.value, c], a.shape, dt.DT_BOOL)
+    return tr.add("TCMPS", [a], a.shape, dt.DT_BOOL, "UB", loc, value=value, cmp=mode, scalar=v)
+
+
+def _mask(name: str, mask: Tile, a: Tile, loc) -> None:
+    if mask.dtype != dt.DT_BOOL:
+        raise DTypeError(f"{name}: the first tile is not a mask", loc=loc, expected="a bool tile (from tcmp / tcmps)",
+                         got=str(mask.dtype), hint="make one with pypto.tile.tcmp(a, b, cmp=...)")
+    if mask.shape != a.shape:
+        raise ShapeError(f"{name}: the mask and the values differ in shape", loc=loc, expected=fmt_shape(a.shape),
+                         got=f"mask {fmt_shape(mask.shape)}, values {fmt_shape(a.shape)}")
+
+
+def tsel(mask: Tile, a: Tile, b: Tile) -> Tile:
+    """TSEL: `a` where the mask is set, else `b` (three UB tiles of one shape)."""
+    tr, loc = TileTrace.current("tsel"), user_loc()
+    _vector_tiles(tr, "tsel", [mask, a, b], loc)
+    _mask("tsel", mask, a, loc)
+    if a.dtype != b.dtype or a.shape != b.shape:
+        raise DTypeError("tsel: the two values differ", loc=loc, expected=f"two {a.dtype}{fmt_shape(a.shape)} tiles",
+                         got=f"{a.dtype}{fmt_shape(a.shape)} and {b.dtype}{fmt_shape(b.shape)}")
+    value = tr.tensor("where", [mask.value, a.value, b.value], a.shape, a.dtype)
+    return tr.add("TSEL", [mask, a, b], a.shape, a.dtype, "UB", loc, value=value)
+
+
+def tsels(mask: Tile, a: Tile, scalar) -> Tile:
+    """TSELS: `a` where the mask is set, else the scalar."""
+    tr, loc = TileTrace.current("tsels"), user_loc()
+    _vector_tiles(tr, "tsels", [mask, a], loc)
+    _mask("tsels", mask, a, loc)
+    v, c = _scalar_of(tr, "tsels", scalar, a.dtype, loc)
+    value = tr.tensor("where", [mask.value, a.value, c], a.shape, a.dtype)
+    return tr.add("TSELS", [mask, a], a.shape, a.dtype, "UB", loc, value=value, scalar=v)
+
+
+def _new_tile(name: str, shape, dtype, space, loc) -> tuple[tuple[int, ...], dt.DType]:
+    if space != "UB":
+        raise UnsupportedError(f"{name} makes a UB tile", loc=loc, expected='space="UB"', got=repr(space))
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    try:
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        shape = ()
+    if not shape or any(d <= 0 for d in shape):
+        raise ShapeError(f"{name}: a tile shape is a tuple of positive ints", loc=loc, expected="e.g. (64, 64)",
+                         got=repr(shape))
+    to = dt.parse(dtype) if isinstance(dtype, str) and dtype in dt.BY_NAME else dtype
+    if not isinstance(to, dt.DType):
+        raise DTypeError(f"{name}: unsupported dtype", loc=loc, expected=dt.supported_names(), got=repr(dtype))
+    return shape, to
+
+
+def texpands(shape, value, dtype=dt.DT_FP32, space: str = "UB") -> Tile:
+    """TEXPANDS: a new UB tile of `shape` and `dtype`, every element `value` (a fill)."""
+    tr, loc = TileTrace.current("texpands"), user_loc()
+    shape, to = _new_tile("texpands", shape, dtype, space, loc)
+    _fits(tr, "UB", shape, to, loc, "a smaller tile")
+    v, _ = _scalar_of(tr, "texpands", value, to, loc)
+    value_t = tr.tensor("full", [], shape, to, shape=shape, value=v)
+    return tr.add("TEXPANDS", [], shape, to, "UB", loc, value=value_t, scalar=v)
+
+
+def tci(shape, dim: int = -1, start=0, step=1, dtype=dt.DT_INT32) -> Tile:
+    """TCI: a new UB tile of `shape` whose element is start + i * step, i its index along `dim`
+    (the same along the other dims): a row or column index, e.g. for a causal mask."""
+    tr, loc = TileTrace.current("tci"), user_loc()
+    shape, to = _new_tile("tci", shape, dtype, "UB", loc)
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or not -len(shape) <= dim < len(shape):
+        raise ShapeError("tci: dim out of range", loc=loc, expected=f"-{len(shape)} .. {len(shape) - 1}",
+                         got=repr(dim))
+    d = int(dim) % len(shape)
+    for v, what in ((start, "start"), (step, "step")):
+        _number("tci", what, v, loc)
+    if not to.is_float and (start != int(start) or step != int(step)):
+        raise DTypeError("tci: a float start or step for an integer tile", loc=loc, expected="ints",
+                         got=f"start={start!r}, step={step!r}", hint="dtype=pypto.DT_FP32 for a float sequence")
+    start, step = (float(start), float(step)) if to.is_float else (int(start), int(step))
+    _fits(tr, "UB", shape, to, loc, "a smaller tile")
+    value = tr.tensor("iota", [], shape, to, shape=shape, dim=d, start=start, step=step)
+    return tr.add("TCI", [], shape, to, "UB", loc, value=value, dim=d, start=start, step=step)
+
+
 # --- buffering and flags -------------------------------------------------------------------------
 
 class _Buffers:
@@ -705,7 +931,9 @@ def wait_flag(src_pipe: str, dst_pipe: str, event_id: int) -> None:
 
 
 OPERATIONS: dict[str, object] = {"tload": tload, "tstore": tstore, "textract": textract, "tmov": tmov,
-                                 "tmatmul": tmatmul, "tmatmul_acc": tmatmul_acc, "tmatmul_bias": tmatmul_bias}
+                                 "tmatmul": tmatmul, "tmatmul_acc": tmatmul_acc, "tmatmul_bias": tmatmul_bias,
+                                 "tcmp": tcmp, "tcmps": tcmps, "tsel": tsel, "tsels": tsels,
+                                 "texpands": texpands, "tci": tci}
 for _ins in isa.INSTRUCTIONS.values():
     if _ins.kind in _KINDS and _ins.fn in _MATH and _ins.form in ("", "S", "ROW", "COL", "ROWEXPAND", "COLEXPAND"):
         OPERATIONS[_ins.name.lower()] = globals()[_ins.name.lower()] = _make(_ins)
