@@ -18,7 +18,7 @@ endif
 # (sys.executable), whatever kernelspec name the notebooks' metadata carries.
 NBVAL_FLAGS := --nbval --nbval-current-env --nbval-sanitize-with tutorials/nbval_sanitize.cfg
 
-.PHONY: install lab test bench tutorials fuzz clean distclean
+.PHONY: install lab test bench tutorials fuzz fuzz-grad clean distclean
 
 install:
 	bash scripts/bootstrap.sh
@@ -52,6 +52,11 @@ BUDGET ?= 1800
 fuzz: install
 	$(PYTHON) scripts/fuzz.py --seeds $(SEEDS) --budget $(BUDGET) $(if $(SEED),--seed $(SEED)) \
 		$(if $(DYNAMIC_EVERY),--dynamic-every $(DYNAMIC_EVERY))
+
+# The gradient stage: pypto.grad of the generator's fp32 kernels against float64 differences
+# (`make fuzz-grad SEED=first SEEDS=count`; tests/fuzz/grad.py).
+fuzz-grad: install
+	cd tests && ../$(PYTHON) fuzz/grad.py $(or $(SEED),1000000) $(if $(filter 0,$(SEEDS)),5000,$(SEEDS))
 
 clean:
 	rm -rf build dist artifacts .pytest_cache *.egg-info

@@ -28,3 +28,26 @@ def test_operands_of_other_ranks_broadcast_as_numpy(sa, sb, rng):
         kernel(x, y, out)
         np.testing.assert_allclose(out, want, rtol=1e-6)
         assert kernel.compile(x, y, out).simulate(x, y, out).ok
+
+
+@pypto.jit
+def _expand_then_mul(x, c, out):
+    s = pypto.sum(x, dim=1, keepdim=True)                       # its own group, in GM
+    out[:] = pypto.expand(c.reshape(1, 48), 256, 48) * s
+
+
+def test_an_expand_in_a_one_row_tail_tile_keeps_its_source_alive():
+    """Found by differentiating random kernels (the gradient of x * sum(x) has this shape): tiles
+    of 85 rows leave a tail of 1 row, where the [1, 48] expand used to be skipped; the allocator
+    gives every iteration the first one's slots, where the expand's source was dead by the time
+    the sum's tile was loaded, so the load overwrote c[0] in the tail (out[255, 0] was 3823, not
+    11.8).  Now the tail expands as the full tiles do."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(1, 1.5, (256, 48)).astype(np.float32)
+    c = rng.standard_normal(48).astype(np.float32)
+    out = np.zeros((256, 48), np.float32)
+    ck = _expand_then_mul.compile(x, c, out)
+    assert {n.attrs.get("tile") for n in ck.tensor_graph.nodes if n.op == "expand"} == {(85, 48)}
+    res = ck.simulate(x, c, out)
+    assert res.ok, res.check
+    np.testing.assert_allclose(res.outputs["out"], c[None] * x.astype(np.float64).sum(1, keepdims=True), rtol=1e-5)

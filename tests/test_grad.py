@@ -15,30 +15,10 @@ import pypto
 from pypto.errors import KernelSignatureError, PyptoError, UnsupportedError
 from pypto.frontend.autodiff import def_gradient, del_gradient, grad, value_and_grad
 from pypto.frontend.tracer import TraceContext
-from pypto.ir.core import region_slices
 from pypto.ir.ops import OPS
+from fuzz.grad import eval64   # the registry's references in float64, op by op
 
 F32 = pypto.DT_FP32
-
-
-def eval64(g, arrays):
-    """The outputs of traced graph `g` on float64 arrays, op by op with the registry's refs."""
-    vals, outs = {}, {o: np.zeros(g.param(o).shape) for o in g.output_names}
-    for n in g.nodes:
-        if n.op == "input":
-            vals[n.id] = arrays[n.attrs["param"]]
-        elif n.op == "const":
-            vals[n.id] = np.asarray(n.attrs["value"], np.float64 if n.dtype.is_float else np.int64)
-        elif n.op == "store":
-            outs[n.attrs["param"]][region_slices(n.attrs["offsets"], n.shape, n.attrs.get("steps"))] = \
-                vals[n.inputs[0]]
-        elif n.op in ("sum", "prod") and n.dtype.is_float:      # (the refs accumulate float64 in fp32)
-            f = np.sum if n.op == "sum" else np.prod
-            vals[n.id] = f(vals[n.inputs[0]], axis=n.attrs["dim"], keepdims=n.attrs["keepdim"], dtype=np.float64)
-        else:
-            r = np.asarray(OPS[n.op].ref([vals[i] for i in n.inputs], n.attrs))
-            vals[n.id] = r.astype(np.float64) if n.dtype.is_float else r.astype(n.dtype.np_dtype)
-    return outs
 
 
 def finite_diff(kernel, arrays: dict, wrt, dys: dict, eps=1e-6):

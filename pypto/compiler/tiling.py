@@ -361,11 +361,15 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind == "select":
         return _select(m, ops, em, out)
     if kind == "broadcast":           # spread over a tile of the result's shape (TEXPANDS gives it)
+        # judged by the tile shapes, not the valid ones: a tail tile whose valid extent is 1 is
+        # expanded as the full tiles are, so its tiles live as theirs (the allocator gives every
+        # iteration the first one's slots: an expand skipped in the tail left its source alive
+        # where the first iteration had freed the slot, and a later load overwrote it)
         t = ops[0][1]
-        if tuple(em.node(t).valid) == tuple(valid):
+        if tuple(em.node(t).shape) == tuple(shape):
             return t
         ref = em.emit(find("FILL"), [], shape, valid, m.dtype, "?", f"{key}.shape", loc, scalar=0)
-        return _expanded(em, m, t, ref, key)
+        return _expanded(em, m, t, ref, key, by_shape=True)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
 
 

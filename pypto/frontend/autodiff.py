@@ -23,8 +23,9 @@ import numpy as np
 
 from .. import dtypes as dt
 from ..errors import KernelSignatureError, PyptoError, SourceLoc, UnsupportedError
-from ..ir.core import region_slices
+from ..ir.core import Attrs
 from ..ir.ops import OPS, Builder
+from ..ir.tensor import TileSpec
 from .dynamic import DYNAMIC
 from .tracer import Tensor, TraceContext
 
@@ -140,11 +141,12 @@ class _Tape:
         out = self.w.emit(op, ins, shape, dtype, attrs)
         if depends:
             self.depends[out._node] = depends
-        if needs and dtype.is_float and rule is not None:
+        carries = bool(needs) and dtype.is_float and rule is not None
+        if carries:
             self.needs[out._node] = needs
             self.entries.append(_Entry(op, list(ins), out, dict(attrs), self.w.ctx.loc, rule, user))
-        elif depends:
-            here = (op, self.w.ctx.loc) if needs else None
+        if depends - (needs if carries else frozenset()):       # a dependence without a gradient: where it was lost
+            here = (op, self.w.ctx.loc) if needs and not carries else None
             self.cut[out._node] = here or next((self.cut[h._node] for h in ins if h._node in self.cut), None)
         return out
 
@@ -343,21 +345,18 @@ class GradFn:
                     stores.append(n)
                 else:
                     val[n.id] = tape.forward(n.op, [val[i] for i in n.inputs], n.shape, n.dtype, dict(n.attrs))
-            seeds, seen = [], {}
-            for n in reversed(stores):
+            seeds, later = [], {}
+            for n in reversed(stores):      # a later store wins: an earlier one's value gets the rest
                 ctx.loc = n.loc
                 p = n.attrs["param"]
-                region = region_slices(n.attrs["offsets"], n.shape, n.attrs.get("steps"))
-                mask = seen.setdefault(p, np.zeros(g.param(p).shape, bool))
-                if mask[region].any():
-                    raise UnsupportedError(f"pypto.grad: {p} is written twice in overlapping regions", loc=n.loc,
-                                           expected="each element of an output written once",
-                                           got="a write over an earlier one")
-                mask[region] = True
+                over = _overwritten(n, later.setdefault(p, []))
+                later[p].append(n)
                 v = val[n.inputs[0]]
-                if p in cots and v._node in tape.needs:
-                    dy = dys[cots.index(p)]
-                    seeds.append((v, tape.w.view(dy, n.shape, n.attrs["offsets"], n.attrs.get("steps"))))
+                if p in cots and v._node in tape.needs and over is not None:
+                    dy = tape.w.view(dys[cots.index(p)], n.shape, n.attrs["offsets"], n.attrs.get("steps"))
+                    for offsets, shape in over:
+                        dy = tape.w.write(dy, tape.w.zeros(shape, dy.dtype), offsets, shape)
+                    seeds.append((v, dy))
             ct = _backward(tape, seeds)
             for name, out in zip(wrt, grads):
                 x = fwd[k.tensor_params.index(name)]
@@ -403,6 +402,29 @@ class GradFn:
         return outs, grads
 
 
+def _overwritten(n, later) -> list | None:
+    """The parts of store n's region that later stores to the same output overwrite, as
+    (offsets, shape) boxes relative to the region (their cotangent is not n's); None when they
+    cover all of it.  Stepped regions that overlap are refused (their intersection is no box)."""
+    off, shape, steps = n.attrs["offsets"], tuple(n.shape), n.attrs.get("steps")
+    boxes, covered = [], np.zeros(shape, bool)
+    for m in later:
+        m_off, m_shape, m_steps = m.attrs["offsets"], tuple(m.shape), m.attrs.get("steps")
+        lo = [max(a, b) for a, b in zip(off, m_off)]
+        hi = [min(a + s, b + t) for a, s, b, t in zip(off, shape, m_off, m_shape)]
+        if any(h <= l for l, h in zip(lo, hi)):
+            continue
+        if any(k != 1 for k in (steps or ())) or any(k != 1 for k in (m_steps or ())):
+            raise UnsupportedError(f"pypto.grad: {n.attrs['param']} is written twice in overlapping stepped regions",
+                                   loc=n.loc, expected="overlapping writes of whole boxes (steps of 1)",
+                                   got="a stepped write over an earlier one")
+        rel = tuple(l - a for l, a in zip(lo, off))
+        box = tuple(h - l for l, h in zip(lo, hi))
+        boxes.append((rel, box))
+        covered[tuple(slice(r, r + b) for r, b in zip(rel, box))] = True
+    return None if covered.all() else boxes
+
+
 def _prune(ctx: TraceContext) -> None:
     """Drop the nodes no output needs (the rules write the cotangents of every operand, also of
     those no gradient is asked of) and number the rest in order, so the backward kernel's traced
@@ -417,6 +439,19 @@ def _prune(ctx: TraceContext) -> None:
         if n.id in live:
             new[n.id] = len(kept)
             kept.append(n.replace(id=len(kept), inputs=tuple(new[i] for i in n.inputs)))
+    # a forward tile spec whose higher-rank ops are gone keeps the dims of the ops left (the
+    # forward's own check passed on all of them: this is the backward's, not the user's, doing)
+    shape = {n.id: n.shape for n in kept}
+    rank: dict[int, int] = {}
+    for n in kept:
+        t = n.attrs.get("tile")
+        if hasattr(t, "dims") and n.op != "matmul":
+            rank[id(t)] = max(rank.get(id(t), 0), len(n.shape), *(len(shape[i]) for i in n.inputs))
+    for k, n in enumerate(kept):
+        t = n.attrs.get("tile")
+        if hasattr(t, "dims") and n.op != "matmul" and len(t.dims) > rank[id(t)]:
+            trimmed = TileSpec(t.dims[len(t.dims) - max(rank[id(t)], 1):], t.loc)
+            kept[k] = n.replace(attrs=Attrs({**n.attrs, "tile": trimmed}))
     ctx.nodes[:] = kept
 
 
