@@ -502,3 +502,27 @@ def test_def_gradient_of_a_registered_op_in_the_seeds_form():
     finally:
         del_gradient("my_quantize")
         pypto.unregister_op(my_quantize)
+
+
+@pypto.jit
+def wide_tiles(x, y, out, *, TM: int = 8):
+    pypto.set_vec_tile_shapes(TM, 2048)         # 64 KiB tiles: the forward's group fits UB
+    out[:] = pypto.exp(x) * pypto.sigmoid(y)
+
+
+def test_a_backward_group_that_does_not_fit_the_forward_tiles_gets_automatic_ones():
+    """The backward kernel's groups hold more tiles than the forward's (the replayed forward and
+    the cotangents): with 64 KiB tiles they do not fit UB, so the backward kernel is written again
+    with automatic tiles; with small tiles it keeps the forward's."""
+    x = data((64, 2048))
+    y = np.ascontiguousarray(x[::-1])
+    out = np.zeros_like(x)
+    assert wide_tiles.compile(x, y, out).simulate(x, y, out).ok
+    g = grad(wide_tiles, wrt=["x", "y"])
+    got = g(x, y, out, cotangents={"out": np.ones_like(x)})
+    assert g.backward_kernel.auto_tiles
+    s = 1 / (1 + np.exp(-y.astype(np.float64)))
+    close(got["x"], np.exp(x) * s)
+    close(got["y"], np.exp(x) * s * (1 - s))
+    g(x, y, out, cotangents={"out": np.ones_like(x)}, TM=1)
+    assert not g.backward_kernel.auto_tiles

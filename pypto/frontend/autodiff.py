@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from .. import dtypes as dt
-from ..errors import KernelSignatureError, PyptoError, SourceLoc, UnsupportedError
+from ..errors import KernelSignatureError, PyptoError, SourceLoc, TileShapeError, UnsupportedError
 from ..ir.core import Attrs
 from ..ir.ops import OPS, Builder
 from ..ir.tensor import TileSpec
@@ -256,8 +256,11 @@ class GradFn:
                                    hint="call it with numpy arrays of the sizes to differentiate at")
         return k._trace(specs, k._constants(consts))
 
-    def prepare(self, *args, cotangents=None, **consts):
-        """(the backward kernel, its arguments) for these forward arguments and cotangents."""
+    def prepare(self, *args, cotangents=None, machine="a2a3", **consts):
+        """(the backward kernel, its arguments) for these forward arguments and cotangents, compiled
+        for `machine` (cached).  The backward kernel keeps the forward's tile shapes; where its
+        groups, which hold more tiles than the forward's, do not fit a buffer with them, it is
+        written again with automatic tiles (`.auto_tiles` on the kernel says so)."""
         from .jit import JitKernel
         from .kernel import as_array
         k = self.kernel
@@ -279,13 +282,21 @@ class GradFn:
                                            got=str(p.dtype))
         cots = self._cotangents(g, outs, cotangents)
         self._outs = outs
+        arrays = [as_array(a) for a in args]
+        arrays += [cots[o] for o in cots]
+        arrays += [np.zeros(g.param(w).shape, g.param(w).dtype.np_dtype) for w in self.wrt]
         key = (tuple(cots), tuple(sorted(consts)), _GENERATION[0])
         jk = self._kernels.get(key)
         if jk is None:
             jk = self._kernels[key] = self._make(tuple(cots), outs, consts)
-        arrays = [as_array(a) for a in args]
-        arrays += [cots[o] for o in cots]
-        arrays += [np.zeros(g.param(w).shape, g.param(w).dtype.np_dtype) for w in self.wrt]
+        try:
+            jk.compile(*arrays, machine=machine, **consts)
+        except TileShapeError as e:
+            if "do not fit" not in e.message:
+                raise
+            jk = self._kernels.get(key + ("auto",))
+            if jk is None:
+                jk = self._kernels[key + ("auto",)] = self._make(tuple(cots), outs, consts, auto_tiles=True)
         return jk, arrays
 
     def _cotangents(self, g, outs, given) -> dict:
@@ -319,7 +330,7 @@ class GradFn:
                                        expected="cotangents of " + ", ".join(outs), got="{}")
         return res
 
-    def _make(self, cots: tuple, outs: tuple, consts):
+    def _make(self, cots: tuple, outs: tuple, consts, auto_tiles: bool = False):
         from .jit import JitKernel, _DefInfo
         k, wrt, value = self.kernel, self.wrt, self.value
         taken = set(k.tensor_params) | set(k.const_params)
@@ -344,7 +355,8 @@ class GradFn:
                 elif n.op == "store":
                     stores.append(n)
                 else:
-                    val[n.id] = tape.forward(n.op, [val[i] for i in n.inputs], n.shape, n.dtype, dict(n.attrs))
+                    attrs = {a: v for a, v in n.attrs.items() if not (auto_tiles and a == "tile")}
+                    val[n.id] = tape.forward(n.op, [val[i] for i in n.inputs], n.shape, n.dtype, attrs)
             seeds, later = [], {}
             for n in reversed(stores):      # a later store wins: an earlier one's value gets the rest
                 ctx.loc = n.loc
@@ -387,11 +399,12 @@ class GradFn:
         jk._def = _DefInfo()            # its signature errors point at the forward kernel's def line
         jk._source_hash = hashlib.sha1(repr((k._source_hash, wrt, cots, value, _GENERATION[0])).encode()).hexdigest()
         jk.forward_kernel = k
+        jk.auto_tiles = auto_tiles
         return jk
 
     # --- running it --------------------------------------------------------------------------
     def __call__(self, *args, cotangents=None, machine="a2a3", **consts):
-        jk, arrays = self.prepare(*args, cotangents=cotangents, **consts)
+        jk, arrays = self.prepare(*args, cotangents=cotangents, machine=machine, **consts)
         self.backward_kernel, self.backward_args = jk, arrays
         jk(*arrays, machine=machine, **consts)
         n = len(arrays) - len(self.wrt)

@@ -101,7 +101,7 @@ def check(seed: int, folder: str | None = None) -> tuple[str, str]:
             for o in outs}
     grad = pypto.grad(k, wrt=wrt)
     try:
-        bk, bargs = grad.prepare(*arrays, cotangents=cots)
+        bk, bargs = grad.prepare(*arrays, cotangents=cots, machine=case.machine)
         ck = bk.compile(*bargs, machine=case.machine)
         res = ck.simulate(*bargs)
     except PyptoError as e:
