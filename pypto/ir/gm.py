@@ -50,6 +50,28 @@ class GMRef:
     shape: tuple[int, ...]
     strides: tuple[int, ...]         # in elements
 
+    def __hash__(self):
+        # windows are dict keys in the simulators' hot loops (L2 residency, the timing engine's
+        # window ids): the hash of the four fields (a buffer's among them) is computed once
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.buf, self.offset, self.shape, self.strides))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other):
+        # (the dataclass's compares the buffers field by field even for equal objects)
+        if self is other:
+            return True
+        if other.__class__ is not GMRef:
+            return NotImplemented
+        return (self.offset == other.offset and self.shape == other.shape and self.strides == other.strides
+                and (self.buf is other.buf or self.buf == other.buf))
+
+    def __reduce__(self):
+        # (the cached hash is this process's: a pickled window computes its own)
+        return (GMRef, (self.buf, self.offset, self.shape, self.strides))
+
     @classmethod
     def whole(cls, buf: GMBuffer) -> "GMRef":
         return cls(buf, 0, buf.shape, natural_strides(buf.shape))

@@ -171,6 +171,27 @@ class Decoder:
             return None
         return len(known[0]), known[1], self._gm_rows(task, known)
 
+    def gm_windows(self, task, program) -> tuple[int, list[int], list, dict] | None:
+        """`gm_rows` for the compiled engine's encoder: (rows, indices of the GM rows, the GM
+        window of each, {position among them: the whole row} for the rows that differ from the
+        first task's but for their window); None for a task of a shape not decoded before."""
+        shape = stream_shape(program, task.code)
+        known = self.shapes.get(shape) if shape is not None else None
+        if known is None:
+            return None
+        rows, gm_at, flops = known
+        self.flops += flops
+        instrs, windows, other = task.instrs, [], {}
+        append = windows.append
+        for j, k in enumerate(gm_at):
+            ins, r = instrs[k], rows[k]
+            w = ins.srcs[0] if r[0] == GM_LOAD else ins.dst
+            was = r[7]
+            if not (w.buf is was.buf and w.strides == was.strides and w.shape == was.shape):
+                other[j] = self._gm_row(ins)
+            append(w)
+        return len(rows), gm_at, windows, other
+
     def _gm_rows(self, task, known) -> list[tuple]:
         rows, gm_at, flops = known
         self.flops += flops
@@ -199,19 +220,20 @@ class Decoder:
     def _rows(self, task) -> list[tuple]:
         rows = []
         append = rows.append
+        computes, sync_cycles, flops = self.computes, self.sync_cycles, 0
         for ins in task.instrs:
             op, dst, srcs = ins.op, ins.dst, ins.srcs
             if op == "SET_FLAG" or op == "WAIT_FLAG":
-                cyc = self.sync_cycles.get(op)
+                cyc = sync_cycles.get(op)
                 if cyc is None:
-                    cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
-                a = ins.attrs
+                    cyc = sync_cycles[op] = base_cycles(ins, self.machine)
+                a = ins.attrs._dict
                 append((SET if op == "SET_FLAG" else WAIT, ins.pipe, cyc, (a["src"], a["dst"], a["event"]),
                         0, None, None, None))
             elif op == "CROSS_SET_FLAG" or op == "CROSS_WAIT_FLAG":
-                cyc = self.sync_cycles.get(op)
+                cyc = sync_cycles.get(op)
                 if cyc is None:
-                    cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
+                    cyc = sync_cycles[op] = base_cycles(ins, self.machine)
                 # the key of a set is the AIV slot it signals; a wait's is its task's pair
                 setting = op == "CROSS_SET_FLAG"
                 append((CROSS_SET if setting else CROSS_WAIT, ins.pipe, cyc, ins.attrs["slot"] if setting else None,
@@ -220,16 +242,20 @@ class Decoder:
                 append(self._gm_row(ins))
             else:
                 ck = (op, id(dst), *map(id, srcs))
-                c = self.computes.get(ck)
+                c = computes.get(ck)
                 if c is None:
                     nbytes, path = 0, None
                     if op in ("TEXTRACT", "TMOV"):
                         src, dst_space = dma_path(ins)
                         path, nbytes = f"{src}->{dst_space}", dma_bytes(ins)
-                    c = self.computes[ck] = (VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine),
-                                             nbytes, path, matmul_flops(ins) if op.startswith("TMATMUL") else 0)
-                self.flops += c[4]
-                append((c[0], ins.pipe, c[1], None, c[2], c[3], None, None))
+                    kind, cyc = VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine)
+                    # (its flops, its row: one tuple shared by every instruction with these operands)
+                    c = computes[ck] = (matmul_flops(ins) if op.startswith("TMATMUL") else 0,
+                                        (kind, ins.pipe, cyc, None, nbytes, path, None, None))
+                flops += c[0]
+                row = c[1]
+                append(row if row[1] == ins.pipe else row[:1] + (ins.pipe,) + row[2:])
+        self.flops += flops
         return rows
 
 

@@ -156,18 +156,22 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     # isomorphic tasks (one stream shape, `ir.exec.STREAM_SHAPES`) differ only in their GM rows:
     # the columns of a shape are made once, a task of that shape copies them and fills its GM rows
     by_shape: dict[int, tuple] = {}
+    # per task: its instructions in pipe order and how many each local pipe has (shared by the
+    # tasks of a shape: their local pipes are the same column)
+    queues: list[tuple] = []
     for i, t in enumerate(tasks):
         if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
             return None
         shape = stream_shape(program, t.code)
         known = by_shape.get((shape, t.core_type)) if shape is not None else None
-        if known is not None:       # the GM rows only: the rest is the first task's
-            n_rows, _, gm = decoder.gm_rows(t, program)
+        if known is not None:       # the GM windows only: the rest is the first task's
+            n_rows, _, windows, other = decoder.gm_windows(t, program)
         else:
             rows = decoder.task(t, program)
             n_rows = len(rows)
         ioff[i + 1] = ioff[i] + n_rows
         if not n_rows:
+            queues.append(None)
             continue
         if known is None:
             task_cols = _task_columns(rows, lp_of[t.core_type], key_ids, path_ids, win_ids)
@@ -175,18 +179,21 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
                 return None
             gm_at = np.flatnonzero((task_cols[0] == GM_LOAD) | (task_cols[0] == GM_STORE))
             cross_wait = bool((task_cols[0] == CROSS_WAIT).any())
+            queue = (np.argsort(task_cols[1], kind="stable").astype(np.int32),
+                     np.bincount(task_cols[1], minlength=MAXP)[:MAXP])
             if shape is not None:
-                by_shape[(shape, t.core_type)] = (task_cols, gm_at, cross_wait)
+                by_shape[(shape, t.core_type)] = (task_cols, gm_at, cross_wait, queue)
         else:
-            shared, gm_at, cross_wait = known
+            shared, gm_at, cross_wait, queue = known
             task_cols = list(shared)
-            task_cols[2] = shared[2].copy()
-            task_cols[4], task_cols[5], task_cols[6] = shared[4].copy(), shared[5].copy(), shared[6].copy()
+            task_cols[6] = shared[6].copy()
+            if other:                               # (else the first task's columns serve as they are)
+                task_cols[2], task_cols[4], task_cols[5] = shared[2].copy(), shared[4].copy(), shared[5].copy()
             if len(gm_at):
-                task_cols[2][gm_at] = [r[2] for r in gm]
-                task_cols[4][gm_at] = [r[4] for r in gm]
-                task_cols[5][gm_at] = [path_ids[r[5]] for r in gm]
-                task_cols[6][gm_at] = [win_ids[r[7]] for r in gm]
+                task_cols[6][gm_at] = [win_ids[w] for w in windows]
+                for j, r in other.items():          # another kind of window: its whole row
+                    k = gm_at[j]
+                    task_cols[2][k], task_cols[4][k], task_cols[5][k] = r[2], r[4], path_ids[r[5]]
         if cross_wait and t.pair is None:
             return None
         xs = task_cols[7]
@@ -194,15 +201,19 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
             x_count[2 * i:2 * i + 2] += np.bincount(xs[xs >= 0], minlength=2)[:2]
         for c, a in zip(cols, task_cols):
             c.append(a)
+        queues.append(queue)
     dtypes = (np.int8, np.int8, np.int64, np.int32, np.int64, np.int32, np.int32, np.int8)
     kind, lp, cyc, key, nbytes, path, window, xslot = (
         np.concatenate(c).astype(d, copy=False) if c else np.zeros(0, d) for c, d in zip(cols, dtypes))
-    task_of = np.repeat(np.arange(n, dtype=np.int64), np.diff(ioff))
     # queues: instructions grouped by (task, local pipe), in program order within a group
-    qkey = task_of * MAXP + lp
-    qorder = np.argsort(qkey, kind="stable").astype(np.int32)
+    qorder = np.concatenate([q[0] + np.int32(ioff[i]) for i, q in enumerate(queues) if q is not None]
+                            or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
+    counts = np.zeros((n, MAXP), np.int64)
+    for i, q in enumerate(queues):
+        if q is not None:
+            counts[i] = q[1]
     qstart = np.zeros(n * MAXP + 1, np.int64)
-    np.cumsum(np.bincount(qkey, minlength=n * MAXP), out=qstart[1:])
+    np.cumsum(counts.reshape(-1), out=qstart[1:])
     task_ct = np.array([CORE_TYPES.index(t.core_type) for t in tasks], np.int8)
     n_deps = np.array([len(t.deps) for t in tasks], np.int64)
     dependents: list[list[int]] = [[] for _ in tasks]
