@@ -131,8 +131,8 @@ def order_groups(g: TensorGraph) -> TensorGraph:
     The order is a topological one of the groups' data edges (a group reads the values of the
     groups before it) and these store edges, the numbering kept where it already is one.  When
     no order exists, the later store is refused at its line."""
-    import heapq
     from ..errors import UnsupportedError
+    from ..ir.core import topological_order
     from ..ir.gm import GMBuffer, GMRef
     group = {n.id: n.attrs["group"] for n in g.nodes if "group" in n.attrs}
     if len(set(group.values())) < 2:
@@ -171,22 +171,9 @@ def order_groups(g: TensorGraph) -> TensorGraph:
                             wanted.setdefault((a, b), s2)
     if all(b > a for a, bs in edges.items() for b in bs):
         return g                            # the numbering keeps every order already
-    indeg = {gid: 0 for gid in edges}
-    for bs in edges.values():
-        for b in bs:
-            indeg[b] += 1
-    ready = [gid for gid, d in indeg.items() if d == 0]
-    heapq.heapify(ready)
-    order = []
-    while ready:
-        a = heapq.heappop(ready)
-        order.append(a)
-        for b in edges[a]:
-            indeg[b] -= 1
-            if indeg[b] == 0:
-                heapq.heappush(ready, b)
+    order = topological_order(edges)
     if len(order) < len(edges):             # a cycle: some store cannot keep its place
-        stuck = {gid for gid, d in indeg.items() if d > 0}
+        stuck = set(edges) - set(order)
         store = next(s for (a, b), s in wanted.items() if a in stuck and b in stuck)
         raise UnsupportedError(
             f"this store to '{store.attrs['param']}' writes over a region an earlier store writes, but its value "

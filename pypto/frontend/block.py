@@ -26,10 +26,10 @@ lowers it to these tasks (`block_kernel`, instead of `partition`) with their dep
 from __future__ import annotations
 
 import dataclasses
-import heapq
 
 from ..errors import UnsupportedError
 from ..ir.block import BlockGraph, Task
+from ..ir.core import topological_order
 from ..ir.tile import TileGraph
 from ..target import isa
 from .tile import TileTrace, _probe
@@ -214,20 +214,7 @@ class BlockTrace(TileTrace):
             edges[a][b] = loc
         for v, (c, _, loc) in self.pairs.items():
             edges[c].setdefault(v, loc)
-        indeg = [0] * n
-        for a in edges:
-            for b in edges[a]:
-                indeg[b] += 1
-        ready = [i for i in range(n) if not indeg[i]]
-        heapq.heapify(ready)
-        order = []
-        while ready:
-            a = heapq.heappop(ready)
-            order.append(a)
-            for b in edges[a]:
-                indeg[b] -= 1
-                if not indeg[b]:
-                    heapq.heappush(ready, b)
+        order = topological_order(edges)
         if len(order) < n:
             self._cycle(edges, set(range(n)) - set(order))
         return order

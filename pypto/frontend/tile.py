@@ -641,12 +641,7 @@ def _make(ins: isa.Instruction):
     float_only = OPS[op].float_only
 
     def check(tr, tiles, loc):
-        _tiles(tr, name, tiles)
-        for t in tiles:
-            if t.space != "UB":
-                raise UnsupportedError(f"{name} works on UB tiles (the vector unit's buffer)", loc=loc,
-                                       expected="tiles in UB", got=f"a tile in {t.space}",
-                                       hint='load it with pypto.tile.tload(view, space="UB")')
+        _vector_tiles(tr, name, tiles, loc)
         if float_only and not tiles[0].dtype.is_float:
             raise DTypeError(f"{name} needs a floating-point tile", loc=loc, expected="fp32, fp16 or bf16",
                              got=str(tiles[0].dtype))

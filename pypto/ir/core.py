@@ -5,6 +5,28 @@ import dataclasses
 from typing import Any, Iterable, Mapping
 
 
+def topological_order(edges: Mapping[int, Iterable[int]]) -> list[int]:
+    """The nodes of a graph (node -> its successors, every node a key) in a topological order,
+    the smallest ready node first (an order that already is one is kept); when there is a
+    cycle, the nodes on it and after it are left out."""
+    import heapq
+    indeg = dict.fromkeys(edges, 0)
+    for bs in edges.values():
+        for b in bs:
+            indeg[b] += 1
+    ready = [a for a, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        a = heapq.heappop(ready)
+        order.append(a)
+        for b in edges[a]:
+            indeg[b] -= 1
+            if indeg[b] == 0:
+                heapq.heappush(ready, b)
+    return order
+
+
 def quick_init(cls):
     """Give a frozen dataclass a faster `__init__`, with the same signature and defaults.
 
