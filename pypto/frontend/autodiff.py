@@ -281,7 +281,6 @@ class GradFn:
                                            loc=k.sig_loc(name), expected="a float input (fp32, fp16, bf16)",
                                            got=str(p.dtype))
         cots = self._cotangents(g, outs, cotangents)
-        self._outs = outs
         arrays = [as_array(a) for a in args]
         arrays += [cots[o] for o in cots]
         arrays += [np.zeros(g.param(w).shape, g.param(w).dtype.np_dtype) for w in self.wrt]
@@ -375,7 +374,7 @@ class GradFn:
                 ctx.loc = k.sig_loc(name)
                 gx = ct.get(x._node)
                 if gx is None:
-                    _check_reached(g, tape, name, stores, cots, val)
+                    _check_reached(tape, name, stores, cots, val)
                     gx = tape.w.zeros(x.shape, x.dtype)
                 out[...] = tape.w.cast(gx, x.dtype) if gx.dtype != x.dtype else gx
             if value:
@@ -399,6 +398,7 @@ class GradFn:
         jk._def = _DefInfo()            # its signature errors point at the forward kernel's def line
         jk._source_hash = hashlib.sha1(repr((k._source_hash, wrt, cots, value, _GENERATION[0])).encode()).hexdigest()
         jk.forward_kernel = k
+        jk.forward_outputs = outs
         jk.auto_tiles = auto_tiles
         return jk
 
@@ -411,7 +411,7 @@ class GradFn:
         grads = {w: arrays[n + i] for i, w in enumerate(self.wrt)}
         if not self.value:
             return grads
-        outs = {p: arrays[i] for i, p in enumerate(self.kernel.tensor_params) if p in self._outs}
+        outs = {p: arrays[i] for i, p in enumerate(self.kernel.tensor_params) if p in jk.forward_outputs}
         return outs, grads
 
 
@@ -468,7 +468,7 @@ def _prune(ctx: TraceContext) -> None:
     ctx.nodes[:] = kept
 
 
-def _check_reached(g, tape: _Tape, name: str, stores, cots, val) -> None:
+def _check_reached(tape: _Tape, name: str, stores, cots, val) -> None:
     """No gradient reached input `name`: a located error when an output with a cotangent depends
     on it only through ops without a gradient (argmax, a comparison, a cast to an integer);
     nothing when it does not depend on it at all (its gradient is zero)."""
