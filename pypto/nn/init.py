@@ -51,21 +51,19 @@ def fan_in_and_fan_out(shape) -> tuple[int, int]:
 
 
 def uniform_(p, a: float = 0.0, b: float = 1.0, rng=None):
-    a_ = _array(p)
-    return _fill(p, generator(rng).uniform(a, b, a_.shape))
+    return _fill(p, generator(rng).uniform(a, b, _array(p).shape))
 
 
 def normal_(p, mean: float = 0.0, std: float = 1.0, rng=None):
-    a_ = _array(p)
-    return _fill(p, generator(rng).normal(mean, std, a_.shape))
+    return _fill(p, generator(rng).normal(mean, std, _array(p).shape))
 
 
 def zeros_(p):
-    return _fill(p, np.zeros(_array(p).shape))
+    return _fill(p, 0.0)
 
 
 def ones_(p):
-    return _fill(p, np.ones(_array(p).shape))
+    return _fill(p, 1.0)
 
 
 def calculate_gain(nonlinearity: str, param=None) -> float:

@@ -110,7 +110,22 @@ def _is_traced(v) -> bool:
 
 # --- binding parameters to traced tensors ------------------------------------------------------
 
-class bind:
+class _Bound:
+    """Parameters bound to traced tensors while a kernel is traced (the innermost binding of a
+    parameter wins): a module's kernel binds its parameters to the kernel's proxies."""
+
+    def __init__(self, params, tensors):
+        self.table = {id(p): (p, t) for p, t in zip(params, tensors)}
+
+    def __enter__(self):
+        _state().bindings.append(self.table)
+        return self
+
+    def __exit__(self, *exc):
+        _state().bindings.pop()
+
+
+class bind(_Bound):
     """`with bind(module, {"weight": w, "bias": b}):` inside a kernel trace, the module's
     parameters (keys as in its state dict) read as those traced tensors; keys left out keep
     any outer binding.  `functional_call` is the one-call form."""
@@ -123,7 +138,6 @@ class bind:
                 f"bind: {type(module).__name__} has no parameter '{unknown[0]}'",
                 expected=", ".join(own) or "no parameters", got=", ".join(map(str, params)),
                 hint="keys are those of module.state_dict()"), 3)
-        table = {}
         for k, t in params.items():
             p = own[k]
             if not _is_traced(t):
@@ -135,28 +149,7 @@ class bind:
                 raise located(ShapeError(
                     f"bind: the tensor for '{k}' of {type(module).__name__} has the wrong shape",
                     expected=list(p.shape), got=list(t.shape)), 3)
-            table[id(p)] = (p, t)
-        self.table = table
-
-    def __enter__(self):
-        _state().bindings.append(self.table)
-        return self
-
-    def __exit__(self, *exc):
-        _state().bindings.pop()
-
-
-class _Bound:
-    """The parameters of a module's kernel bound to the kernel's proxies while it is traced."""
-
-    def __init__(self, params, tensors):
-        self.table = {id(p): (p, t) for p, t in zip(params, tensors)}
-
-    def __enter__(self):
-        _state().bindings.append(self.table)
-
-    def __exit__(self, *exc):
-        _state().bindings.pop()
+        super().__init__([own[k] for k in params], params.values())
 
 
 def _lookup(p: Parameter):
@@ -480,12 +473,7 @@ class Module:
     def __call__(self, *args, **kwargs):
         # in a trace its ops join it; a model of kernels per child (Transformer) calls them in turn
         if TraceContext._stack or self._kernel_per_child or any(_is_traced(v) for v in _flat(args, kwargs)):
-            st = _state()
-            st.calls.append(self)
-            try:
-                return self.forward(*args, **kwargs)
-            finally:
-                st.calls.pop()
+            return _traced_call(self, None, args, kwargs)
         return self._run(args, kwargs)
 
     def to_kernel(self, *example_inputs, fn=None, **kwargs):
@@ -732,8 +720,8 @@ class _Runner:
     what maps a module's arrays to its arguments and its outputs back."""
 
     def __init__(self, module: Module, call: _Call, machine: str, shared: bool = False):
-        self.module_type = type(module).__name__
-        self.machine = machine
+        module_type = type(module).__name__
+        self.machine = machine              # in the key it is kept under: every run of it is on this machine
         params = _kernel_params(module)
         self.keys = [k for k, _ in params]
         taken: set = set()
@@ -761,38 +749,37 @@ class _Runner:
                 dst[:] = v
         kernel.__signature__ = inspect.Signature(
             [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in in_names + p_names + out_names])
-        name = (getattr(fn_call, "__name__", "fn") if fn_call is not None else self.module_type)
+        name = (getattr(fn_call, "__name__", "fn") if fn_call is not None else module_type)
         kernel.__name__ = kernel.__qualname__ = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-        kernel.__doc__ = f"The kernel of {self.module_type}: {', '.join(in_names)} -> {', '.join(out_names)}."
+        kernel.__doc__ = f"The kernel of {module_type}: {', '.join(in_names)} -> {', '.join(out_names)}."
         self.jit = JitKernel(kernel)
-        self.in_names, self.out_names = in_names, out_names
-        self.compile_seconds: dict = {}
+        self.out_names = out_names
+        self.compile_s: float | None = None     # seconds of the first compile (a run's)
 
     def arrays(self, module: Module, inputs) -> list:
         params = [p.data for _, p in _kernel_params(module)]
         return list(inputs) + params + [np.zeros(s, d) for s, d in self.outs]
 
-    def compile(self, arrays, machine=None):
-        m = machine or self.machine
-        if m not in self.compile_seconds:
-            t0 = time.perf_counter()
-            ck = self.jit.compile(*arrays, machine=m)
-            self.compile_seconds[m] = time.perf_counter() - t0
-            return ck
-        return self.jit.compile(*arrays, machine=m)
+    def compile(self, arrays):
+        t0 = time.perf_counter()
+        ck = self.jit.compile(*arrays, machine=self.machine)        # cached after the first
+        if self.compile_s is None:
+            self.compile_s = time.perf_counter() - t0
+        return ck
 
     def run(self, module: Module, inputs):
         arrays = self.arrays(module, inputs)
-        st = _state()
-        machine = st.machine or self.machine
         try:
-            ck = self.compile(arrays, machine)
+            ck = self.compile(arrays)
             res = ck.simulate(*arrays, mode="functional", check=False)
         except PyptoError as e:
             raise located(e).with_traceback(None) from None
         outs = [np.asarray(res.outputs[n]) for n in self.out_names]
-        for rec in st.recorders:
-            rec.append(_Record(_path_of_call(module), self, ck, arrays))
+        recorders = _state().recorders
+        if recorders:
+            record = _Record(_path_of_call(module), self, ck)
+            for rec in recorders:
+                rec.append(record)
         return self.unflatten(outs)
 
     def unflatten(self, outs):
@@ -806,7 +793,6 @@ class _Record(NamedTuple):
     name: str
     runner: _Runner
     compiled: object
-    arrays: list
 
 
 def _path_of_call(module: Module) -> str:
@@ -842,20 +828,15 @@ def _probe(module, call: _Call, in_names, p_names, template):
             result = _traced_call(module, call.fn, args, kwargs)
     if _is_traced(result):
         structure = "one"
-        items = [result]
     elif isinstance(result, (tuple, list)) and all(v is None or _is_traced(v) for v in result) and \
             any(v is not None for v in result):
         structure = tuple(v is not None for v in result)
-        items = [v for v in result if v is not None]
     else:
         raise PyptoError(f"{type(module).__name__}: {'fn' if call.fn else 'forward'} must return a traced tensor "
                          "(or a tuple of them)", loc=caller_loc(),
                          expected="a pypto tensor computed from the inputs",
                          got=type(result).__name__ if not isinstance(result, (tuple, list)) else
                          f"({', '.join(type(v).__name__ for v in result)})")
-    outs = []
-    for v in items:
-        shape = tuple(int(s) for s in v.shape) or (1,)
-        outs.append((shape, v.dtype.np_dtype))
+    outs = [(tuple(int(s) for s in v.shape) or (1,), v.dtype.np_dtype) for v in _tensors(result)]
     return outs, structure
 

@@ -38,7 +38,7 @@ def _dims(x) -> list:
     return [int(s) for s in x.shape]
 
 
-def _same_dtype(m: Module, x, p, what: str = "input"):
+def _same_dtype(x, p, what: str = "input"):
     check_input(x.dtype == p.dtype, f"the {what}'s dtype differs from the parameters'",
                 expected=str(p.dtype), got=str(x.dtype), error=DTypeError,
                 hint=f"cast the {what} (x.astype(...)) or the module (m.to(np.float16))")
@@ -84,7 +84,7 @@ class Linear(Module):
         check_input(x.ndim >= 1 and x.shape[-1] == self.in_features, "the input's last dim is not in_features",
                     expected=f"[..., {self.in_features}]", got=_dims(x))
         w, b = self.weight, self.bias
-        _same_dtype(self, x, w)
+        _same_dtype(x, w)
         lead = tuple(x.shape[:-1])
         x2 = x if x.ndim == 2 else x.reshape(math.prod(lead), self.in_features)
         y = P.matmul(x2, w, b_trans=True)
@@ -161,7 +161,7 @@ class Conv2d(Module):
         check_input(x.ndim in (3, 4) and x.shape[-3] == self.in_channels,
                     "the input is not [N, in_channels, H, W] (or [in_channels, H, W])",
                     expected=f"[N, {self.in_channels}, H, W]", got=_dims(x))
-        _same_dtype(self, x, self.weight)
+        _same_dtype(x, self.weight)
         unbatched = x.ndim == 3
         if unbatched:
             x = x.reshape(1, *x.shape)
@@ -193,7 +193,7 @@ def _normalized(shape) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, numbers.Integral) else tuple(int(s) for s in shape)
 
 
-def _check_normalized(m, x, shape):
+def _check_normalized(x, shape):
     k = len(shape)
     check_input(x.ndim >= k and tuple(x.shape[-k:]) == shape,
                 "the input's last dims are not normalized_shape",
@@ -239,10 +239,10 @@ class LayerNorm(_Norm):
 
     def forward(self, input):
         shape = self.normalized_shape
-        _check_normalized(self, input, shape)
+        _check_normalized(input, shape)
         w, b = self.weight, self.bias
         if w is not None:
-            _same_dtype(self, input, w)
+            _same_dtype(input, w)
         x, back = _flat_last(input, len(shape))
         if back is not None:
             w = None if w is None else w.reshape(math.prod(shape))
@@ -268,12 +268,12 @@ class RMSNorm(_Norm):
 
     def forward(self, input):
         shape = self.normalized_shape
-        _check_normalized(self, input, shape)
+        _check_normalized(input, shape)
         eps = self.eps if self.eps is not None else float(np.finfo(input.dtype.np_dtype).eps)
         w = self.weight
         x, back = _flat_last(input, len(shape))
         if w is not None:
-            _same_dtype(self, input, w)
+            _same_dtype(input, w)
             y = P.rms_norm(x, w if back is None else w.reshape(math.prod(shape)), eps)
         else:
             y = x * P.rsqrt(P.mean(x * x, dim=-1, keepdim=True) + eps)
@@ -548,7 +548,7 @@ class MultiheadAttention(Module):
                         expected=f"{query.ndim} dims, the last {e}", got=_dims(t))
         check_input(tuple(key.shape) == tuple(value.shape), "the key and the value differ in shape",
                     expected=_dims(key), got=_dims(value))
-        _same_dtype(self, query, self.in_proj_weight, "query")
+        _same_dtype(query, self.in_proj_weight, "query")
         batched = query.ndim == 3
         if not batched:
             q, k, v = (t.reshape(1, *t.shape) for t in (query, key, value))
@@ -700,10 +700,7 @@ class TransformerEncoder(Module):
         super().__init__()
         self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(int(num_layers))])
         self.num_layers = int(num_layers)
-        if norm is not None:
-            self.norm = norm
-        else:
-            self.norm = None
+        self.norm = norm
 
     def _config(self):
         return (self.num_layers,)

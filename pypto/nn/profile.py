@@ -128,15 +128,13 @@ def profile_model(model: Module, *inputs, machine="a2a3", **kwargs) -> ModelProf
     timing_s = time.perf_counter() - t1
     calls = collections.Counter(id(r.compiled) for r in records)
     kernels = []
-    for key, (res, sim_s, r) in timed.items():
-        kernels.append({"kernel": r.compiled.name, "calls": calls[key], "cycles": res.cycles,
-                        "total_cycles": res.cycles * calls[key], "instructions": res.instructions,
-                        "compile_s": round(r.runner.compile_seconds.get(m.name, 0.0), 3),
-                        "timing_s": round(sim_s, 3)})
     busy: collections.Counter = collections.Counter()
     per_unit: collections.Counter = collections.Counter()
     op_units: dict = {}
-    for key, (res, _, _) in timed.items():
+    for key, (res, sim_s, r) in timed.items():
+        kernels.append({"kernel": r.compiled.name, "calls": calls[key], "cycles": res.cycles,
+                        "total_cycles": res.cycles * calls[key], "instructions": res.instructions,
+                        "compile_s": round(r.runner.compile_s or 0.0, 3), "timing_s": round(sim_s, 3)})
         for e in res.trace:
             c = (e.end - e.start) * calls[key]
             unit = "sync" if e.op in SYNC_OPS else _UNITS.get(e.pipe, e.pipe)

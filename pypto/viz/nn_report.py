@@ -13,7 +13,8 @@ _COLORS = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b
 def layers_svg(prof, width: int = 760, bar: int = 16) -> str:
     """A bar per kernel run on the model's cycle axis, coloured by compiled kernel."""
     total = max(prof.cycles, 1)
-    kernels = list(dict.fromkeys(layer["kernel"] for layer in prof.layers))
+    kernels = dict.fromkeys(layer["kernel"] for layer in prof.layers)
+    color_of = {k: _COLORS[i % len(_COLORS)] for i, k in enumerate(kernels)}
     left, right = 190, 40
     span = width - left - right
     h = 24 + bar * len(prof.layers) + 22
@@ -23,7 +24,7 @@ def layers_svg(prof, width: int = 760, bar: int = 16) -> str:
         y = 8 + i * bar
         x0 = left + span * layer["start"] / total
         w = max(span * layer["cycles"] / total, 1.0)
-        color = _COLORS[kernels.index(layer["kernel"]) % len(_COLORS)]
+        color = color_of[layer["kernel"]]
         name = html.escape(layer["name"])
         out.append(f"<text x='{left - 6}' y='{y + bar - 5}' text-anchor='end'>{name}</text>")
         out.append(f"<rect x='{x0:.1f}' y='{y + 1}' width='{w:.1f}' height='{bar - 3}' fill='{color}'>"
