@@ -81,8 +81,11 @@ def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     return fused
 
 
+# why a region's op could not join its region's group, the reasons `check_regions` gives a hint of its own
 CUBE_REFUSAL = ("a matmul's group runs on the cube core: only a bias row added to its result and a ReLU "
                 "after it join it")
+MATMUL_ALONE = "a matmul runs on the cube core in a group of its own (only a bias row and a ReLU join it)"
+PARTIAL_REFUSAL = "its result is complete only after the group's last tile"
 
 
 def check_regions(g: TensorGraph, refusals: dict[int, str] | None = None) -> None:
@@ -102,13 +105,12 @@ def check_regions(g: TensorGraph, refusals: dict[int, str] | None = None) -> Non
             continue
         why = (refusals or {}).get(n.id)
         if why is None:
-            why = ("a matmul runs on the cube core in a group of its own (only a bias row and a ReLU join it)"
-                   if n.op == "matmul" else "fusion could not place it there")
+            why = MATMUL_ALONE if n.op == "matmul" else "fusion could not place it there"
         where = f" (the `with pypto.fuse()` at {region.loc.short()})" if region.loc is not None else ""
         lead_at = f" at {lead.loc.short()}" if lead.loc is not None else ""
-        hint = ("end the region before this op, or start a new one after it" if "cube" in why or "matmul" in why
+        hint = ("end the region before this op, or start a new one after it" if why in (CUBE_REFUSAL, MATMUL_ALONE)
                 else "end the region before this op")
-        if "complete only after" in why:
+        if why.endswith(PARTIAL_REFUSAL):
             hint = ("give the reduced dim one tile (set_vec_tile_shapes with its full size) so that the "
                     "reduction ends in the tile that reads it, or " + hint)
         raise UnsupportedError(
@@ -131,7 +133,6 @@ def order_groups(g: TensorGraph) -> TensorGraph:
     The order is a topological one of the groups' data edges (a group reads the values of the
     groups before it) and these store edges, the numbering kept where it already is one.  When
     no order exists, the later store is refused at its line."""
-    from ..errors import UnsupportedError
     from ..ir.core import topological_order
     from ..ir.gm import GMBuffer, GMRef
     group = {n.id: n.attrs["group"] for n in g.nodes if "group" in n.attrs}
@@ -270,6 +271,10 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict,
     epilogue: dict[int, str] = {}      # cube group result value -> "" | "bias" | "relu" (what it ends with)
     cube_tile: dict[int, tuple[int, int]] = {}     # cube group result value -> its output tile (mL0, nL0)
 
+    def enter_region(n, gid):
+        if n.attrs.get("fuse") is not None:
+            regions.setdefault(n.attrs["fuse"], gid)
+
     def place(n):
         floating.discard(n.id)
         _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=join,
@@ -307,14 +312,12 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict,
                 ensure_gm(i)
             groups[group_of[into]].members.append(n.id)     # its sum with `into` follows
             group_of[n.id] = group_of[into]
-            if n.attrs.get("fuse") is not None:
-                regions.setdefault(n.attrs["fuse"], group_of[into])
+            enter_region(n, group_of[into])
         elif n.op == "matmul":
             for i in n.inputs:
                 ensure_gm(i)
             grp = _Group(len(groups), "cube", n.shape, None)
-            if n.attrs.get("fuse") is not None:
-                regions.setdefault(n.attrs["fuse"], grp.id)
+            enter_region(n, grp.id)
             groups.append(grp)
             grp.members.append(n.id)
             group_of[n.id] = grp.id
@@ -331,8 +334,7 @@ def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict,
             gid = group_of[tail]
             groups[gid].members.append(n.id)
             group_of[n.id] = gid
-            if n.attrs.get("fuse") is not None:
-                regions.setdefault(n.attrs["fuse"], gid)
+            enter_region(n, gid)
             for i in n.inputs:
                 if i != tail and group_of.get(i) != gid:
                     ensure_gm(i)            # the bias row
@@ -401,10 +403,8 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
     region = n.attrs.get("fuse") if join and regions is not None else None
     forced = regions.get(region) if region is not None else None
-    if forced is not None and forced not in cands:
-        cands = [forced] + cands        # a pypto.fuse() region's group first
-    elif forced is not None:
-        cands = [forced] + [c for c in cands if c != forced]
+    if forced is not None:
+        cands = [forced] + [c for c in cands if c != forced]    # a pypto.fuse() region's group first
     # a reader of a write's result reads the whole buffer from GM, after the write: in the
     # write's group its tile would be the written value's, not the buffer's (a later write
     # into the same buffer does not read it)
@@ -466,7 +466,7 @@ def _refusal(g, n, grp, dom, dtype, ins, group_of, partial) -> str | None:
         d = r.attrs["dim"]
         at = f" at {r.loc.short()}" if r.loc is not None else ""
         return (f"it reads the {r.op}{at}, a reduction over dim {d} that spans {ceil_div(grp.domain[d], grp.tile[d])} "
-                f"tiles of {grp.tile[d]}: its result is complete only after the group's last tile")
+                f"tiles of {grp.tile[d]}: {PARTIAL_REFUSAL}")
     late = next((i for i in ins if group_of.get(i) != gid and _producer(i, group_of, g) >= gid), None)
     if late is not None:
         r = g.node(late)

@@ -43,13 +43,6 @@ class Rewriter(Builder):
     def dtype(self, i: int) -> DType:
         return self.nodes[i].dtype
 
-    def red(self, op, a, dim, tile=None, carry=None):
-        if tile is None and not carry:
-            return super().red(op, a, dim)
-        s = list(self.shape(a))
-        s[dim] = 1
-        return self.emit(op, [a], s, self.dtype(a), {"dim": dim, "keepdim": True, **_tile(tile), **(carry or {})})
-
     def graph(self) -> TensorGraph:
         return self.g.replace(self.nodes)
 
@@ -126,8 +119,9 @@ def legalize(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     for n in g.nodes:
         rw.loc = n.loc
         if OPS[n.op].kind == "reduce" and not n.attrs["keepdim"]:
-            x, t = rw.map[n.inputs[0]], n.attrs.get("tile")
-            r = rw.red(n.op, x, n.attrs["dim"], t, carried(n))
+            rw.extra = {**_tile(n.attrs.get("tile")), **carried(n)}     # (Builder.red adds them)
+            r = rw.red(n.op, rw.map[n.inputs[0]], n.attrs["dim"])
+            rw.extra = {}
             shape = n.shape or (1,)
             rw.map[n.id] = rw.emit("reshape", [r], shape, n.dtype, {"shape": shape})
         elif n.op == "store":
@@ -353,12 +347,18 @@ def cse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
 # ---------------------------------------------------------------------------------------
 # dce: drop values nothing uses
 
-def dce(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+def live_values(g: TensorGraph) -> set[int]:
+    """The ids of the nodes some store depends on (the stores included)."""
     live: set[int] = set()
     for n in reversed(g.nodes):
         if n.op == "store" or n.id in live:
             live.add(n.id)
             live.update(n.inputs)
+    return live
+
+
+def dce(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
+    live = live_values(g)
     rw = Rewriter(g)
     for n in g.nodes:
         if n.id in live or n.op == "input":

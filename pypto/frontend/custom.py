@@ -219,7 +219,7 @@ class CustomOp:
 
     def _call_eager(self, values: dict, arrays: dict) -> np.ndarray:
         """The op on numpy arrays: its body evaluated by the numpy reference, op by op."""
-        from ..ir.tensor_eval import eval_node
+        from ..ir.tensor_eval import evaluate
         names, attrs = self._split(values, lambda v: v is not None and not isinstance(v, (numbers.Number, str, tuple,
                                                                                           list, dt.DType)))
         data = {}
@@ -234,8 +234,7 @@ class CustomOp:
                          call_loc=user_loc())
         vals: dict = {}
         with np.errstate(all="ignore"):
-            for n in body.graph.nodes:
-                vals[n.id] = eval_node(n, [vals[i] for i in n.inputs], data)
+            evaluate(body.graph, data, vals)
         return np.asarray(vals[body.result])
 
     # --- the registry row's columns ---------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..compiler.tensor_passes import live_values
 from ..errors import PyptoError, SourceLoc, VerificationError, at_caller
 from ..ir.core import region_slices
 from ..ir.tensor import TensorGraph, verify
@@ -159,11 +160,7 @@ def _writes(g: TensorGraph) -> list[Finding]:
 
 def _dead_values(g: TensorGraph) -> list[Finding]:
     """Values no write depends on, one finding per line."""
-    live: set[int] = set()
-    for n in reversed(g.nodes):
-        if n.op == "store" or n.id in live:
-            live.add(n.id)
-            live.update(n.inputs)
+    live = live_values(g)
     by_line: dict = {}
     for n in g.nodes:
         if n.id not in live and n.op not in ("input", "const", "store"):

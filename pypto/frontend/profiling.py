@@ -28,12 +28,16 @@ def collecting() -> bool:
     return bool(_ACTIVE) and not _INNER[0]
 
 
-@contextlib.contextmanager
+_UNWATCHED = contextlib.nullcontext()    # (what every kernel call outside a block enters: no cost)
+
+
 def inner_runs(active: bool = True):
     """While a recorded run runs: the runs it makes are part of it, not recorded apart."""
-    if not active:
-        yield
-        return
+    return _inner_runs() if active else _UNWATCHED
+
+
+@contextlib.contextmanager
+def _inner_runs():
     _INNER[0] += 1
     try:
         yield
@@ -142,7 +146,7 @@ class Profiler:
     @property
     def total_us(self) -> float:
         """The simulated time of every timed run."""
-        return round(sum(r["total_us"] or 0 for r in self.rows), 3)
+        return rows_total_us(self.rows)
 
     COLUMNS = (("kernel", "kernel"), ("machine", "machine"), ("calls", "calls"), ("cycles", "cycles/call"),
                ("total_us", "total time"), ("bound", "bound"), ("host_s", "host time"))
@@ -156,6 +160,15 @@ class Profiler:
                 "-" if row["total_us"] is None else f"{row['total_us']:,.2f} us",
                 row["bound"] or "-", f"{row['host_s']:.3f} s"]
 
+    NOTE = "-: functional runs only; pypto.profile(timing=True) times them"
+
+    @staticmethod
+    def summary(rows: list[dict]) -> str:
+        """`5 runs of 2 kernels, 12.34 us simulated` (of `rows`, non-empty)."""
+        runs = sum(r["calls"] for r in rows)
+        return (f"{runs} run{'s' if runs != 1 else ''} of {len(rows)} kernel{'s' if len(rows) != 1 else ''}, "
+                f"{rows_total_us(rows):,.2f} us simulated")
+
     def text(self) -> str:
         rows = self.rows
         if not rows:
@@ -164,11 +177,9 @@ class Profiler:
         widths = [max(len(line[k]) for line in table) for k in range(len(table[0]))]
         lines = ["  ".join(c.rjust(w) if k in self.NUMERIC else c.ljust(w) for k, (c, w) in enumerate(zip(line, widths)))
                  .rstrip() for line in table]
-        runs = sum(r["calls"] for r in rows)
-        lines.append(f"{runs} run{'s' if runs != 1 else ''} of {len(rows)} kernel{'s' if len(rows) != 1 else ''}, "
-                     f"{self.total_us:,.2f} us simulated")
+        lines.append(self.summary(rows))
         if any(r["cycles"] is None for r in rows):
-            lines.append("(-: functional runs only; pypto.profile(timing=True) times them)")
+            lines.append(f"({self.NOTE})")
         return "\n".join(lines)
 
     def __str__(self):
@@ -179,3 +190,8 @@ class Profiler:
 
     def _repr_pretty_(self, p, cycle):
         p.text(self.text())
+
+
+def rows_total_us(rows: list[dict]) -> float:
+    """The simulated time of `rows` (`Profiler.rows`): the sum of their timed runs."""
+    return round(sum(r["total_us"] or 0 for r in rows), 3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import html
 
-from ..frontend.profiling import Profiler
+from ..frontend.profiling import Profiler, rows_total_us
 
 BAR = "#4c78a8"
 
@@ -14,7 +14,7 @@ def profile_html(p: Profiler) -> str:
     rows = p.rows
     if not rows:
         return "<div><b>profile</b>: no kernel ran</div>"
-    total = p.total_us or 0.0
+    total = rows_total_us(rows)
     head = "".join(f"<th style='text-align:left'>{html.escape(title)}</th>" for _, title in p.COLUMNS)
     body = []
     for r in rows:
@@ -28,11 +28,9 @@ def profile_html(p: Profiler) -> str:
         bar = (f"<td><div style='background:{BAR}; height:10px; width:{max(round(120 * share), 1)}px' "
                f"title='{100 * share:.1f}% of the simulated time'></div></td>") if r["total_us"] else "<td></td>"
         body.append(f"<tr>{''.join(tds)}{bar}</tr>")
-    runs = sum(r["calls"] for r in rows)
-    note = ("<div style='color:#666'>-: functional runs only; pypto.profile(timing=True) times them</div>"
+    note = (f"<div style='color:#666'>{html.escape(p.NOTE)}</div>"
             if any(r["cycles"] is None for r in rows) else "")
-    return (f"<div><b>profile</b>: {runs} run{'s' if runs != 1 else ''} of {len(rows)} "
-            f"kernel{'s' if len(rows) != 1 else ''}, {total:,.2f} us simulated"
+    return (f"<div><b>profile</b>: {html.escape(p.summary(rows))}"
             f"<table style='font-size:12px'><tr>{head}<th></th></tr>{''.join(body)}</table>{note}</div>")
 
 
