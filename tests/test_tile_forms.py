@@ -89,6 +89,20 @@ def test_tile_conv2d_against_numpy(rng):
     assert ops.count("TROWEXPANDMUL") == 9 and ops.count("TADD") == 8
 
 
+def test_tile_conv2d_keeps_an_infinity_where_it_lands(rng):
+    """An inf in x spreads only to the outputs whose window holds it (the weight columns were
+    once made as rowmax(x) * 0: nan for a row with an inf, and every output of the row nan)."""
+    x = rng.standard_normal((20, 34)).astype(np.float32)
+    x[5, 10] = np.inf
+    w = np.abs(rng.standard_normal((3, 3))).astype(np.float32) + 0.1     # positive: inf * w stays +inf
+    out = np.zeros((18, 32), np.float32)
+    got = conv.compile(x, w, out).simulate(x, w, out).outputs["out"]
+    with np.errstate(invalid="ignore"):
+        want = sum(x[a:a + 18, b:b + 32].astype(np.float64) * w[a, b] for a in range(3) for b in range(3))
+    assert not np.isnan(got).any()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_forms_in_a_block_level_kernel(rng):
     x = rng.standard_normal((40, 128)).astype(np.float32)
     out = np.zeros_like(x)

@@ -45,7 +45,6 @@ class TaskHandle:
     def __init__(self, trace: "BlockTrace", index: int, core_type: str, loc):
         self._trace, self.index, self.core_type, self.loc = trace, index, core_type, loc
         self.ops: list[int] = []            # its tile ops (indices into the trace's ops)
-        self.stored: dict[str, list] = {}
 
     def __repr__(self):
         return f"<block task {self.index} on {self.core_type}>"
@@ -77,6 +76,8 @@ def _flatten(items):
 class BlockTrace(TileTrace):
     """The tile ops of a block-level kernel, each in the task that traced it."""
 
+    _UNSIGNED = ("task",)       # (a group is the tasks of one `with`: `_signature`)
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self.tasks: list[TaskHandle] = []
@@ -84,7 +85,6 @@ class BlockTrace(TileTrace):
         self.task_of: list[int] = []                 # op -> its task's index
         self.stated: list[tuple[int, int, object]] = []   # (before, after, line of .after)
         self.pairs: dict[int, tuple[int, int, object]] = {}   # vector task -> (cube task, slot, line)
-        self.all_stored: dict[str, list] = {}
         self.order: list[int] = []                   # final task id -> trace index
 
     @classmethod
@@ -107,13 +107,10 @@ class BlockTrace(TileTrace):
         if self.task is not None:
             raise UnsupportedError("a task inside a task", loc=t.loc, expected="tasks one after another",
                                    got=f"a task opened inside task {self.task.index} (line {self.task.loc.line})")
-        self.task, self.stored = t, t.stored     # tload refuses only reloads of this task's stores
+        self.task = t
 
     def leave(self, t: TaskHandle, failed: bool) -> None:
         self.task = None
-        self.stored = {}
-        for name, wins in t.stored.items():
-            self.all_stored.setdefault(name, []).extend(wins)
         if failed:
             return
         if not any(self.ops[k].op == "TSTORE" for k in t.ops):
@@ -151,8 +148,11 @@ class BlockTrace(TileTrace):
         t.ops.append(k)
         return out
 
-    def reloads_refused(self) -> dict[str, list]:
-        return self.stored              # the open task's stores (tasks pass data through GM)
+    def reloads_refused(self, name: str) -> list:
+        """The open task's stores into `name` (tasks pass data through GM)."""
+        if self.task is None:
+            return []
+        return [o.win for o in map(self.ops.__getitem__, self.task.ops) if o.op == "TSTORE" and o.win[0] == name]
 
     def _check_round_trips(self, group_of) -> None:
         """(the tasks are ordered by their GM windows themselves: `_ordered`)"""
@@ -164,11 +164,12 @@ class BlockTrace(TileTrace):
         final = {ix: tid for tid, ix in enumerate(self.order)}
         for k, o in enumerate(self.ops):
             o.attrs = {**o.attrs, "task": final[self.task_of[k]]}
-        self.stored = self.all_stored
         tg = super().graph(g)
+        first: dict[int, object] = {}           # group -> its first node
+        for n in tg.nodes:
+            first.setdefault(n.group, n)
         for info in tg.groups:
-            n = next(n for n in tg.nodes if n.group == info.id)
-            t = self.tasks[self.order[n.attrs["task"]]]
+            t = self.tasks[self.order[first[info.id].attrs["task"]]]
             if info.core_type != t.core_type:
                 raise UnsupportedError(f"task {t.index} on {t.core_type} has no "
                                        f"{'matmul' if t.core_type == 'AIC' else 'vector work'}", loc=t.loc,
@@ -177,14 +178,7 @@ class BlockTrace(TileTrace):
         return tg
 
     def _signature(self, members):
-        saved = [(self.ops[k], self.ops[k].attrs) for k in members]
-        for o, a in saved:
-            o.attrs = {x: v for x, v in a.items() if x != "task"}
-        try:
-            sig = super()._signature(members)
-        finally:
-            for o, a in saved:
-                o.attrs = a
+        sig = super()._signature(members)
         t = self.tasks[self.task_of[members[0]]]
         return (t.core_type, t.loc.file, t.loc.line, sig)    # a group: the tasks of one `with`
 
@@ -238,7 +232,6 @@ class BlockTrace(TileTrace):
         """The tile-level pipeline with `partition` replaced by these tasks and `dependencies` by
         theirs (GM ones between any two tasks, and the stated ones)."""
         from ..compiler.pipeline import Pass, Pipeline
-        from .tile import tile_pipeline
         stated: dict[int, set[int]] = {}
         final = {ix: tid for tid, ix in enumerate(self.order)}
         for a, b, _ in self.stated:
@@ -246,7 +239,7 @@ class BlockTrace(TileTrace):
         pairs = {final[v]: (final[c], slot) for v, (c, slot, _) in self.pairs.items()}
         core = {final[t.index]: t.core_type for t in self.tasks}
         passes = []
-        for p in tile_pipeline(pipeline, tile_graph).passes:
+        for p in super().pipeline(pipeline, tile_graph).passes:
             if p.level == "tile->block":
                 p = Pass("block_kernel", "tile->block", lambda g, ctx: _tasks(g, ctx, core, pairs),
                          "the tasks the block-level kernel wrote (no partitioning)")

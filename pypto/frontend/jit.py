@@ -152,11 +152,10 @@ class JitKernel:
                 raise UnsupportedError(f"{self.name} is a tile-level kernel with a pypto.DYNAMIC dim",
                                        loc=self.sig_loc(dynamic[0]), expected="static shapes", got="pypto.DYNAMIC",
                                        hint="tile-level kernels are compiled per shape: call them with arrays")
-            from .tile import tile_pipeline
             tiles: list = []
             traced = self._trace(specs, values, machine=m, tiles=tiles)
-            pipeline = tiles[1].pipeline(pipeline, tiles[0]) if self.level == "block" else \
-                tile_pipeline(pipeline, tiles[0])
+            tile_graph, trace = tiles
+            pipeline = trace.pipeline(pipeline, tile_graph)
         elif dynamic:
             ck = self._compile_dynamic(specs, dynamic, values, m, pipeline, options, snapshots)
             self._cache[key] = ck
@@ -327,9 +326,11 @@ class JitKernel:
         SymbolicScalar N standing for `chunk` rows; `machine`: the Machine compiled for (what
         `pypto.target_specific` chooses by).  A tile-level kernel appends its Tile Graph to
         `tiles` (and its Tensor Graph is the equivalent ops on the views it loads and stores)."""
-        from .block import BlockTrace
-        from .tile import TileTrace
-        trace = {"tile": TileTrace, "block": BlockTrace}.get(self.level)
+        trace = None
+        if self.level != "tensor":
+            from .block import BlockTrace
+            from .tile import TileTrace
+            trace = {"tile": TileTrace, "block": BlockTrace}[self.level]
         with TraceContext(self.name, machine) as ctx, trace(ctx) if trace else contextlib.nullcontext() as tt:
             ctx.dynamic = chunk is not None
             proxies = [ctx.input(s.name, tuple(SymbolicScalar(chunk) if d is DYNAMIC else d for d in s.shape),

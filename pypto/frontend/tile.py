@@ -83,14 +83,13 @@ class TileTrace:
     """The tile ops of one kernel trace (entered inside its TraceContext)."""
 
     _stack: list["TileTrace"] = []
+    _UNSIGNED: tuple[str, ...] = ()       # op attrs isomorphic chains may differ in (`_signature`)
 
     def __init__(self, ctx: TraceContext):
         self.ctx = ctx
         self.ops: list[_Op] = []
         self.parent: list[int] = []           # union-find over ops: the chains
         self.made: set[int] = set()           # tensor nodes made by tile ops
-        self.loaded: dict[str, list] = {}     # param -> windows loaded
-        self.stored: dict[str, list] = {}     # param -> windows stored
         self.consumed: dict[int, object] = {}  # tile accumulated into by tmatmul_acc -> that line
         self.nbuf: int | None = None          # buffers(n) in force
         self.manual = None                    # the line of manual_sync(), if called
@@ -152,10 +151,10 @@ class TileTrace:
             self.parent[max(ra, rb)] = min(ra, rb)
 
     # --- GM round trips: a load of what the kernel stored reads it in the reference too ---------
-    def reloads_refused(self) -> dict[str, list]:
-        """The windows tload refuses to reload while tracing (a tile-level kernel's round trips
-        are checked once its chains are known, in `graph`)."""
-        return {}
+    def reloads_refused(self, name: str) -> list:
+        """The windows of `name` tload refuses to reload while tracing (a tile-level kernel's
+        round trips are checked once its chains are known, in `graph`)."""
+        return []
 
     def _reloaded(self, k: int, win, dtype, loc) -> Tensor:
         """The reference's view of a loaded window of a param the kernel has stored into: its
@@ -165,20 +164,24 @@ class TileTrace:
         stores = self.stores[name]
         self.round_trips += [(k, s) for s, w, _ in stores if ref.overlaps(_probe(self, *w))]
         for s, w, value in stores[self.folded.get(name, 0):]:
-            full, attrs = self._region(w, self.ops[s].loc, "tstore")
+            attrs = self._region(w, self.ops[s].loc, "tstore")
             base = self.contents[name] if name in self.contents else self._param(name)
-            self.contents[name] = self._made("write", [base, value], full, value.dtype, attrs)
+            self.contents[name] = self.tensor("write", [base, value], self._full(name), value.dtype, **attrs)
         self.folded[name] = len(stores)
-        _, attrs = self._region(win, loc, "tload")
-        return self._made("view", [self.contents[name]], attrs["shape"], dtype, attrs)
+        attrs = self._region(win, loc, "tload")
+        return self.tensor("view", [self.contents[name]], attrs["shape"], dtype, **attrs)
 
     def _param(self, name: str) -> Tensor:
         node = next(n for n in self.ctx.nodes if n.op == "input" and n.attrs["param"] == name)
         return Tensor._proxy(self.ctx, node)
 
-    def _region(self, win, loc, what: str):
+    def _full(self, name: str) -> tuple[int, ...]:
+        return next(p for p in self.ctx.params if p.name == name).shape
+
+    def _region(self, win, loc, what: str) -> dict:
+        """The `offsets` / `shape` (/ `steps`) attrs of a window, as a view or write names it."""
         name, off, shape, strides = win
-        full = next(p for p in self.ctx.params if p.name == name).shape
+        full = self._full(name)
         if len(shape) != len(full):
             raise UnsupportedError(f"a {what} of '{name}' through a view that drops a dim, in a kernel that "
                                    "reloads what it stored", loc=loc,
@@ -189,12 +192,7 @@ class TileTrace:
         steps = tuple(s // n for s, n in zip(strides, nat))
         if any(s != 1 for s in steps):
             attrs["steps"] = steps
-        return full, attrs
-
-    def _made(self, op, inputs, shape, dtype, attrs) -> Tensor:
-        t = self.ctx.add(op, inputs, shape, dtype, **attrs)
-        self.made.add(t._node)
-        return t
+        return attrs
 
     def _check_round_trips(self, group_of) -> None:
         """A chain that loads what another stored runs after it: the store's group comes first
@@ -266,6 +264,10 @@ class TileTrace:
                     hint="load the data with pypto.tile.tload and use the tile instructions "
                          "(texp, tadd, trowsum, ...), or write the kernel at the Tensor level (@pypto.jit)")
 
+    def pipeline(self, pipeline, tile_graph: TileGraph):
+        """The pipeline this kernel's Tile Graph runs through (`tile_pipeline`)."""
+        return tile_pipeline(pipeline, tile_graph)
+
     def graph(self, g: TensorGraph) -> TileGraph:
         """The Tile Graph of the traced tile ops: one group per class of isomorphic chains."""
         read = {i for o in self.ops for i in o.inputs}
@@ -284,11 +286,10 @@ class TileTrace:
         if self.pending:                    # a kernel of flags only
             raise UnsupportedError("a kernel with flags and no tile op", loc=self.ops[self.pending[0]].loc,
                                    expected="tile ops for the flags to order", got="only set_flag / wait_flag")
-        roles = {}
-        for p in g.params:
-            st, ld = p.name in self.stored, p.name in self.loaded
-            roles[p.name] = "inout" if st and ld else "output" if st else "input"
-        buffers = {p.name: GMBuffer(p.name, p.shape, p.dtype, roles[p.name]) for p in g.params}
+        stored = {o.win[0] for o in self.ops if o.op == "TSTORE"}
+        loaded = {o.win[0] for o in self.ops if o.op == "TLOAD"}
+        roles = {name: "inout" if name in loaded else "output" for name in stored}
+        buffers = {p.name: GMBuffer(p.name, p.shape, p.dtype, roles.get(p.name, "input")) for p in g.params}
         chains: dict[int, list[int]] = {}
         for k in range(len(self.ops)):
             chains.setdefault(self._find(k), []).append(k)
@@ -369,7 +370,8 @@ class TileTrace:
         out = []
         for k in members:
             o = self.ops[k]
-            attrs = tuple(sorted((a, repr(v)) for a, v in o.attrs.items() if not (a == "start" and o.op == "TCI")))
+            attrs = tuple(sorted((a, repr(v)) for a, v in o.attrs.items()
+                                 if a not in self._UNSIGNED and not (a == "start" and o.op == "TCI")))
             out.append((o.op, o.dtype.name, o.space, len(o.shape), tuple(pos[i] for i in o.inputs),
                         attrs, o.win[0] if o.win else None))
         return tuple(out)
@@ -418,21 +420,15 @@ def tload(view, space: str = "UB") -> Tile:
                                expected="GM -> " + "/".join(DATA_PATHS["GM"]), got=f"GM -> {space}",
                                hint=f"{space} is filled from L1 (textract), not from GM" if space.startswith("L0")
                                else None)
-    ref = _probe(tr, name, off, shape, strides)
-    for w in tr.reloads_refused().get(name, ()):
-        if ref.overlaps(_probe(tr, *w)):
+    refused = tr.reloads_refused(name)
+    if refused:
+        ref = _probe(tr, name, off, shape, strides)
+        if any(ref.overlaps(_probe(tr, *w)) for w in refused):
             raise UnsupportedError(f"tload of '{name}' where the kernel has already stored", loc=loc,
                                    expected="loads of data the kernel has not written",
                                    got=f"a window of {name} overlapping an earlier tstore",
                                    hint="keep the tile on chip instead of storing and reloading it")
-    caps = _machine_caps(tr)
-    nbytes = tile_bytes(tuple(shape), view.dtype)
-    if caps is not None and nbytes > caps[space]:
-        raise TileShapeError(f"the tile does not fit {space}", loc=loc,
-                             expected=f"at most {caps[space] // 1024} KiB of {space}",
-                             got=f"{view.dtype}{fmt_shape(shape)} = {nbytes / 1024:.1f} KiB",
-                             hint="load a smaller view (fewer rows per loop step)")
-    tr.loaded.setdefault(name, []).append((name, off, shape, strides))
+    _fits(tr, space, shape, view.dtype, loc, "load a smaller view (fewer rows per loop step)")
     return tr.add("TLOAD", [], shape, view.dtype, space, loc, value=view, win=(name, off, shape, strides))
 
 
@@ -459,23 +455,15 @@ def tstore(view, tile: Tile) -> None:
     elif view.dtype != tile.dtype:
         raise DTypeError(f"tstore of a {tile.dtype} tile into {view.dtype} '{name}'", loc=loc,
                          expected=str(view.dtype), got=str(tile.dtype), hint="convert it first: pypto.tile.tcvt")
-    base = tr.ctx.nodes[view._node]
-    while base.op != "input":
-        base = tr.ctx.nodes[base.inputs[0]]
-    full = base.shape
-    offsets = _offsets(off, natural_strides(full))
+    full = tr._full(name)
     if len(shape) != len(full):
         raise UnsupportedError("tstore into a view that drops a dim", loc=loc,
                                expected="a slice keeping every dim, e.g. out[i:i + 1, :]",
                                got=f"view {fmt_shape(shape)} of {fmt_shape(full)}")
-    steps = tuple(s // n_ for s, n_ in zip(strides, natural_strides(full)))
-    attrs = {"param": name, "offsets": offsets, "shape": tuple(shape)}
-    if any(k != 1 for k in steps):
-        attrs["steps"] = steps
-    tr.made.add(tr.ctx.add("store", [value], tuple(shape), view.dtype, **attrs)._node)
-    tr.stored.setdefault(name, []).append((name, off, shape, strides))
-    tr.add("TSTORE", [tile], (), view.dtype, "", loc, win=(name, off, shape, strides))
-    tr.stores.setdefault(name, []).append((len(tr.ops) - 1, (name, off, shape, strides), value))
+    win = (name, off, shape, strides)
+    tr.tensor("store", [value], tuple(shape), view.dtype, param=name, **tr._region(win, loc, "tstore"))
+    tr.add("TSTORE", [tile], (), view.dtype, "", loc, win=win)
+    tr.stores.setdefault(name, []).append((len(tr.ops) - 1, win, value))
 
 
 # --- the cube path -----------------------------------------------------------------------------
@@ -661,18 +649,14 @@ def _make(ins: isa.Instruction):
         def f(t, dtype):
             tr, loc = TileTrace.current(name), user_loc()
             check(tr, [t], loc)
-            to = dt.parse(dtype) if isinstance(dtype, str) and dtype in dt.BY_NAME else dtype
-            if not isinstance(to, dt.DType):
-                raise DTypeError("tcvt: unsupported dtype", loc=loc, expected=dt.supported_names(), got=repr(dtype))
+            to = _dtype(name, dtype, loc)
             value = tr.tensor("cast", [t.value], t.shape, to, to=to.name)
             return emit(tr, [t], t.shape, to, value, loc, to=to.name)
     elif kind == "scalar":
         def f(t, scalar):
             tr, loc = TileTrace.current(name), user_loc()
             check(tr, [t], loc)
-            if isinstance(scalar, bool) or not isinstance(scalar, numbers.Real):
-                raise DTypeError(f"{name}: the scalar must be a Python number", loc=loc, expected="an int or a float",
-                                 got=repr(scalar)[:60])
+            _number(name, "the scalar", scalar, loc)
             v = float(scalar) if t.dtype.is_float else int(scalar)
             c = tr.tensor("const", [], (), t.dtype, value=v)
             return emit(tr, [t], t.shape, t.dtype, tr.tensor(op, [t.value, c], t.shape, t.dtype), loc, scalar=v)
@@ -820,10 +804,15 @@ def _new_tile(name: str, shape, dtype, space, loc) -> tuple[tuple[int, ...], dt.
     if not shape or any(d <= 0 for d in shape):
         raise ShapeError(f"{name}: a tile shape is a tuple of positive ints", loc=loc, expected="e.g. (64, 64)",
                          got=repr(shape))
+    return shape, _dtype(name, dtype, loc)
+
+
+def _dtype(name: str, dtype, loc) -> dt.DType:
+    """A pypto dtype, or its name ("fp16")."""
     to = dt.parse(dtype) if isinstance(dtype, str) and dtype in dt.BY_NAME else dtype
     if not isinstance(to, dt.DType):
         raise DTypeError(f"{name}: unsupported dtype", loc=loc, expected=dt.supported_names(), got=repr(dtype))
-    return shape, to
+    return to
 
 
 def texpands(shape, value, dtype=dt.DT_FP32, space: str = "UB") -> Tile:

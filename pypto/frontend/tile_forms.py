@@ -9,7 +9,7 @@
 tensor by a small kernel (cross-correlation, as torch's conv2d, "valid" padding) with shifted
 multiply-adds on UB tiles: the vector unit has no UB sub-tile extraction, so each of the KH x KW
 shifted windows is loaded from GM (TLOAD), scaled by its weight (TROWEXPANDMUL by a column of it,
-made by TCOLEXPANDADD onto a zero column) and added up.  The cube path (im2col matmuls) would need
+made by TCOLEXPANDADD onto a zero column from TEXPANDS) and added up.  The cube path (im2col matmuls) would need
 the kernel reshaped into a Toeplitz matrix in GM first; it is not this form.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def _auto_shape(tr, x: Tensor, space: str, live: int, loc) -> tuple[int, ...]:
     pitch = row_pitch(x.shape[-1:], x.dtype)
     fit = budget // pitch
     if fit >= 1:
-        tm = 1 << (min(fit, rows).bit_length() - 1) if fit < rows else rows
+        tm = 1 << (fit.bit_length() - 1) if fit < rows else rows
         return (tm, x.shape[-1]) if x.ndim >= 2 else (x.shape[-1],)
     tn = 1 << ((budget // x.dtype.itemsize).bit_length() - 1)
     if tn * x.dtype.itemsize < 32:
@@ -130,12 +130,11 @@ def tile_conv2d(x: Tensor, w: Tensor):
                          expected=f"a kernel of at most {fmt_shape(x.shape)}", got=fmt_shape(w.shape))
     if x.dtype != w.dtype:
         raise ShapeError("tile_conv2d: x and w differ in dtype", loc=loc, expected=str(x.dtype), got=str(w.dtype))
-    acc = zero = None
+    zero = T.texpands((oh, 1), 0, x.dtype)                                  # [OH, 1] of zeros
+    acc = None
     for a in range(kh):
         for b in range(kw):
             xs = T.tload(x[a:a + oh, b:b + ow])
-            if zero is None:
-                zero = T.tmuls(T.trowmax(xs), 0.0)                          # [OH, 1] of zeros
             wcol = T.tcolexpandadd(zero, T.tload(w[a:a + 1, b:b + 1]))     # [OH, 1] of w[a, b]
             term = T.trowexpandmul(xs, wcol)
             acc = term if acc is None else T.tadd(acc, term)
