@@ -83,7 +83,7 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                     loc=info.loc, expected=f"at most {caps[space] // 1024} KiB of {space}",
                     got=f"{total / 1024:.1f} KiB for {len(sl)} live tiles ({detail}); choose a smaller tile"
                         + ("" if not any(fixed) else " or fewer buffers (pypto.tile.buffers)"))
-            copies = [f or c for f, c in zip(fixed, _ring_copies(sl, chunks, nbuf, caps[space] - total))]
+            copies = _ring_copies(sl, chunks, nbuf, caps[space] - total, fixed)
             off = 0
             here = placement.setdefault(info.id, {})
             for s, n_copies in zip(sl, copies):
@@ -127,13 +127,17 @@ def _ring_chunks(nodes: list[TileNode]) -> dict[str, set]:
     return chunks
 
 
-def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: int) -> list[int]:
-    """Copies per slot: `nbuf`, except that slots holding a `ring` key (an operand panel whose
-    tiles pick their copy by K chunk, see tiling._lower_matmul; `chunks`: `_ring_chunks`) share
-    the spare bytes of the space, up to one copy per chunk: every extra copy keeps one more chunk
-    for the next output tile."""
+def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: int,
+                 fixed: list[int]) -> list[int]:
+    """Copies per slot: its `fixed` count where it has one (`pypto.tile.buffers`), else `nbuf`,
+    except that slots holding a `ring` key (an operand panel whose tiles pick their copy by K
+    chunk, see tiling._lower_matmul; `chunks`: `_ring_chunks`) share the spare bytes of the space,
+    up to one copy per chunk: every extra copy keeps one more chunk for the next output tile."""
     copies = []
-    for s in slots:
+    for s, f in zip(slots, fixed):
+        if f:
+            copies.append(f)
+            continue
         want = max((len(chunks[k]) for k in s["keys"] if k in chunks), default=0)
         extra = min(max(0, want - nbuf), spare // s["size"]) if want else 0
         spare -= extra * s["size"]
