@@ -190,3 +190,38 @@ def test_single_buffered_whole_rows_match_numpy():
     xx = x.astype(np.float64)
     e = np.exp(xx - xx.max(-1, keepdims=True))
     np.testing.assert_allclose(res.outputs["out"], e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-10)
+
+
+
+def _live_chain(x, out, *, TM: int = 0):
+    """Fourteen values of one group alive at once, over rows of one element (fp32: 4 bytes a row,
+    padded to 32 in UB): the default 16 KiB tile, 512 rows, needs 14 x 16 KiB, more than UB."""
+    if TM:                          # the kernel's own tile: TM rows
+        pypto.set_vec_tile_shapes(TM, 1)
+    vs = [x]
+    for _ in range(14):
+        vs.append(pypto.exp(vs[-1] * 0.1))
+    acc = vs[1]
+    for v in vs[2:]:
+        acc = acc + v
+    out[:] = acc
+
+
+live_chain = pypto.jit(_live_chain)
+
+
+def test_a_default_tile_that_does_not_fit_ub_gets_fewer_rows(rng):
+    """Automatic tiles never refuse a kernel that fits with fewer rows (`fusion.fitting_plan`):
+    the rows halve until the group's tiles fit UB double-buffered.  The same tile set by the
+    kernel is kept, and refused with the allocator's error."""
+    x = rng.standard_normal((128, 1000, 1)).astype(np.float32)
+    ck = live_chain.compile(x, np.zeros_like(x), machine="teach")
+    assert [(g.domain, g.tile) for g in ck.tile_graph.groups] == [((128, 1000, 1), (1, 128, 1))]
+    res = ck.simulate(x, np.zeros_like(x))
+    want = [x.astype(np.float64)]
+    for _ in range(14):
+        want.append(np.exp(want[-1] * 0.1))
+    assert res.ok
+    np.testing.assert_allclose(res.outputs["out"], sum(want[1:]), rtol=1e-5)
+    with pytest.raises(pypto.PyptoError, match=r"do not fit UB \(tile \[1,512,1\]\)"):
+        live_chain.compile(x, np.zeros_like(x), machine="teach", TM=512)

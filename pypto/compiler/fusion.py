@@ -64,6 +64,7 @@ class _Group:
     members: list[int] = field(default_factory=list)
     closed: bool = False                # no later op joins it (it scatters into GM)
     whole_rows: bool = False            # its tile is whole rows of the row plan (whole_row_plan)
+    auto: bool = False                  # its tile is pypto's default (no kernel tile, not an epilogue's)
 
 
 def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
@@ -75,7 +76,13 @@ def _iter_shape(g: TensorGraph, n) -> tuple[int, ...]:
 
 def fuse(g: TensorGraph, ctx: PassContext | None = None) -> TensorGraph:
     refusals: dict[int, str] = {}
-    fused = order_groups(_fuse(g, ctx, whole_row_plan(g, ctx), refusals)[0])
+    plan = whole_row_plan(g, ctx)
+    fused, groups = _fuse(g, ctx, plan, refusals)
+    smaller = fitting_plan(g, ctx, plan, fused, groups)
+    if smaller != plan:
+        refusals = {}
+        fused, _ = _fuse(g, ctx, smaller, refusals)
+    fused = order_groups(fused)
     if ctx is None or ctx.options.get("fusion", True):
         check_regions(fused, refusals)
     return fused
@@ -233,6 +240,61 @@ def whole_row_plan(g: TensorGraph, ctx: PassContext | None) -> dict[tuple[int, .
     return plan
 
 
+def fitting_plan(g: TensorGraph, ctx: PassContext | None, plan: dict, fused: TensorGraph,
+                 groups: list["_Group"]) -> dict[tuple[int, ...], int]:
+    """The row plan (`whole_row_plan`) with fewer rows for the domains where a group of pypto's
+    default tile does not fit UB even single-buffered.
+
+    The default tile holds about 16 KiB of data, but a group of many live tiles (a long fused
+    chain, a backward kernel) can need more than UB even with one buffer, and rows narrower than
+    32 bytes are padded to 32 (a last dim of 1 in fp32 takes eight times its bytes): the kernel
+    would be refused though the user chose no tile.  For such a domain, when the default keeps
+    its rows whole, the row count is halved until every group over the domain fits: the largest
+    count whose tiles fit with the buffering asked for (two, one with double_buffer off), else
+    the largest that fits once.  A domain whose default cuts its rows, or where even one row
+    does not fit, keeps its tile and gets the allocator's error, which says what did not fit.
+    Groups that fit are left as they are, so the programs of kernels that compiled before do
+    not change."""
+    if ctx is None:
+        return plan
+    caps = ctx.machine.capacities()
+    want = 2 if ctx.options.get("double_buffer", True) else 1
+    tight = {grp.domain: grp.tile[-2] for grp in groups
+             if grp.kind == "vector" and grp.auto and len(grp.domain) >= 2 and grp.tile[-1] == grp.domain[-1]
+             and grp.tile[-2] > 1 and _group_buffers(fused, caps, [grp.id], 1) == 0}
+    out = dict(plan)
+    for dom, rows in sorted(tight.items()):
+        single = None
+        while rows > 1:
+            rows //= 2
+            trial = {**out, dom: rows}
+            fused_t, groups_t = _fuse(g, ctx, trial)
+            nbuf = _group_buffers(fused_t, caps, [grp.id for grp in groups_t if grp.domain == dom], want)
+            if nbuf >= want:
+                single = None
+                out = trial
+                break
+            if nbuf and single is None:
+                single = rows
+        if single is not None:
+            out[dom] = single
+    return out
+
+
+def _group_buffers(fused: TensorGraph, caps: dict, gids, want: int) -> int:
+    """The buffers (at most `want`, 0: none fits) UB gives one iteration of each of the groups
+    `gids` of a fused graph, as `allocate` will size them (-1: cannot tell, the tiling pass will)."""
+    try:
+        iterations = first_iterations(fused, set(gids))
+    except PyptoError:
+        return -1
+    nbuf = want
+    for nodes in iterations.values():
+        spaced = assign_spaces(TileGraph(fused.name, (), (), tuple(nodes)))
+        nbuf = min([nbuf, *buffers_that_fit(list(spaced.nodes), caps, want).values()])
+    return nbuf
+
+
 def _whole_row_buffers(g, ctx, plan, dom, want) -> int:
     """The buffers (at most `want`, 0: none fits) UB gives the tiles of every group over `dom`
     that grouping with `plan` makes with whole rows, when one of them reduces along the last
@@ -243,16 +305,7 @@ def _whole_row_buffers(g, ctx, plan, dom, want) -> int:
     if not any(OPS[n.op].kind == "reduce" and n.attrs.get("group") in gids and n.attrs["dim"] == last
                for n in fused.nodes):
         return 0
-    try:
-        iterations = first_iterations(fused, gids)
-    except PyptoError:              # left to the tiling pass, with the default tile
-        return 0
-    caps = ctx.machine.capacities()
-    nbuf = want
-    for nodes in iterations.values():
-        spaced = assign_spaces(TileGraph(g.name, (), (), tuple(nodes)))
-        nbuf = min([nbuf, *buffers_that_fit(list(spaced.nodes), caps, want).values()])
-    return nbuf
+    return max(0, _group_buffers(fused, ctx.machine.capacities(), gids, want))   # -1: left to the tiling pass
 
 
 def _fuse(g: TensorGraph, ctx: PassContext | None, plan: dict,
@@ -395,9 +448,11 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
     if nest is not None and "tile" not in n.attrs and len(dom) >= 2 and OPS[n.op].kind != "reduce":
         own_tile = epilogue_vec_tile(dom, dtype, nest)
     rows = None
+    auto = False
     if own_tile is None:
         rows = (plan or {}).get(dom) if "tile" not in n.attrs else None
         own_tile = normalize_vec_tile(n.attrs.get("tile"), dom, dtype, n.loc, rows)
+        auto = "tile" not in n.attrs
     ins = [i for i in n.inputs if g.node(i).op != "const"]
     # with fusion off (options {"fusion": False}) every op is a group of its own
     cands = sorted({group_of[i] for i in ins if i in group_of}, reverse=True) if join else []
@@ -424,7 +479,7 @@ def _place_vector(g, n, groups, group_of, partial, tile_of, ensure_gm, join=True
         if gid == forced and refusals is not None:
             refusals.setdefault(n.id, why)
     if chosen is None:
-        chosen = _Group(len(groups), "vector", dom, own_tile, whole_rows=rows is not None)
+        chosen = _Group(len(groups), "vector", dom, own_tile, whole_rows=rows is not None, auto=auto)
         groups.append(chosen)
     for i in ins:
         if join and floating is not None and i in floating:   # computed here, tile by tile, just before n
