@@ -7,17 +7,18 @@ single-core model of the timing engine, with the flags `sync.plan_flags` would i
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import chain, compress, repeat
 import math
+from operator import attrgetter, not_
 from typing import NamedTuple
 
-from ..ir.core import Attrs
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, ExecTask, Instr, Intervals, TileRef, accesses, written_gm
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, accesses, written_gm
 from ..ir.gm import GMRef
 from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import SYNC_PLANS, plan_flags
+from .sync import SYNC_PLANS, RangeValues, plan_flags, with_stream
 
 
 class DynamicScheduler(OptimizationPass):
@@ -55,7 +56,7 @@ class DynamicScheduler(OptimizationPass):
         machine = ctx.machine if ctx is not None else get_machine("a2a3")
         cache: dict = {}
         cycles: dict = {}       # base cycles of the on-chip instructions, by op and operand objects
-        shared: dict = {}       # shape key -> the flag plans and dependences of streams of that key
+        shared: dict = {}       # shape key -> the first _Stream of that key (its accesses, dependences, flag plans)
         kept: dict = {}         # shape key of a stream left in its order (bandwidth-bound) -> shape id
         tasks, changed, shapes = [], False, {}
         latencies = load_latencies(graph, machine)
@@ -65,11 +66,11 @@ class DynamicScheduler(OptimizationPass):
             res = schedule_task(t.instrs, machine, cache, lat, slow, cycles, shared)
             if res.instrs is not t.instrs:
                 changed = True
-                t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, res.instrs, t.pair)
+                t = with_stream(t, res.instrs)
             tasks.append(t)
             shape = res.shape
             if shape is None and slow > BANDWIDTH_BOUND and len(t.instrs) >= 2 \
-                    and _SYNC.isdisjoint({i.op for i in t.instrs}):
+                    and _SYNC.isdisjoint(map(_OP, t.instrs)):
                 # not scheduled, but isomorphic streams still share their flags, their buffer
                 # pressure and their decoding in the simulator: ids of their own (negative)
                 shape = kept.setdefault(_shape_key(t.instrs), -1 - len(kept))
@@ -116,43 +117,32 @@ def dependences(instrs, acc=None) -> list[dict[int, bool]]:
     if acc is None:
         written = written_gm(instrs)
         acc = [accesses(i, written) for i in instrs]
-    # per key (a space, a GM buffer): range -> [last writer or -1, readers since, creation order],
-    # found by overlap in O(log n + hits) (a list scanned per access made a task of 31,000 windows
-    # of one written buffer quadratic: 50 s); the hits are taken in creation order
-    tables: dict[str, Intervals] = {}
+    # per range (of a space, of a GM buffer): [last writer or -1, readers since], the overlapping
+    # ones found in O(log n + hits) and taken in the order they were added (a list scanned per
+    # access made a task of 31,000 windows of one written buffer quadratic: 50 s)
+    ranges = RangeValues()
+    found, resolve = ranges.found, ranges.resolve
     preds: list[dict[int, bool]] = []
-    made = 0
     for j, a in enumerate(acc):
         p: dict[int, bool] = {}
-        for key, lo, hi, w in a:
-            t = tables.get(key)
-            if t is None:
-                continue
-            hits = t.overlapping(lo, hi)
-            if len(hits) > 1:
-                hits = sorted(hits, key=lambda rk: t.get(rk)[2])
-            for rk in hits:
-                writer, readers, _ = t.get(rk)
+        for x in a:
+            w = x[3]
+            for writer, readers in (found.get(id(x)) or resolve(x))[0]:
                 if writer >= 0 and writer != j:
                     p[writer] = True
                 if w:
                     for r in readers:
                         if r != j and r not in p:
                             p[r] = False
-        for key, lo, hi, w in a:
-            t = tables.get(key)
-            if t is None:
-                t = tables[key] = Intervals()
-            rk = (lo, hi)
-            if rk not in t:
-                t.set(rk, [-1, [], made])
-                made += 1
-            if w:
-                for ok in t.overlapping(lo, hi):
-                    v = t.get(ok)
+        for x in a:
+            overlapping, own = found.get(id(x)) or resolve(x)
+            if own is None:
+                overlapping, own = ranges.add(x, [-1, []])
+            if x[3]:
+                for v in overlapping:
                     v[0], v[1] = j, []
             else:
-                t.get(rk)[1].append(j)
+                own[1].append(j)
         preds.append(p)
     return preds
 
@@ -236,16 +226,17 @@ def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[floa
     return [factor.get(t.level, 1.0) for t in graph.tasks]
 
 
-def _pipe_cycles(instrs, machine: Machine, known: dict | None = None) -> list[int]:
-    """`pipe_cycles` of each instruction; those without a GM operand are worked out once per
-    (op, operand objects) in `known` (a dict that outlives them: its keys are object ids)."""
+def _pipe_cycles(instrs, machine: Machine, known: dict | None = None, slowdown: float | None = None) -> list[int]:
+    """`pipe_cycles` of each instruction, a GM transfer's stretched by `slowdown` (`_gm_cycles`);
+    those without a GM operand are worked out once per (op, operand objects) in `known` (a dict
+    that outlives them: its keys are object ids)."""
     if known is None:
-        return [pipe_cycles(i, machine) for i in instrs]
+        return [_gm_cycles(i, pipe_cycles(i, machine), slowdown) for i in instrs]
     out = []
     for ins in instrs:
         dst, srcs = ins.dst, ins.srcs
-        if isinstance(dst, GMRef) or any(isinstance(o, GMRef) for o in srcs):
-            out.append(pipe_cycles(ins, machine))
+        if type(dst) is GMRef or GMRef in map(type, srcs):
+            out.append(_gm_cycles(ins, pipe_cycles(ins, machine), slowdown))
             continue
         key = (ins.op, id(dst), *map(id, srcs))
         c = known.get(key)
@@ -253,6 +244,13 @@ def _pipe_cycles(instrs, machine: Machine, known: dict | None = None) -> list[in
             c = known[key] = pipe_cycles(ins, machine)
         out.append(c)
     return out
+
+
+def _vector(instrs) -> list[bool]:
+    """`is_vector` of each instruction (worked out once per op)."""
+    ops = list(map(_OP, instrs))
+    known = {op: is_vector(op) for op in set(ops)}
+    return list(map(known.__getitem__, ops))
 
 
 def _gm_cycles(ins: Instr, base: int, slowdown: float | None) -> int:
@@ -268,23 +266,28 @@ class _Stream:
     """One task's instructions (no sync yet) with what scheduling needs, computed once."""
 
     def __init__(self, instrs, machine: Machine, latency=None, slowdown=None, cycles: dict | None = None,
-                 same: tuple | None = None):
-        """`cycles`: see `_pipe_cycles`; `same`: (plans, preds) of a stream of the same shape key
-        (`_shape_key`), which has the same dependences and, in the same order, the same flags:
-        they are shared, whatever the two streams' load latencies."""
+                 same: "_Stream | None" = None):
+        """`cycles`: see `_pipe_cycles`; `same`: the _Stream of a stream of the same shape key
+        (`_shape_key`), which has the same pipes, accesses (up to where its GM windows lie),
+        dependences and, in the same order, the same flags: they are shared, whatever the two
+        streams' load latencies and transfer cycles."""
         self.instrs = instrs
-        written = written_gm(instrs)
-        self.acc = [accesses(i, written) for i in instrs]
-        self.pipe = [i.pipe for i in instrs]
+        if same is None:
+            written = written_gm(instrs)
+            self.acc = [accesses(i, written) for i in instrs]
+            self.pipe = list(map(_PIPE, instrs))
+            self.vector = _vector(instrs)
+            self.preds = dependences(instrs, self.acc)
+            self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
+            self._plans: dict[tuple, tuple] = {}
+        else:
+            self.acc, self.pipe, self.vector = same.acc, same.pipe, same.vector
+            self.preds, self.load_pipes, self._plans = same.preds, same.load_pipes, same._plans
         self.latency = list(latency) if latency is not None else \
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
-        self.cycles = [_gm_cycles(i, c, slowdown) for i, c in zip(instrs, _pipe_cycles(instrs, machine, cycles))]
-        self.vector = [is_vector(i.op) for i in instrs]
+        self.cycles = _pipe_cycles(instrs, machine, cycles, slowdown)
         # each instruction's entry in `_relax`'s queues (the same in every candidate order)
-        self.entry = [(0, c, la, v) for c, la, v in zip(self.cycles, self.latency, self.vector)]
-        self.preds = dependences(instrs, self.acc) if same is None else same[1]
-        self.load_pipes = {i.pipe for i in instrs if _is_gm_load(i)}
-        self._plans: dict[tuple, tuple] = {} if same is None else same[0]
+        self.entry = list(zip(repeat(0), self.cycles, self.latency, self.vector))
 
     def plan(self, order) -> tuple:
         """`plan_flags` of the stream in `order` (remembered: candidates share them)."""
@@ -320,34 +323,37 @@ def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=Non
         cycles = [pipe_cycles(i, machine) for i in instrs]
     if latency is None:
         latency = [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
-    pipe = [i.pipe for i in instrs]
+    pipe = list(map(_PIPE, instrs))
     done = [cycles[k] + latency[k] for k in range(n)]
+    # per edge i -> j: what j waits for beyond i's cycles (i's latency when it needs i's data,
+    # FLAG_CYCLES across pipes)
     succs: list[list[tuple[int, int]]] = [[] for _ in range(n)]
     for j, ps in enumerate(preds):
+        pj = pipe[j]
         for i, data in ps.items():
-            d = (done[i] if data else cycles[i]) + (FLAG_CYCLES if pipe[i] != pipe[j] else 0)
-            succs[i].append((j, d))
+            succs[i].append((j, (latency[i] if data else 0) + (FLAG_CYCLES if pipe[i] != pj else 0)))
     prio = [0] * n                              # longest path from an instruction's start to the end
     for i in range(n - 1, -1, -1):
         best = done[i]
-        for j, d in succs[i]:
-            v = d + prio[j]
+        c = cycles[i]
+        for j, extra in succs[i]:
+            v = c + extra + prio[j]
             if v > best:
                 best = v
         prio[i] = best
     vec_head = machine.vec_head
-    vector = [is_vector(i.op) for i in instrs]
+    vector = _vector(instrs)
     left = [len(p) for p in preds]
     est = [0] * n
     start = [0] * n
-    free: dict[str, int] = {}
+    free = dict.fromkeys(pipe, 0)
     last_vector_end = -1
     ready = [k for k in range(n) if left[k] == 0]
     placed = []
     while ready:
         bk = bkey = None
         for k in ready:
-            f = free.get(pipe[k], 0)
+            f = free[pipe[k]]
             s = est[k] if est[k] > f else f
             key = (s, -prio[k], k)
             if bkey is None or key < bkey:
@@ -363,15 +369,14 @@ def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=Non
         free[pipe[bk]] = end
         start[bk] = s
         placed.append(bk)
-        for j, _ in succs[bk]:
-            t = (end + latency[bk] if preds[j][bk] else end) + (FLAG_CYCLES if pipe[bk] != pipe[j] else 0)
+        for j, extra in succs[bk]:
+            t = end + extra
             if t > est[j]:
                 est[j] = t
             left[j] -= 1
             if left[j] == 0:
                 ready.append(j)
-    rank = {k: r for r, k in enumerate(placed)}
-    return sorted(range(n), key=lambda k: (start[k], rank[k]))
+    return sorted(placed, key=start.__getitem__)      # by start, then placement (a stable sort)
 
 
 def batch_flags(order, st: _Stream, rounds: int = 4) -> list[int]:
@@ -384,20 +389,16 @@ def batch_flags(order, st: _Stream, rounds: int = 4) -> list[int]:
     """
     order = list(order)
     for _ in range(rounds):
-        pipes = [st.pipe[k] for k in order]
+        pipes = list(map(st.pipe.__getitem__, order))
         flags = st.plan(order)[2]
-        nxt: list = [None] * len(order)
-        last: dict[str, int] = {}
-        for r in range(len(order) - 1, -1, -1):
-            nxt[r] = last.get(pipes[r])
-            last[pipes[r]] = r
         prev: dict[tuple, tuple] = {}
         moves = []
         for p, q, j, c in flags:
             pair = (p, q)
             if p in st.load_pipes and pair in prev:
                 j1, c1 = prev[pair]
-                if nxt[c1] == c and j < c1:
+                # (c1 and c are on Q: in a row when no Q instruction is between them)
+                if j < c1 and q not in pipes[c1 + 1:c]:
                     pk = st.preds[order[c]]
                     if not any(order[r] in pk for r in range(c1, c)):
                         moves.append((c1, c))
@@ -423,57 +424,48 @@ def _relax(queues: dict, machine: Machine) -> int | None:
     flags: dict = {}
     vec_head = machine.vec_head
     last_vector_end = -1
-    makespan = 0
     progress = True
     while progress:
         progress = False
         for p, q in queues.items():
-            k = ptr[p]
+            k0 = ptr[p]
             n = len(q)
-            if k == n:
+            if k0 == n:
                 continue
             fp, rp = free[p], ready[p]      # the pipe's free and ready times, kept local
-            while k < n:
+            for k in range(k0, n):
                 kind, a, b, c = q[k]
-                t0 = fp
                 if kind == 2:
                     pending = flags.get(a)
                     if not pending:
                         break
                     s = pending.pop(0)
-                    if s > t0:
-                        t0 = s
-                    end = t0 + 1
+                    fp = (s if s > fp else fp) + 1
                 elif kind == 1:
-                    if rp > t0:
-                        t0 = rp
-                    end = t0 + 1
+                    fp = (rp if rp > fp else fp) + 1
                     pending = flags.get(a)
                     if pending is None:
-                        flags[a] = [end]
+                        flags[a] = [fp]
                     else:
-                        pending.append(end)
+                        pending.append(fp)
                 else:
-                    d = a
                     if c:
-                        if last_vector_end == t0 and d > vec_head:
-                            d -= vec_head
-                        last_vector_end = t0 + d
-                    end = t0 + d
-                fp = end
-                if b:
-                    end += b
-                    if end > rp:
-                        rp = end
-                if end > makespan:
-                    makespan = end
-                k += 1
+                        if last_vector_end == fp and a > vec_head:
+                            a -= vec_head
+                        last_vector_end = fp + a
+                    fp += a
+                    if b and fp + b > rp:
+                        rp = fp + b
+            else:
+                k = n
+            if k != k0:
                 progress = True
-            free[p], ready[p] = fp, rp
-            ptr[p] = k
+                free[p], ready[p] = fp, rp
+                ptr[p] = k
     if any(ptr[p] < len(q) for p, q in queues.items()):
         return None
-    return makespan
+    # a pipe's times only grow, and every end (a load's data latency included) is one of them
+    return max(max(free.values(), default=0), max(ready.values(), default=0))
 
 
 def evaluate(order, st: _Stream, machine: Machine) -> int | None:
@@ -481,12 +473,17 @@ def evaluate(order, st: _Stream, machine: Machine) -> int | None:
     pipe, entry = st.pipe, st.entry
     before, after, _ = st.plan(order)
     queues: dict[str, list] = defaultdict(list)     # per pipe, in the order pipes first appear
+    pre_of, post_of = before.get, after.get
     for r, k in enumerate(order):
-        for op, p, fk in before.get(r, ()):
-            queues[p].append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+        ops = pre_of(r)
+        if ops is not None:
+            for op, p, fk in ops:
+                queues[p].append((1 if op == "SET_FLAG" else 2, fk, 0, False))
         queues[pipe[k]].append(entry[k])
-        for _, p, fk in after.get(r, ()):
-            queues[p].append((1, fk, 0, False))
+        ops = post_of(r)
+        if ops is not None:
+            for _, p, fk in ops:
+                queues[p].append((1, fk, 0, False))
     return _relax(dict(queues), machine)
 
 
@@ -516,40 +513,60 @@ def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:
     return _relax(queues, machine)
 
 
+class _ShapeKey(tuple):
+    """A `_shape_key`: its columns (thousands long), the attribute items first; it keys several
+    dicts per task, so it is hashed once, and without the attribute column (slow to hash, and
+    the other columns tell shapes apart already; equal keys still compare every column)."""
+
+    def __hash__(self):
+        h = self.__dict__.get("hash")
+        if h is None:
+            h = self.__dict__["hash"] = hash(self[1:])
+        return h
+
+
+_OP, _PIPE, _DST, _SRCS, _ATTRS = map(attrgetter, ("op", "pipe", "dst", "srcs", "attrs"))
+_ATTR_DICT = attrgetter("attrs._dict")
+
+
 def _shape_key(instrs) -> tuple:
     """Equal for two streams that schedule the same: same ops, pipes, attributes and on-chip
     operands (interned TileRefs), same GM window shapes, and the windows of the GM buffers the
-    stream writes at the same offsets relative to each buffer's lowest one."""
-    written = written_gm(instrs)
+    stream writes at the same offsets relative to each buffer's lowest one.
+
+    Every task is keyed, so the key is built column by column with C-level maps: the ops, the
+    pipes, the attribute items, the operand counts and the operands (every dst, then every
+    source), a tile by its id; only the other operands (GM windows, scalars) take a Python step
+    each."""
+    try:
+        attrs = tuple(map(tuple, map(dict.items, map(_ATTR_DICT, instrs))))
+    except (AttributeError, TypeError):     # attributes that are not all `Attrs`
+        attrs = tuple(tuple(a.items()) if a else () for a in map(_ATTRS, instrs))
+    srcs = tuple(map(_SRCS, instrs))
+    operands = list(map(_DST, instrs))
+    n = len(operands)
+    operands.extend(chain.from_iterable(srcs))
+    ids = list(map(id, operands))       # a token per operand: a tile's id; the others' below
+    others = [(k, operands[k]) for k in compress(range(len(operands)),
+                                                 map(not_, map(isinstance, operands, repeat(TileRef))))]
+    written = {o.buf.name for k, o in others if k < n and isinstance(o, GMRef)}    # (`written_gm`)
     base: dict[str, int] = {}
     if written:
-        for ins in instrs:
-            for o in (ins.dst, *ins.srcs) if ins.srcs else (ins.dst,):
-                if isinstance(o, GMRef) and o.buf.name in written:
-                    lo = o.span()[0]
-                    if lo < base.get(o.buf.name, lo + 1):
-                        base[o.buf.name] = lo
-
-    def operand(o):
+        for _, o in others:
+            if isinstance(o, GMRef) and o.buf.name in written:
+                lo = o.span()[0]
+                if lo < base.get(o.buf.name, lo + 1):
+                    base[o.buf.name] = lo
+    for k, o in others:
         if isinstance(o, GMRef):
             name = o.buf.name
             if name in written:
                 lo, hi = o.span()
-                return (name, lo - base[name], hi - base[name], o.shape)
-            return (name, o.shape)
-        return o
-
-    parts = []
-    append = parts.append
-    for ins in instrs:
-        a = ins.attrs
-        d = a._dict if type(a) is Attrs else a
-        o = ins.dst
-        row = [ins.op, ins.pipe, tuple(d.items()) if d else None, id(o) if isinstance(o, TileRef) else operand(o)]
-        for o in ins.srcs:
-            row.append(id(o) if isinstance(o, TileRef) else operand(o))
-        append(tuple(row))
-    return tuple(parts)
+                o = (name, lo - base[name], hi - base[name], o.shape)
+            else:
+                o = (name, o.shape)
+        ids[k] = o
+    return _ShapeKey((attrs, tuple(map(_OP, instrs)), tuple(map(_PIPE, instrs)), tuple(map(len, srcs)), tuple(ids)))
 
 
 _SYNC = frozenset(SYNC_OPS)
@@ -566,7 +583,7 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
     (see `gm_slowdown`; default 1); `cycles`, `shared`: what streams of one pass share (see
     `_Stream`)."""
     instrs = tuple(instrs)
-    if len(instrs) < 2 or not _SYNC.isdisjoint({i.op for i in instrs}):
+    if len(instrs) < 2 or not _SYNC.isdisjoint(map(_OP, instrs)):
         return TaskSchedule(instrs, None, None, "original")
     if slowdown is not None and slowdown > BANDWIDTH_BOUND:
         # the level waits for the shared HBM / L2 whatever each core's order: keep it
@@ -580,7 +597,7 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
         same = shared.get(skey) if shared is not None and skey is not None else None
         st = _Stream(instrs, machine, latency, slowdown, cycles, same)
         if same is None and shared is not None and skey is not None:
-            shared[skey] = (st._plans, st.preds)
+            shared[skey] = st
         original = list(range(len(instrs)))
         cands = [("original", original)]
         ls = list_schedule(instrs, machine, st.preds, st.cycles, st.latency)

@@ -131,26 +131,33 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
             if not a[0].startswith("GM:"):
                 (writes if a[3] else reads).append(a)
         for space, lo, hi, _ in reads:
-            vals = opened.setdefault(space, [])
+            vals = opened.get(space)
+            if vals is None:
+                vals = opened[space] = []
             gaps = [(lo, hi)]
             for v in vals:
                 if v[0] < hi and lo < v[1]:
                     v[3] = i
-                    gaps = _minus(gaps, v[0], v[1])
+                    if gaps:
+                        # (a piece covering the whole read leaves no gap: the usual case)
+                        gaps = [] if v[0] <= lo and hi <= v[1] else _minus(gaps, v[0], v[1])
             if gaps:                    # never written in the task: live from its start
                 tile += 1
                 vals.extend([a, b, 0, i, tile] for a, b in gaps)
         for space, lo, hi, _ in writes:
-            done = pieces.setdefault(space, [])
+            done = pieces.get(space)
+            if done is None:
+                done = pieces[space] = []
             keep = []
             for v in opened.get(space, ()):
                 if v[0] < hi and lo < v[1]:
-                    a, b = max(v[0], lo), min(v[1], hi)
-                    done.append((a, b, v[2], v[3], v[4], v[3] == i))   # read here, overwritten here
-                    if v[0] < lo:
-                        keep.append([v[0], lo, v[2], v[3], v[4]])
-                    if hi < v[1]:
-                        keep.append([hi, v[1], v[2], v[3], v[4]])
+                    a, b, s, e, t = v
+                    # (e == i: read here, overwritten here)
+                    done.append((a if a > lo else lo, b if b < hi else hi, s, e, t, e == i))
+                    if a < lo:
+                        keep.append([a, lo, s, e, t])
+                    if hi < b:
+                        keep.append([hi, b, s, e, t])
                 else:
                     keep.append(v)
             tile += 1

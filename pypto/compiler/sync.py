@@ -10,7 +10,7 @@ of their previous use.
 """
 from __future__ import annotations
 
-import collections
+import operator
 
 from ..ir.core import Attrs
 from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, accesses,
@@ -25,19 +25,29 @@ SYNC_PLANS = "_sync_plans"
 
 
 def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
-    # stream shape -> (plan, its flag instructions)
-    plans: dict = {shape: (plan, None) for shape, plan in g.__dict__.get(SYNC_PLANS, {}).items()}
+    plans: dict = dict(g.__dict__.get(SYNC_PLANS, {}))     # stream shape -> its flag plan
+    layouts: dict[int, tuple] = {}      # id(plan) -> its `_flag_layout` (`plans` keeps the plans alive)
     tasks, out_shapes = [], {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
-        known = plans.get(shape)
-        instrs, plan, made = _synced(t.instrs, *(known or (None, None)))
+        plan = plans.get(shape) if shape is not None else None
+        instrs, plan, made = _synced(t.instrs, plan, layouts.get(id(plan)) if plan is not None else None)
         if shape is not None:
-            plans[shape] = (plan, made)
+            plans[shape] = plan
+            layouts[id(plan)] = made
             out_shapes[id(instrs)] = (instrs, shape)
-        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
+        tasks.append(with_stream(t, instrs))
     out = g.replace(tasks)
     out.__dict__[STREAM_SHAPES] = out_shapes
+    return out
+
+
+def with_stream(t: ExecTask, instrs: tuple) -> ExecTask:
+    """Task `t` running the instruction stream `instrs` (no loops), with its `instrs` and
+    `n_instrs` set: the first reader need not walk the whole stream for loops to find them."""
+    out = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair)
+    out.__dict__["instrs"] = instrs
+    out.__dict__["n_instrs"] = len(instrs)
     return out
 
 
@@ -47,49 +57,103 @@ def _sync_task(instrs) -> tuple[Instr, ...]:
 
 
 def _synced(instrs, plan=None, made=None):
-    """(the stream with its flags, the plan used, the plan's flag instructions); `plan`: one made
-    for a stream of the same shape, `made` its flag instructions (streams of one shape share
-    them: the instructions are immutable)."""
+    """(the stream with its flags, the plan used, the plan's `_flag_layout`); `plan`: one made
+    for a stream of the same shape, `made` its layout (streams of one plan share it: the flag
+    instructions are immutable, and the stream's length is the shape's)."""
     instrs = tuple(instrs)
     if plan is None:
         written = written_gm(instrs)
         plan = plan_flags([i.pipe for i in instrs], [accesses(i, written) for i in instrs])
         made = None
     if made is None:
-        made = _flag_instrs(plan)
-    before, after = made
-    out = []
-    append = out.append
-    extend = out.extend
-    if not before and not after:
+        made = _flag_layout(plan, len(instrs))
+    flags, gather = made
+    if gather is None:
         return instrs, plan, made
-    for idx, ins in enumerate(instrs):
+    return gather(instrs + flags), plan, made
+
+
+def _flag_layout(plan, n: int) -> tuple:
+    """(the SET_FLAG / WAIT_FLAG instructions of a plan for a stream of n instructions, a gather
+    of the flagged stream from `stream + flags`, or None when there are no flags).
+
+    A SET_FLAG and its WAIT_FLAG share their attributes (and their key tuple in the plan).  The
+    gather (an `operator.itemgetter` of positions) builds each stream of a shape in one C-level
+    pass: a shape's tasks are many, its flags the same."""
+    before, after, _ = plan
+    if not before and not after:
+        return (), None
+    ops: list[tuple] = []           # the plan's sync operations, in stream order
+    at: list[int] = []              # each position of the flagged stream in `stream + flags`
+
+    def put(entries):
+        at.extend(range(n + len(ops), n + len(ops) + len(entries)))
+        ops.extend(entries)
+
+    for idx in range(n):
         pre = before.get(idx)
         if pre is not None:
-            extend(pre)
-        append(ins)
+            put(pre)
+        at.append(idx)
         post = after.get(idx)
         if post is not None:
-            extend(post)
-    return tuple(out), plan, made
-
-
-def _flag_instrs(plan) -> tuple[dict, dict]:
-    """The SET_FLAG / WAIT_FLAG instructions of a plan: {index: [Instr]} before and after (a
-    SET_FLAG and its WAIT_FLAG share their attributes)."""
-    before, after, _ = plan
-    attrs: dict[int, Attrs] = {}
+            put(post)
+    attrs = {id(key): key for _, _, key in ops}
+    for k, key in attrs.items():
+        attrs[k] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
     make = Instr._make
+    return tuple([make(op, pipe, None, (), attrs[id(key)], None) for op, pipe, key in ops]), operator.itemgetter(*at)
 
-    def sync(op, pipe, key):
-        a = attrs.get(id(key))
-        if a is None:
-            a = attrs[id(key)] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
-        return make(op, pipe, None, (), a, None)
 
-    # (ids of the plan's key tuples: the plan keeps them alive)
-    return ({idx: [sync(*e) for e in ops] for idx, ops in before.items()},
-            {idx: [sync(*e) for e in ops] for idx, ops in after.items()})
+class RangeValues:
+    """Byte ranges (of `Access`es) per space with a mutable value each, and per access the values
+    of the ranges overlapping it, the ones the sync planner and the list scheduler walk a
+    stream with.
+
+    `found` maps an access (by id: the caller keeps its accesses alive; tile operands share
+    theirs) to (the values of the ranges overlapping it, in the order the ranges were added,
+    its own range's value or None while that range is unknown); a miss is `resolve(a)`.  The
+    hot loops read `found` directly: once a task's few tile slots have been seen, an access
+    costs one dict probe.  Adding a range (`add`) forgets the answers of its space.
+    """
+
+    __slots__ = ("_tables", "_asked", "_added", "found")
+
+    def __init__(self):
+        self._tables: dict[str, Intervals] = {}     # space -> range -> (when added, value)
+        self._asked: dict[str, list[int]] = {}      # space -> the accesses (ids) `found` answers
+        self._added = 0
+        self.found: dict[int, tuple] = {}
+
+    def resolve(self, a) -> tuple:
+        key = a[0]
+        t = self._tables.get(key)
+        if t is None:
+            t = self._tables[key] = Intervals()
+            self._asked[key] = []
+        vals = t.values
+        hits = [vals[k] for k in t.overlapping(a[1], a[2])]
+        if len(hits) > 1:
+            hits.sort(key=_FIRST)
+        own = vals.get((a[1], a[2]))
+        got = self.found[id(a)] = (tuple([v for _, v in hits]), None if own is None else own[1])
+        self._asked[key].append(id(a))
+        return got
+
+    def add(self, a, value) -> tuple:
+        """Add the range of access `a` (not known yet) with `value`; a's new `resolve`."""
+        key = a[0]
+        self._tables[key].set((a[1], a[2]), (self._added, value))
+        self._added += 1
+        found = self.found
+        asked = self._asked[key]
+        for k in asked:
+            found.pop(k, None)
+        asked.clear()
+        return self.resolve(a)
+
+
+_FIRST = operator.itemgetter(0)
 
 
 def plan_flags(pipes, accesses):
@@ -114,178 +178,149 @@ def plan_flags(pipes, accesses):
     """
     n = len(pipes)
     events = EVENTS_PER_PIPE_PAIR
-    # per range [writer's pipe or None, writer's index, {pipe: newest reader since}] (updated in place)
-    ranges: dict[str, Intervals] = collections.defaultdict(Intervals)
-    # per access (by id: the accesses outlive the call; tile operands share theirs): (its table,
-    # the table's size when resolved, the value lists of the ranges overlapping it, its own
-    # range's value list); a range added to the table makes it resolve again
-    resolved: dict[int, tuple] = {}
-
-    def resolve(a):
-        table = ranges[a[0]]
-        lo, hi = a[1], a[2]
-        vals = table.values
-        got = (table, len(vals), tuple([vals[k] for k in table.overlapping(lo, hi)]), vals.get((lo, hi)))
-        resolved[id(a)] = got
-        return got
-
-    synced_to: dict[str, dict[str, int]] = {}   # q -> p -> the newest P instruction a flag P->Q covers
-    next_event: dict[tuple[str, str], int] = {}
-    live: dict[tuple[str, str], list] = {}      # pending flags per pair: [event, consumer index]
-    # what each pipe knows: the newest instruction of every other pipe known to have finished
-    # (a vector clock; copied on change, so an instruction's snapshot is a shared reference)
-    clock: dict[str, dict[str, int]] = {}
-    last_of: dict[str, int] = {}                # the newest instruction of each pipe so far
+    # the pipes by number (lists indexed by pipe beat dicts in the loop), in the order of their
+    # names: numbers sort as the names do (str: a hand-made stream may leave a pipe None)
+    names = sorted(set(pipes), key=str)
+    number = {p: k for k, p in enumerate(names)}
+    m = len(names)
+    # per range [writer's pipe, writer's index, {pipe: newest reader since}] (updated in place;
+    # both -1 until it is written: -1 is no instruction, so that no flag waits for it)
+    ranges = RangeValues()
+    found, resolve = ranges.found, ranges.resolve
+    synced_to = [[-1] * m for _ in range(m)]    # [q][p]: the newest P instruction a flag P->Q covers
+    # [q][p]: the pipe pair P->Q's pending flags [event, consumer index] and its next id
+    pairs = [[[[], 0] for _ in range(m)] for _ in range(m)]
+    # what each pipe knows: the newest instruction of every pipe known to have finished (-1:
+    # none; a vector clock, a new list on change, so that an instruction's snapshot is a shared
+    # reference)
+    clock = [[-1] * m] * m
+    last_of = [-1] * m                          # the newest instruction of each pipe so far
     snap: list = [None] * n                     # the clock of an instruction's pipe at it
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     flags: list[tuple] = []
-    empty: dict = {}
 
-    def take_event(pair, known, floor):
-        """A free event id for a SET_FLAG of the pair whose pipe knows `known`, or None when all
-        are pending.  `floor`: what every later SET_FLAG of the pair will know at least (ids
-        it frees are dropped for good)."""
-        pend = live.get(pair)
-        if pend is None:
-            pend = live[pair] = []
-        dst = pair[1]
-        done = floor.get(dst, -1)
+    def take_event(pair: list, dst: int, known: list, floor: list):
+        """A free event id for a SET_FLAG of `pair` (into pipe `dst`) whose pipe knows `known`,
+        or None when all are pending.  `floor`: what every later SET_FLAG of the pair will
+        know at least (ids it frees are dropped for good)."""
+        pend = pair[0]
+        done = floor[dst]
         while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
             pend.pop(0)
-        ev = next_event.get(pair, 0)
+        ev = pair[1]
         if len(pend) < events:                  # the usual case: the next id, when not pending
             for x in pend:
                 if x[0] == ev:
                     break
             else:
-                next_event[pair] = (ev + 1) % events
+                pair[1] = (ev + 1) % events
                 return ev
-        done = known.get(dst, -1)
+        done = known[dst]
         used = {e for e, c in pend if c > done}
         if len(used) >= events:
             return None
         while ev in used:
             ev = (ev + 1) % events
-        next_event[pair] = (ev + 1) % events
+        pair[1] = (ev + 1) % events
         pend[:] = [x for x in pend if x[0] != ev]       # a newer use of the id replaces the old
         return ev
 
-    def merged(mine: dict, known: dict, pipe: str, at: int) -> dict:
-        """`mine` updated with `known` and with `pipe` being past instruction `at` (a new dict
-        when anything changes)."""
-        out = None
-        if at > mine.get(pipe, -1):
-            out = dict(mine)
+    def merged(mine: list, known: list, pipe: int, at: int) -> list:
+        """`mine` updated with `known` and with `pipe` being past instruction `at` (a new list)."""
+        out = [x if x > y else y for x, y in zip(mine, known)]
+        if at > out[pipe]:
             out[pipe] = at
-        for p, k in known.items():
-            if k > mine.get(p, -1) and (out is None or k > out.get(p, -1)):
-                if out is None:
-                    out = dict(mine)
-                out[p] = k
-        return mine if out is None else out
+        return out
 
-    for idx in range(n):
-        q = pipes[idx]
-        need: dict[str, int] = {}
-        acc = accesses[idx]
-        sq = synced_to.get(q)
-        if sq is None:
-            sq = synced_to[q] = {}
-        for a in acc:
-            r = resolved.get(id(a))
-            if r is None or len(r[0].values) != r[1]:
-                r = resolve(a)
+    for idx, q in enumerate(map(number.__getitem__, pipes)):
+        need: dict[int, int] = {}
+        sq = synced_to[q]
+        # what it must wait for, and its own accesses recorded, access by access: the next
+        # access of the instruction then sees this one's, which only adds instructions of Q
+        # (no flag) in place of ones this one already had to see
+        for a in accesses[idx]:
+            overlapping, own = found.get(id(a)) or resolve(a)
             w = a[3]
-            for v in r[2]:
+            for v in overlapping:
                 p = v[0]
-                if p is not None and p != q:
+                if p != q:
                     j = v[1]
-                    if j > sq.get(p, -1) and j > need.get(p, -1):
+                    if j > sq[p] and j > need.get(p, -1):
                         need[p] = j
                 if w:
                     for p, j in v[2].items():
-                        if p != q and j > sq.get(p, -1) and j > need.get(p, -1):
+                        if p != q and j > sq[p] and j > need.get(p, -1):
                             need[p] = j
-        cq = clock.get(q, empty)
+                    # a write supersedes everything it overlaps: later accesses only need to see it
+                    v[0] = q
+                    v[1] = idx
+                    v[2] = {}
+            if own is None:             # its range is new
+                ranges.add(a, [q, idx, {}] if w else [-1, -1, {q: idx}])
+            elif not w:
+                own[2][q] = idx
+        cq = clock[q]
         if need:
-            pre = before.setdefault(idx, [])
+            pre = before[idx] = []
+            into = pairs[q]
+            qn = names[q]
             for p, j in sorted(need.items()) if len(need) > 1 else need.items():
-                pair = (p, q)
                 known = snap[j]
-                # take_event(pair, known, known), its usual case inline: the next id, not pending
-                pend = live.get(pair)
-                if pend is None:
-                    pend = live[pair] = []
-                done = known.get(q, -1)
+                pair = into[p]
+                # take_event(pair, q, known, known), its usual case inline: the next id, not pending
+                pend = pair[0]
+                done = known[q]
                 while pend and pend[0][1] <= done:
                     pend.pop(0)
-                ev = next_event.get(pair, 0)
+                ev = pair[1]
                 if len(pend) < events:
                     for x in pend:
                         if x[0] == ev:
-                            ev = take_event(pair, known, known)
+                            ev = take_event(pair, q, known, known)
                             break
                     else:
-                        next_event[pair] = (ev + 1) % events
+                        pair[1] = (ev + 1) % events
                 else:
-                    ev = take_event(pair, known, known)
+                    ev = take_event(pair, q, known, known)
+                pn = names[p]
                 if ev is None:
                     # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
                     # covering every Q instruction so far), P waits for it and sets the new flag
                     # right after; all four just before this instruction
-                    back = (q, p)
-                    bev = take_event(back, cq, cq)
+                    back = pairs[p][q]
+                    bev = take_event(back, p, cq, cq)
                     if bev is None:     # both directions exhausted (never seen): reuse the oldest id
-                        bev = live[back].pop(0)[0]
-                    bk = (q, p, bev)
-                    pre.append(("SET_FLAG", q, bk))
-                    pre.append(("WAIT_FLAG", p, bk))
-                    live[back].append([bev, idx])
-                    if q in last_of:
-                        sp = synced_to.get(p)
-                        if sp is None:
-                            sp = synced_to[p] = {}
-                        sp[q] = max(sp.get(q, -1), last_of[q])
-                    cp = clock[p] = merged(clock.get(p, empty), cq, q, last_of.get(q, -1))
+                        bev = back[0].pop(0)[0]
+                    bk = (qn, pn, bev)
+                    pre.append(("SET_FLAG", qn, bk))
+                    pre.append(("WAIT_FLAG", pn, bk))
+                    back[0].append([bev, idx])
+                    sp = synced_to[p]
+                    if last_of[q] > sp[q]:
+                        sp[q] = last_of[q]
+                    cp = clock[p] = merged(clock[p], cq, q, last_of[q])
                     known = cp
-                    ev = take_event(pair, known, snap[j])
+                    ev = take_event(pair, q, known, snap[j])
                     if ev is None:      # cannot happen: P now knows Q is past every pending wait
-                        ev = live[pair].pop(0)[0]
-                    fk = (p, q, ev)
-                    pre.append(("SET_FLAG", p, fk))
+                        ev = pend.pop(0)[0]
+                    fk = (pn, qn, ev)
+                    pre.append(("SET_FLAG", pn, fk))
                     at = last_of[p]
                 else:
-                    fk = (p, q, ev)
+                    fk = (pn, qn, ev)
                     a = after.get(j)
                     if a is None:
-                        after[j] = [("SET_FLAG", p, fk)]
+                        after[j] = [("SET_FLAG", pn, fk)]
                     else:
-                        a.append(("SET_FLAG", p, fk))
+                        a.append(("SET_FLAG", pn, fk))
                     at = j
-                pre.append(("WAIT_FLAG", q, fk))
-                live[pair].append([ev, idx])
+                pre.append(("WAIT_FLAG", qn, fk))
+                pend.append([ev, idx])
                 cq = merged(cq, known, p, at)
                 sq[p] = j
-                flags.append((p, q, j, idx))
+                flags.append((pn, qn, j, idx))
             clock[q] = cq
         snap[idx] = cq
         last_of[q] = idx
-        for a in acc:
-            r = resolved.get(id(a))
-            if r is None or len(r[0].values) != r[1]:
-                r = resolve(a)
-            v = r[3]
-            if v is None:               # its range is new: in the table, and resolved again
-                r[0].set((a[1], a[2]), [None, -1, {}])
-                r = resolve(a)
-                v = r[3]
-            if a[3]:
-                # a write supersedes everything it overlaps: later accesses only need to see it
-                for o in r[2]:
-                    o[0] = q
-                    o[1] = idx
-                    o[2] = {}
-            else:
-                v[2][q] = idx
     return before, after, flags
