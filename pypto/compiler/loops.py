@@ -18,7 +18,9 @@ nothing repeats.  Instructions are compared by ids that leave out what moves (GM
 ids, extract offsets); the copies must also move each of those by one constant step.  A loop's
 body is folded too (inner loops), and a task isomorphic to one already folded takes its loops:
 at once when its windows are those of the first task moved by one offset per buffer (`moved`),
-else checked iteration by iteration (`replay`).
+else checked iteration by iteration (`replay`).  So does any stream (a task, a loop body) whose
+instructions have the ids of one folded before and move alike (`_folding`): the passes would
+decide the same.
 
 The instructions the task runs are exactly the ones before (`ExecTask.instrs` unrolls them), so
 cycles and results do not change; what changes is what one reads (`ck.program.text()`, the
@@ -27,6 +29,9 @@ Exec level) and what the text costs.  `options={"loops": False}` keeps the strea
 from __future__ import annotations
 
 import itertools
+import marshal
+import operator
+from functools import cached_property
 
 import numpy as np
 
@@ -50,20 +55,24 @@ WORK_PER_TOKEN = 16
 def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is not None and not ctx.options.get("loops", True):
         return g
-    ids: dict = {}
+    known = _Tokens()               # what the folds learn of the tasks' instructions
     tasks, shapes, folded = [], {}, {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
         items = None
         if shape in folded:         # an isomorphic task: its loops are those of the first one
-            first, template = folded[shape]
-            items = moved(template, first, t.instrs)
+            template = folded[shape]
+            items = template.moved(t.instrs)
             if items is None:
-                items = replay(template, t.instrs)
+                items = replay(template.items, t.instrs)
         if items is None:
-            items = fold(t.instrs, ids) if len(t.instrs) >= MIN_TASK else t.instrs
+            if len(t.instrs) >= MIN_TASK:
+                template = _folding(t.instrs, known, fresh=True)
+            else:
+                template = _Template(t.instrs, t.instrs)
+            items = template.items
             if shape is not None:
-                folded[shape] = (t.instrs, items)
+                folded[shape] = template
         if items is not t.code:
             run = t.instrs
             t = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, items, t.pair, t.core)
@@ -85,45 +94,142 @@ FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instr
 def moved(template, first, instrs) -> tuple | None:
     """`instrs` with the loops of `template` (the folding of `first`) when it is `first` with the
     GM windows of each buffer moved by one offset (the same offset for every window of a buffer):
-    then every loop holds with the same steps.  None when it is not.  Streams of one stream
-    shape have the same ops, attributes, tiles and window shapes; what is left to compare is
-    each window's buffer, strides and offset, and the source lines."""
-    if len(first) != len(instrs):
-        return None
-    delta: dict[str, int] = {}
-    for a, b in zip(first, instrs):
-        if a is b:
-            continue
-        if a.op != b.op or (a.loc is not b.loc and a.loc != b.loc):
+    then every loop holds with the same steps.  None when it is not."""
+    return _Template(first, template).moved(instrs)
+
+
+_OP, _LOC = operator.attrgetter("op"), operator.attrgetter("loc")
+_KIND, _VALUE = operator.itemgetter(0), operator.itemgetter(1)     # of a moving component
+_STEP_KEYS = frozenset(MOVING_STEPS)
+_INT = frozenset((int,))
+
+
+class _Template:
+    """A stream (`first`) and its folding (`items`), as other streams take its loops (`taken`):
+    the isomorphic tasks (`moved`), and the streams `fold` meets whose tokens have the same ids
+    and move alike (`moving`: the moving components of `first`).  A matmul's twenty-odd tasks
+    are a few shapes of 12k instructions each: what they are compared with and where the text's
+    instructions are in a stream are worked out once per template (when a second stream comes),
+    and compared and gathered list by list."""
+
+    def __init__(self, first, items, moving=None):
+        self.first, self.items, self.moving = first, items, moving
+
+    @cached_property
+    def _compared(self) -> tuple[list, list, list]:
+        """The ops and source lines of `first`, and its GM operands: (position, operand index,
+        buffer name, strides, offset)."""
+        first = self.first
+        gm = [(pos, j, x.buf.name, x.strides, x.offset) for pos, a in enumerate(first)
+              for j, x in enumerate((a.dst, *a.srcs)) if isinstance(x, GMRef)]
+        return list(map(_OP, first)), list(map(_LOC, first)), gm
+
+    @cached_property
+    def _plan(self) -> tuple | None:
+        """Where the text's instructions are in the stream (`_plan`), None without loops."""
+        return _plan(self.items, 0, self.first)[0] if any(isinstance(x, Loop) for x in self.items) else None
+
+    def moved(self, instrs) -> tuple | None:
+        """`moved(self.items, self.first, instrs)`.  Streams of one stream shape have the same
+        ops, attributes, tiles and window shapes; what is left to compare is each window's
+        buffer, strides and offset, and the source lines, where an instruction is not the very
+        one of `first` (the flags and on-chip ops mostly are: streams of a shape share them)."""
+        first = self.first
+        if len(first) != len(instrs):
             return None
-        for x, y in zip((a.dst, *a.srcs), (b.dst, *b.srcs)):
-            if isinstance(x, GMRef):
-                if not isinstance(y, GMRef) or x.buf.name != y.buf.name or x.strides != y.strides:
-                    return None
-                d = delta.setdefault(x.buf.name, y.offset - x.offset)
-                if y.offset - x.offset != d:
-                    return None
-    if not any(isinstance(x, Loop) for x in template):
-        return tuple(instrs)
-    out, _ = _shifted(template, instrs, 0)
+        ops, locs, gm = self._compared
+        if list(map(_OP, instrs)) != ops or list(map(_LOC, instrs)) != locs:
+            return None
+        same = list(map(operator.is_, first, instrs))
+        delta: dict[str, int] = {}
+        for pos, j, name, strides, offset in gm:
+            if same[pos]:
+                continue
+            b = instrs[pos]
+            if j > len(b.srcs):     # (operands compared pairwise, as far as both have them)
+                continue
+            y = b.srcs[j - 1] if j else b.dst
+            if not isinstance(y, GMRef) or y.buf.name != name or y.strides != strides:
+                return None
+            d = delta.setdefault(name, y.offset - offset)
+            if y.offset - offset != d:
+                return None
+        return self.taken(instrs, same)
+
+    def taken(self, instrs, same: list | None = None) -> tuple:
+        """`instrs`, a stream that folds as `first` does, with the loops of `items` (`same`:
+        whether each instruction is the very one of `first`)."""
+        plan = self._plan
+        if plan is None:
+            return tuple(instrs)
+        return _shifted(plan, instrs, list(map(operator.is_, self.first, instrs)) if same is None else same)
+
+
+def _plan(items, pos, first):
+    """(plan, position after them) of items whose first instruction is at `pos` of the stream
+    `first` they fold.  The plan of a sequence: the position in the stream of each item's
+    instruction at the first iteration (of a loop: of its first one), (index, position, the
+    item, the instruction of `first` it was made of, `_exact` of that one's attributes once
+    needed) of the instructions with steps (`MOVING_STEPS`) and (index, count, plan of the
+    body) of the loops."""
+    where, stepped, loops = [], [], []
+    for k, it in enumerate(items):
+        where.append(pos)
+        if isinstance(it, Loop):
+            body, _ = _plan(it.body, pos, first)
+            loops.append((k, it.count, body))
+            pos += it.n_instrs
+            continue
+        if not _STEP_KEYS.isdisjoint(it.attrs._dict):
+            stepped.append([k, pos, it, first[pos], ...])
+        pos += 1
+    return (where, stepped, loops), pos
+
+
+def _shifted(plan, instrs, same) -> tuple:
+    """The items of a plan with each instruction taken from `instrs` at its position of the
+    first iteration, given the steps its template instruction has.  The template's instruction
+    itself when the stream's is the one it was made of (`same`), or has the very operands and
+    exactly its attributes (the extracts of isomorphic tasks); its attributes when the stream's
+    are exactly those (the GM instructions)."""
+    where, stepped, loops = plan
+    out = [instrs[pos] for pos in where]
+    for entry in stepped:
+        k, pos, it, was, exact = entry
+        if same[pos]:
+            out[k] = it
+            continue
+        x = out[k]
+        a = x.attrs._dict
+        if exact is ...:
+            exact = entry[4] = _exact(was.attrs._dict)
+        if a is was.attrs._dict or exact is not None and _exact(a) == exact:
+            if (x.dst is was.dst and x.loc is was.loc and x.op == was.op and x.pipe == was.pipe
+                    and len(x.srcs) == len(was.srcs) and all(map(operator.is_, x.srcs, was.srcs))):
+                out[k] = it
+            else:
+                out[k] = Instr._make(x.op, x.pipe, x.dst, x.srcs, it.attrs, x.loc)
+        else:
+            steps = it.attrs._dict
+            out[k] = _with_attrs(x, {s: steps[s] for s in MOVING_STEPS if s in steps})
+    for k, count, body in loops:
+        out[k] = Loop(count, _shifted(body, instrs, same))
     return tuple(out)
 
 
-def _shifted(items, instrs, pos):
-    """The items with each instruction taken from `instrs` at its position of the first
-    iteration, given the steps its template instruction has."""
-    out = []
-    for it in items:
-        if isinstance(it, Loop):
-            body, _ = _shifted(it.body, instrs, pos)
-            out.append(Loop(it.count, tuple(body)))
-            pos += it.count * n_instrs(it.body)
-            continue
-        x = instrs[pos]
-        steps = {k: it.attrs[k] for k in MOVING_STEPS if k in it.attrs}
-        out.append(Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, **steps}), x.loc) if steps else x)
-        pos += 1
-    return out, pos
+def _exact(attrs: dict) -> bytes | None:
+    """Attributes as bytes: equal for the same items in the same order with values of the same
+    types (equal values of other types print otherwise: 0 and 0.0, 1 and True); None for values
+    marshal does not write."""
+    try:
+        return marshal.dumps(attrs, 2)   # (version 2: no references, whose marks depend on reference counts)
+    except ValueError:
+        return None
+
+
+def _with_attrs(x: Instr, attrs: dict) -> Instr:
+    """The instruction with these attributes added (or replaced)."""
+    return Instr._make(x.op, x.pipe, x.dst, x.srcs, Attrs.of({**x.attrs._dict, **attrs}), x.loc)
 
 
 def replay(template, instrs) -> tuple | None:
@@ -170,37 +276,155 @@ def _rebuild(items, instrs, pos, loops):
                     if (got[k][1] - want) % EVENTS_PER_PIPE_PAIR if kind == 1 else got[k][1] != want:
                         raise _Mismatch
         if comps and loops:
-            key = MOVING_STEPS[comps[0][0]]
             step = tuple(st if comps[0][0] == 2 else st[0] for st in per_loop)
-            x = Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
+            x = _with_attrs(x, {MOVING_STEPS[comps[0][0]]: step})
         out.append(x)
         pos += 1
     return out, pos
 
 
-def fold(instrs, ids: dict | None = None) -> tuple:
-    """A task's instructions (no loops) as instructions and loops that run exactly them."""
-    ids = {} if ids is None else ids
-    tokens = list(instrs)
-    memo: dict[int, tuple] = {}         # id(token) -> (its id, its moving components)
+def fold(instrs, known: _Tokens | None = None) -> tuple:
+    """A task's instructions (no loops) as instructions and loops that run exactly them.
+    `known`: what the pass's other folds learnt of the instructions (a fold of its own without)."""
+    return _folding(instrs, _Tokens() if known is None else known).items
 
-    def describe(x):
-        d = memo.get(id(x))
-        if d is None:
-            d = memo[id(x)] = (_token_id(x, ids), _offsets(x), x)     # (x kept: ids stay unique)
-        return d
-    for _ in range(MAX_DEPTH):
-        described = [describe(x) for x in tokens]
-        keys = [d[0] for d in described]
-        offs = [d[1] for d in described]
-        folded = _fold_pass(tokens, keys, offs)
+
+def _folding(instrs, known: _Tokens, fresh: bool = False) -> _Template:
+    """`fold`, as the template of the streams that take its loops (`fresh`: instructions not
+    described yet, mostly: a task's).
+
+    What the passes decide depends on the ids of the tokens and the steps between the moving
+    components of tokens of one id only: a stream with the ids of one folded before, whose
+    components are that one's moved by one offset per id (and component), folds as it did (the
+    bodies of a matmul's output tiles, a task of another shape but the same instructions)."""
+    keys, offs = known.describe_all(instrs, fresh)
+    like = known.folded.get(tuple(keys))
+    if like is not None and _moves_alike(keys, like.moving, offs):
+        return _Template(instrs, like.taken(instrs), offs)
+    first = keys, offs
+    tokens = list(instrs)
+    for depth in range(MAX_DEPTH):
+        if depth:
+            keys, offs = known.describe_all(tokens)
+        folded = _fold_pass(tokens, keys, offs, known)
         if folded is None:
             break
         tokens = folded
-    return tuple(tokens) if len(tokens) != len(instrs) else tuple(instrs)
+    template = _Template(instrs, tuple(tokens) if len(tokens) != len(instrs) else tuple(instrs), first[1])
+    known.folded.setdefault(tuple(first[0]), template)
+    return template
+
+
+def _moves_alike(keys, a, b) -> bool:
+    """Whether the moving components `b` of a stream of tokens with ids `keys` are `a` (of
+    another such stream) moved by one step (`_step`) per id and component, all integers of the
+    same kinds."""
+    lengths = list(map(len, a))
+    if lengths != list(map(len, b)):
+        return False
+    ca, cb = list(itertools.chain.from_iterable(a)), list(itertools.chain.from_iterable(b))
+    kinds, va, vb = list(map(_KIND, ca)), list(map(_VALUE, ca)), list(map(_VALUE, cb))
+    if (kinds != list(map(_KIND, cb))
+            or not _INT.issuperset(map(type, va)) or not _INT.issuperset(map(type, vb))):
+        return False                # (steps of other numbers could round, or print otherwise: 1.0)
+    moves = list(map(operator.sub, vb, va))
+    if 1 in kinds:                  # (event ids move modulo their count, as `_step` has it)
+        moves = [m % EVENTS_PER_PIPE_PAIR if kind == 1 else m for kind, m in zip(kinds, moves)]
+    # the (id, component) of each component, as one number
+    n = np.asarray(lengths, np.int64)
+    slot = np.arange(len(ca), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    which = (np.repeat(np.asarray(keys, np.int64), n) * (int(n.max(initial=0)) + 1) + slot).tolist()
+    last = dict(zip(which, moves))
+    return list(map(last.__getitem__, which)) == moves
 
 
 # ---------------------------------------------------------------------------------------
+
+class _Tokens:
+    """The ids and moving components of the tokens the folds of a pass meet (`describe`),
+    worked out once per token: a task's instructions are folded again in the loop bodies (inner
+    loops).  Only whether two ids are equal matters, so one table serves every fold."""
+
+    def __init__(self):
+        self.ids: dict = {}         # key of a token -> its id
+        self.memo: dict = {}        # id(token) -> (its id, its moving components, the token)
+        self.alike: dict = {}       # an instruction's op, pipe, identity of its operands and
+                                    # source line, attributes -> (id, moving, instruction)
+        self.stepped: dict = {}     # (id, step attribute, step) -> id of the instruction with it
+        self.folded: dict = {}      # the ids of a stream folded -> its `_Template`
+
+    def describe(self, x) -> tuple:
+        """(id, moving components `_offsets`, x) of an instruction or loop: equal ids for
+        tokens that differ only in what moves (GM offsets, event ids, extract offsets)."""
+        return self.memo.get(id(x)) or self._new(x)
+
+    def describe_all(self, tokens, fresh: bool = False) -> tuple[list, list]:
+        """The ids and the moving components of the tokens (`describe`); `fresh`: not described
+        yet, mostly (described again, alike, rather than looked up first)."""
+        if fresh:
+            described = list(map(self._new, tokens))
+        else:
+            memo, new = self.memo, self._new
+            described = [memo.get(id(x)) or new(x) for x in tokens]
+        return [d[0] for d in described], [d[1] for d in described]
+
+    def with_step(self, x: Instr, steps) -> Instr:
+        """`x` with the step of a new (outer) loop put before its steps: one per moving
+        component, taken from the iterator `steps` (x itself without any), described.  Its key
+        is that of x with the step attribute (`MOVING_STEPS`) set, so instructions of one id
+        given one step have one id (the loop bodies of a task: thousands of instructions, a few
+        ids and steps)."""
+        i, moving, _ = self.describe(x)
+        if not moving:
+            return x
+        kind = moving[0][0]
+        key = MOVING_STEPS[kind]
+        mine = tuple(itertools.islice(steps, len(moving))) if kind == 2 else next(steps)
+        step = (mine,) + x.attrs._dict.get(key, ())
+        y = _with_attrs(x, {key: step})
+        j = self.stepped.get((i, key, step))
+        if j is None:
+            self.stepped[(i, key, step)] = self._new(y)[0]
+        else:
+            self.memo[id(y)] = (j, moving, y)
+        return y
+
+    def _new(self, x) -> tuple:
+        """`describe` of a token not described yet.
+
+        A task's instructions are thousands of objects but a few dozen of kinds: its flags
+        differ in their event ids, its extracts in their offsets, but for those they are the
+        very same tiles, source lines and attribute values.  An instruction with the same op,
+        operand objects, source line and attributes (`_exact`: event ids and extract offsets of
+        the same types too) as one met before has its id and moving components; that look-up
+        is cheaper than its key."""
+        if isinstance(x, Loop):
+            ids, moving = self.describe_all(x.body)
+            i = self._id(("loop", x.count, tuple(ids)))
+            moving = tuple(itertools.chain.from_iterable(moving))
+        else:
+            a = x.attrs._dict
+            exact = _exact(a)
+            like = got = None
+            if exact is not None:
+                like = (x.op, x.pipe, id(x.dst), id(x.loc), exact, tuple(map(id, x.srcs)) if x.srcs else ())
+                got = self.alike.get(like)
+                if got is not None and a != got[2].attrs._dict:
+                    like = got = None       # (a nan: not equal to another, as the keys compare)
+            if got is None:
+                got = (self._id(_key(x)), _offsets(x), x)   # (x kept: its operands' ids stay theirs)
+                if like is not None:
+                    self.alike[like] = got
+            i, moving = got[0], got[1]
+        d = self.memo[id(x)] = (i, moving, x)       # (x kept: the ids of id() stay unique)
+        return d
+
+    def _id(self, key) -> int:
+        i = self.ids.get(key)
+        if i is None:
+            i = self.ids[key] = len(self.ids)
+        return i
+
 
 def _operand_key(o):
     if isinstance(o, GMRef):
@@ -208,34 +432,32 @@ def _operand_key(o):
     return o
 
 
+def _srcs_key(srcs: tuple) -> tuple:
+    return tuple(_operand_key(o) for o in srcs)
+
+
+def _attrs_key(attrs: Attrs):
+    """The attributes but those that move from copy to copy (`_MOVING`)."""
+    a = attrs._dict
+    if _MOVING.isdisjoint(a):
+        return attrs
+    return tuple(item for item in a.items() if item[0] not in _MOVING)
+
+
 def _key(x: Instr) -> tuple:
     """An instruction with what moves from copy to copy (GM offsets, event ids, offsets) left out."""
-    attrs = x.attrs if not _MOVING.intersection(x.attrs.keys()) else tuple(
-        (k, v) for k, v in x.attrs.items() if k not in _MOVING)
-    return (x.op, x.pipe, _operand_key(x.dst), tuple(_operand_key(o) for o in x.srcs), attrs, x.loc)
+    return (x.op, x.pipe, _operand_key(x.dst), _srcs_key(x.srcs), _attrs_key(x.attrs), x.loc)
 
 
-def _token_id(x, ids: dict) -> int:
-    """The id of an instruction or loop, equal for tokens that differ only in GM offsets."""
-    key = ("loop", x.count, tuple(_token_id(y, ids) for y in x.body)) if isinstance(x, Loop) else _key(x)
-    i = ids.get(key)
-    if i is None:
-        i = ids[key] = len(ids)
-    return i
-
-
-def _offsets(x) -> tuple[tuple[int, int], ...]:
-    """What moves from copy to copy in a token's instructions (at their first iteration), in
-    text order: (0, GM offset) of an instruction with a GM operand, (1, event id) of a flag."""
-    if isinstance(x, Loop):
-        out = []
-        for ins, _ in static_instrs(x.body):
-            out.extend(_offsets(ins))
-        return tuple(out)
-    if "event" in x.attrs:
-        return ((1, x.attrs["event"]),)
-    if "offsets" in x.attrs and x.op == "TEXTRACT":
-        return tuple((2, o) for o in x.attrs["offsets"])
+def _offsets(x: Instr) -> tuple[tuple[int, int], ...]:
+    """What moves from copy to copy in an instruction, in text order: (1, event id) of a flag,
+    (2, offset) of each extract offset, else (0, GM offset) of an instruction with a GM operand.
+    A loop's: those of its instructions at their first iteration (`_Tokens.describe`)."""
+    a = x.attrs._dict
+    if "event" in a:
+        return ((1, a["event"]),)
+    if "offsets" in a and x.op == "TEXTRACT":
+        return tuple((2, o) for o in a["offsets"])
     gm = x.dst if isinstance(x.dst, GMRef) else next((o for o in x.srcs if isinstance(o, GMRef)), None)
     return () if gm is None else ((0, gm.offset),)
 
@@ -248,7 +470,7 @@ def _step(a, b) -> int:
     return (b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else b[1] - a[1]
 
 
-def _fold_pass(tokens, keys, offs):
+def _fold_pass(tokens, keys, offs, known: _Tokens):
     """One pass over the tokens: runs of copies folded into loops, or None when nothing repeats.
 
     For each candidate period p (every small one, and the structural periods of the outer
@@ -259,15 +481,17 @@ def _fold_pass(tokens, keys, offs):
     k = np.asarray(keys, np.int64)
     best_saved = np.zeros(n, np.int64)
     best_p = np.zeros(n, np.int64)
-    periods = _candidate_periods(keys, n)
+    periods = _candidate_periods(k)
     for p in periods:
-        same = k[:n - p] == k[p:]                  # token i == token i + p
-        run = _run_lengths(same)                   # how far that holds from i on
-        copies = run // p + 1
-        saved = np.where(copies >= 2, p * (copies - 1), 0)
-        better = saved > best_saved[:n - p]
-        best_saved[:n - p][better] = saved[better]
-        best_p[:n - p][better] = p
+        at = np.flatnonzero(k[:-p] == k[p:])    # the i where token i == token i + p (a few, mostly)
+        if len(at) < p:                         # not p of them in a row: no second copy anywhere
+            continue
+        run = _run_lengths(at)                  # how far that holds from each on
+        saved = run - run % p                   # p * (copies - 1): run // p + 1 copies from i
+        better = saved > best_saved[at]
+        at = at[better]
+        best_saved[at] = saved[better]
+        best_p[at] = p
     if not (best_saved >= 3).any():
         return None
     out, i, changed, work = [], 0, False, 0
@@ -283,7 +507,7 @@ def _fold_pass(tokens, keys, offs):
                 work += sum(q for q, _, st in tries if st is not None)
                 p, r, steps = max(tries, key=lambda x: (x[0] * (x[1] - 1), -x[0]), default=(p, 1, None))
             if r >= 2 and p * (r - 1) >= 3:
-                out.append(Loop(r, _nested(tokens[i:i + p], steps, offs[i:i + p])))
+                out.append(Loop(r, _nested(tokens[i:i + p], steps, offs[i:i + p], known)))
                 changed = True
                 i += p * r
                 continue
@@ -292,44 +516,41 @@ def _fold_pass(tokens, keys, offs):
     return out if changed else None
 
 
-def _run_lengths(same: np.ndarray) -> np.ndarray:
-    """For each i: how many consecutive True values `same` has from i on."""
-    m = len(same)
-    idx = np.arange(m, dtype=np.int64)
-    stop = np.where(same, m, idx)                  # the first False at or after i ...
-    stop = np.minimum.accumulate(stop[::-1])[::-1]
-    return stop - idx
+def _run_lengths(at: np.ndarray) -> np.ndarray:
+    """For each of the increasing positions `at`: how many consecutive positions from it on are
+    in `at` (the distance past the last of its run)."""
+    last = np.append(np.flatnonzero(np.diff(at) != 1), len(at) - 1)     # the last of each run
+    return at[last].repeat(np.diff(last, prepend=-1)) + 1 - at
 
 
-def _candidate_periods(keys, n: int) -> list[int]:
-    """Every period up to SMALL_PERIOD, and the likely periods of the outer repetitions."""
-    where: dict[int, list[int]] = {}
-    for i, key in enumerate(keys):
-        where.setdefault(key, []).append(i)
+def _candidate_periods(k: np.ndarray) -> list[int]:
+    """Every period up to SMALL_PERIOD, and the likely periods of the outer repetitions (`k`:
+    the ids of the tokens)."""
+    n = len(k)
     # a period p repeats every token of the body p later: p is a gap between occurrences of the
     # tokens found once per copy (the gaps between consecutive occurrences, and twice them)
-    small: set[int] = set()
-    for occ in where.values():
-        for a, b in zip(occ, occ[1:]):
-            if b - a <= SMALL_PERIOD:
-                small.add(b - a)
-                small.add(2 * (b - a))
+    order = np.argsort(k, kind="stable")           # the occurrences of each id, in order
+    ks = k[order]
+    again = ks[1:] == ks[:-1]                      # sorted position j and j + 1: one id
+    gaps = (order[1:] - order[:-1])[again]
+    small = np.unique(gaps[gaps <= SMALL_PERIOD])
+    small = set(small.tolist()) | set((2 * small).tolist())
+    group = np.concatenate(([0], np.cumsum(~again)))
+    occurrences = np.bincount(group)[group[1:][again]]  # of the id of each gap
     return list(dict.fromkeys(sorted(p for p in small if p <= n // 2)
-                              + [p for p in _structural_periods(where, n) if p <= n // 2]))
+                              + [p for p in _structural_periods(gaps, occurrences, n) if p <= n // 2]))
 
 
-def _structural_periods(where: dict, n: int, most: int = 16) -> list[int]:
+def _structural_periods(gaps: np.ndarray, occurrences: np.ndarray, n: int, most: int = 16) -> list[int]:
     """Likely periods of the outer repetitions: the commonest gaps between consecutive
     occurrences of the rarer tokens (a store per output tile, a load per chunk), with twice
-    them (ping-pong buffers repeat every second tile)."""
-    gaps: dict[int, int] = {}
-    rare = max(2, n // 16)
-    for occ in where.values():
-        if 2 <= len(occ) <= rare:
-            for a, b in zip(occ, occ[1:]):
-                gaps[b - a] = gaps.get(b - a, 0) + 1
-                gaps.setdefault(2 * (b - a), 0)
-    return sorted(gaps, key=lambda g: (-gaps[g], g))[:most]
+    them (ping-pong buffers repeat every second tile).  `gaps`: between consecutive occurrences
+    of each token, `occurrences`: how many that token has."""
+    values, counts = np.unique(gaps[occurrences <= max(2, n // 16)], return_counts=True)
+    seen = dict(zip(values.tolist(), counts.tolist()))
+    for g in values.tolist():
+        seen.setdefault(2 * g, 0)
+    return sorted(seen, key=lambda g: (-seen[g], g))[:most]
 
 
 def _copies(i, p, n, keys, offs):
@@ -350,12 +571,12 @@ def _copies(i, p, n, keys, offs):
     return r, steps
 
 
-def _nested(body, steps, offs):
+def _nested(body, steps, offs, known: _Tokens):
     """The body of a new loop: its own repetitions folded first (inner loops; the greedy pass
     takes the longest saving, the outer loop, first), when the new loop's step of every
     instruction is the same at each of its inner iterations; else the body as it is."""
     if len(body) >= MIN_BODY and all(isinstance(x, Instr) for x in body):
-        inner = fold(body)
+        inner = fold(body, known)
         if any(isinstance(x, Loop) for x in inner):
             per_token, k = [], 0
             for o in offs:
@@ -368,8 +589,8 @@ def _nested(body, steps, offs):
                     ok = False
                     break
             if ok:
-                return _with_steps(inner, [x for ins, _ in static_instrs(inner) for x in outer[id(ins)]])
-    return _with_steps(body, steps)
+                return _with_steps(inner, [x for ins, _ in static_instrs(inner) for x in outer[id(ins)]], known)
+    return _with_steps(body, steps, known)
 
 
 def _dynamic_statics(items):
@@ -382,19 +603,10 @@ def _dynamic_statics(items):
             yield it
 
 
-def _with_steps(body, steps):
+def _with_steps(body, steps, known: _Tokens):
     """The body with each GM instruction's step of the new (outer) loop put before its steps."""
     it = iter(steps)
 
     def add(x):
-        if isinstance(x, Loop):
-            return Loop(x.count, tuple(add(y) for y in x.body))
-        moving = _offsets(x)
-        if not moving:
-            return x
-        kind = moving[0][0]
-        key = MOVING_STEPS[kind]
-        mine = tuple(next(it) for _ in moving)
-        step = ((mine if kind == 2 else mine[0]),) + x.attrs.get(key, ())
-        return Instr(x.op, x.pipe, x.dst, x.srcs, Attrs({**x.attrs, key: step}), x.loc)
+        return Loop(x.count, tuple(add(y) for y in x.body)) if isinstance(x, Loop) else known.with_step(x, it)
     return tuple(add(x) for x in body)
