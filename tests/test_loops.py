@@ -185,3 +185,46 @@ def test_a_hand_written_loop_runs():
 def test_broken_loops_are_located_errors(text, message):
     with pytest.raises(PTOSyntaxError, match=message):
         pypto.Program.parse(text, machine="a2a3")
+
+
+# a ring of four UB buffers walked in turn: the load of iteration i fills slot i % 4 (addr_step moves
+# the tile's address by one slot per iteration; two loops: four rounds of the ring)
+RING = """  .loop 4
+    .loop 4
+      TLOAD              UB[0x0]:fp32[1,256], GM:x[0:1,0:256], gm_step=(1024,256), addr_step=((0),(1024))
+      SET_FLAG           MTE2 -> V, EVENT_ID0, event_step=(4,1)
+      WAIT_FLAG          MTE2 -> V, EVENT_ID0, event_step=(4,1)
+      TADDS              UB[0x4000]:fp32[1,256], UB[0x0]:fp32[1,256], 1.0, addr_step=((0,0),(0,1024))
+      SET_FLAG           V -> MTE3, EVENT_ID0, event_step=(4,1)
+      WAIT_FLAG          V -> MTE3, EVENT_ID0, event_step=(4,1)
+      TSTORE             GM:out[0:1,0:256], UB[0x4000]:fp32[1,256], gm_step=(1024,256)
+    .endloop
+  .endloop
+"""
+
+
+def test_tiles_that_move_from_iteration_to_iteration():
+    """addr_step: each tile operand's address moves by its step per iteration (`at_iteration`);
+    the text parses back to itself, and the program runs as its unrolled instructions."""
+    text = _hand(RING).replace("fp32[64,256]", "fp32[16,256]")
+    p = pypto.Program.parse(text, machine="a2a3")
+    assert p.text().splitlines()[4:] == text.splitlines()[4:]
+    loads = [i for i in p.tasks[0].instrs if i.op == "TLOAD"]
+    assert [i.dst.addr for i in loads] == [0, 1024, 2048, 3072] * 4
+    assert [i.srcs[0].offset for i in loads] == [256 * r for r in range(16)]
+    adds = [i for i in p.tasks[0].instrs if i.op == "TADDS"]
+    assert [(i.dst.addr, i.srcs[0].addr) for i in adds[:5]] == [(0x4000, a) for a in (0, 1024, 2048, 3072, 0)]
+    x = np.arange(16 * 256, dtype=np.float32).reshape(16, 256)
+    res = pypto.sim.simulate(p, x, np.zeros_like(x), machine="a2a3")
+    np.testing.assert_array_equal(res.outputs["out"], x + 1)
+
+
+@pytest.mark.parametrize("step, message", [
+    ("addr_step=((0),(1024),(0))", "addr_step= needs one step per loop"),
+    ("addr_step=((0,0),(1024,0))", "one value per tile operand"),
+    ("addr_step=((0),(-1024))", "tile address is below 0"),
+])
+def test_broken_tile_steps_are_located_errors(step, message):
+    text = _hand(RING.replace("addr_step=((0),(1024))", step)).replace("fp32[64,256]", "fp32[16,256]")
+    with pytest.raises(PTOSyntaxError, match=message):
+        pypto.Program.parse(text, machine="a2a3")

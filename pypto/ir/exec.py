@@ -81,7 +81,7 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP) else _val(a[k])}"
+            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP, ADDR_STEP) else _val(a[k])}"
                      for k in TEXT_ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
@@ -99,7 +99,14 @@ EVENT_STEP = "event_step"
 # A TEXTRACT inside loops names its offsets into the L1 tile at iteration 0; `offsets_step` says
 # by how much they move per iteration of each loop around it (a matmul's kL0 steps along K).
 OFFSETS_STEP = "offsets_step"
-TEXT_ATTRS = ATTRS + (GM_STEP, OFFSETS_STEP)
+# An instruction inside loops names its on-chip tiles at iteration 0; `addr_step` says by how many
+# bytes each tile's address moves per iteration of each loop around it: one tuple per loop
+# (outermost first) with one step per tile operand, in operand order (dst first).  A ring of
+# buffers walked in turn moves by one slot per iteration (a matmul's A panel, one L1 copy per K
+# chunk, kept for the next output tile); buffers that alternate repeat every second iteration
+# and are written twice in the body instead.
+ADDR_STEP = "addr_step"
+TEXT_ATTRS = ATTRS + (GM_STEP, OFFSETS_STEP, ADDR_STEP)
 
 
 @dataclass(frozen=True)
@@ -135,31 +142,49 @@ def unrolled(items, _at: tuple = ()):
             yield at_iteration(it, _at) if _at else it
 
 
-MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP)
+MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP)
 
 
 def at_iteration(ins: "Instr", at: tuple) -> "Instr":
     """An instruction of a loop body at loop indices `at` (outermost first): its GM window, event
-    id or extract offsets moved by their steps, the step attributes gone (the instruction itself
-    when nothing of it moves)."""
+    id, extract offsets and tile addresses moved by their steps, the step attributes gone (the
+    instruction itself when nothing of it moves)."""
     a = ins.attrs
-    key = next((k for k in MOVING_STEPS if k in a), None)
-    if key is None:
+    keys = [k for k in MOVING_STEPS if k in a]
+    if not keys:
         return ins
-    steps = a[key]
-    attrs = {k: v for k, v in a.items() if k != key}
+    attrs = {k: v for k, v in a.items() if k not in keys}
     dst, srcs = ins.dst, ins.srcs
-    if key == GM_STEP:
-        delta = sum(i * s for i, s in zip(at, steps))
+    for key in keys:
+        steps = a[key]
+        if key == GM_STEP:
+            delta = sum(i * s for i, s in zip(at, steps))
 
-        def move(o):
-            return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
-        dst, srcs = move(dst), tuple(move(o) for o in srcs)
-    elif key == EVENT_STEP:
-        attrs["event"] = (a["event"] + sum(i * s for i, s in zip(at, steps))) % EVENTS_PER_PIPE_PAIR
-    else:
-        attrs["offsets"] = tuple(o + sum(i * s[d] for i, s in zip(at, steps)) for d, o in enumerate(a["offsets"]))
+            def move(o):
+                return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
+            dst, srcs = move(dst), tuple(move(o) for o in srcs)
+        elif key == EVENT_STEP:
+            attrs["event"] = (a["event"] + sum(i * s for i, s in zip(at, steps))) % EVENTS_PER_PIPE_PAIR
+        elif key == OFFSETS_STEP:
+            attrs["offsets"] = tuple(o + sum(i * s[d] for i, s in zip(at, steps)) for d, o in enumerate(a["offsets"]))
+        else:
+            tiles = iter(range(len(steps[0])))
+
+            def shift(o):
+                if not isinstance(o, TileRef):
+                    return o
+                k = next(tiles)
+                d = sum(i * s[k] for i, s in zip(at, steps))
+                return TileRef(o.space, o.addr + d, o.dtype, o.shape, o.valid) if d else o
+            dst = shift(dst)
+            srcs = tuple(shift(o) for o in srcs)
     return Instr(ins.op, ins.pipe, dst, srcs, Attrs(attrs), ins.loc)
+
+
+def tile_operands(ins: "Instr") -> list:
+    """The on-chip tiles an instruction names, in operand order (dst first): what `addr_step`
+    has one step for."""
+    return [o for o in (ins.dst, *ins.srcs) if isinstance(o, TileRef)]
 
 
 def _steps_text(a) -> str:
@@ -447,6 +472,18 @@ def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
                     if lo < 0 or hi > it.srcs[0].shape[d]:
                         return (f"{it.op}: the offsets of a later iteration read outside its source tile "
                                 f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
+                                it.loc)
+            ast = it.attrs.get(ADDR_STEP)
+            if ast is not None:
+                tiles = tile_operands(it)
+                if (not tiles or not isinstance(ast, tuple) or len(ast) != depth
+                        or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
+                    return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
+                            f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
+                for k, t in enumerate(tiles):
+                    if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
+                        return (f"{it.op}: a later iteration's tile address is below 0 "
+                                f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
                                 it.loc)
             step = it.attrs.get(GM_STEP)
             if step is None:

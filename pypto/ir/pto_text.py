@@ -30,7 +30,7 @@ from ..target.isa import COMPARE_MODES, INSTRUCTIONS, KINDS, ROUND_MODES
 from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
-from .exec import (AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, TEXT_ATTRS, ExecTask, Instr, Loop, TileRef,
+from .exec import (ADDR_STEP, AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, TEXT_ATTRS, ExecTask, Instr, Loop, TileRef,
                    loop_problem, pipe_of, static_instrs)
 from .gm import GMBuffer, GMRef, natural_strides
 from .tile import ON_CHIP, tile_bytes
@@ -249,14 +249,14 @@ def _attr_value(key: str, text: str):
         if m:
             return _ints(m[1], "dims", allow_negative=True)
         raise _Problem("bad dim", expected="dim=<int>", got=text)
-    if key == OFFSETS_STEP:     # one (row, col) step per loop around the instruction
+    if key in (OFFSETS_STEP, ADDR_STEP):    # one tuple per loop around the instruction
         m = re.fullmatch(r"\(([^()]*)\)", text)
         if m:
-            return (_ints(m[1], "offsets_step", allow_negative=True),)
+            return (_ints(m[1], key, allow_negative=True),)
         m = re.fullmatch(r"\((\([^()]*\)(?:\s*,\s*\([^()]*\))*)\)", text)
         if not m:
-            raise _Problem("bad offsets_step", expected="offsets_step=(r,c) or offsets_step=((r,c),(r,c),..)", got=text)
-        return tuple(_ints(x, "offsets_step", allow_negative=True) for x in re.findall(r"\(([^()]*)\)", m[1]))
+            raise _Problem(f"bad {key}", expected=f"{key}=(a,b) or {key}=((a,b),(a,b),..)", got=text)
+        return tuple(_ints(x, key, allow_negative=True) for x in re.findall(r"\(([^()]*)\)", m[1]))
     if key == GM_STEP:          # one step per loop around the instruction, outermost first
         if re.fullmatch(_INT, text):
             return (int(text),)
@@ -661,7 +661,7 @@ def _parse_program(text: str, machine=None):
             ins = parse_instr(line, buffers)
             check_instr(ins, cur["core"], capacities)
             depth = len(cur["stack"]) - 1
-            for key in (GM_STEP, EVENT_STEP, OFFSETS_STEP):
+            for key in (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP):
                 if key in ins.attrs and len(ins.attrs[key]) != depth:
                     raise _Problem(f"{key}= needs one step per loop around the instruction ({depth})",
                                    expected=f"{depth} step{'s' if depth != 1 else ''}" if depth else

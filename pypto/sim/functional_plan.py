@@ -48,7 +48,7 @@ from numpy.lib.array_utils import normalize_axis_index
 
 from ..errors import SimulationError
 from ..ir.core import prod
-from ..ir.exec import SYNC_OPS, Instr, Loop, TileRef
+from ..ir.exec import ADDR_STEP, SYNC_OPS, Instr, Loop, TileRef
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
 from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
@@ -775,7 +775,9 @@ def _entries(code) -> list[tuple]:
     def walk(items, k: int) -> int:
         for it in items:
             if isinstance(it, Loop):
-                if any(isinstance(x, Loop) for x in it.body):
+                # walked iteration by iteration: loops around inner loops, and loops whose tiles
+                # move (`addr_step`: a grouped run reads the same tiles in every iteration)
+                if any(isinstance(x, Loop) or ADDR_STEP in x.attrs for x in it.body):
                     for _ in range(it.count):
                         k = walk(it.body, k)
                     continue
