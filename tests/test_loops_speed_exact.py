@@ -208,3 +208,48 @@ def test_a_compiled_matmul_runs_the_same_instructions():
     assert any(isinstance(i, Loop) for t in ck.program.tasks for i in t.code)
     for t, u in zip(ck.program.tasks, flat.program.tasks):
         assert [x.text() for x in unrolled(t.code)] == [x.text() for x in u.instrs]
+
+
+def _ring_like(tiles: int, chunks: int, ring: int, serpentine: bool, event0: int = 0) -> list[Instr]:
+    """A matmul's stream whose tiles move: per output tile, per K chunk a load into the next of
+    `ring` L1 slots and an extract from it (K walked back and forth with `serpentine`), flags
+    around the compute, a store from one of two UB buffers."""
+    out, slot = [], 0
+    for t in range(tiles):
+        ev = (event0 + t) % 8
+        ks = range(chunks) if not serpentine or t % 2 == 0 else range(chunks - 1, -1, -1)
+        for k in ks:
+            l1 = TileRef("L1", slot * 0x8000, F16, (64, 256), (64, 256))
+            slot = (slot + 1) % ring
+            out += [Instr("TLOAD", "MTE2", l1, (GMRef(Z, t * 4096 + k * 256, (64, 256), (4096, 1)),)),
+                    Instr("TEXTRACT", "MTE1", L0[k % 2], (l1,), Attrs({"offsets": (0, 32 * (k % 4))}))]
+        out += [Instr("TADDS", "V", UB[t % 2], (UB[3], 2.0), loc=LOC),
+                _flag("SET_FLAG", "V", "MTE3", ev), _flag("WAIT_FLAG", "V", "MTE3", ev),
+                Instr("TSTORE", "MTE3", GMRef(Y, t * 1024, (4, 256), (4096, 1)), (UB[t % 2],))]
+    return out
+
+
+def test_streams_whose_tiles_move_fold_with_addr_step_and_unroll_to_themselves():
+    """The second stage (`_Tokens(tiles=True)`): tile addresses are moving components; what is
+    folded unrolls to the very stream, with or without the first stage's descriptions, and an
+    isomorphic stream (another task's windows) takes its loops."""
+    from pypto.ir.exec import ADDR_STEP
+    rng = random.Random(11)
+    stepped = 0
+    for _ in range(40):
+        stream = _ring_like(rng.randint(2, 12), rng.randint(1, 6), rng.choice([1, 2, 3, 4, 6]),
+                            rng.random() < 0.5, rng.randrange(8))
+        first = _Tokens()
+        fold(stream, first)
+        alone = fold(stream, _Tokens(tiles=True))
+        based = fold(stream, _Tokens(tiles=True, base=first))
+        _exactly(based, alone)
+        assert [x.text() for x in unrolled(alone)] == [x.text() for x in stream]
+        stepped += any(ADDR_STEP in x.attrs for x, _ in static_instrs(alone))
+        other = _copied(stream, 0, {"z": 8192, "y": 4096})
+        taken = moved(alone, stream, other)
+        assert taken is not None
+        assert [x.text() for x in unrolled(taken)] == [x.text() for x in other]
+        again = replay(alone, other)
+        assert [x.text() for x in unrolled(again)] == [x.text() for x in other]
+    assert stepped >= 20

@@ -36,8 +36,8 @@ from functools import cached_property
 import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STREAM_SHAPES, ExecGraph,
-                       ExecTask, Instr, Loop, n_instrs, static_instrs, stream_shape)
+from ..ir.exec import (ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STREAM_SHAPES, ExecGraph,
+                       ExecTask, Instr, Loop, TileRef, n_instrs, static_instrs, stream_shape)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
@@ -46,6 +46,10 @@ MIN_BODY = 8                    # a loop body is searched for inner loops from t
 SMALL_PERIOD = 48               # the periods up to this many tokens that occur are tried (inner
                                 # loops), and the structural periods of the outer repetitions
 MAX_DEPTH = 4                   # loops nest at most this deep
+# a task whose folded text keeps more than 1/LEFT of its instructions is folded again with the
+# addresses of its on-chip tiles moving (`addr_step`); that folding is taken when its text is
+# under 1/BETTER of the first one's.  Kernels whose tiles stay put fold as they did.
+LEFT, BETTER = 4, 2
 # tokens compared per token of a task when copies equal by their ids fail the constant-step check
 # (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
 # tile): the pass stops looking for other periods beyond it, so it stays linear in the stream
@@ -56,6 +60,7 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is not None and not ctx.options.get("loops", True):
         return g
     known = _Tokens()               # what the folds learn of the tasks' instructions
+    tiles = _Tokens(tiles=True, base=known)     # ... and the second stage's, whose tiles move
     tasks, shapes, folded = [], {}, {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
@@ -68,6 +73,13 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
         if items is None:
             if len(t.instrs) >= MIN_TASK:
                 template = _folding(t.instrs, known, fresh=True)
+                lines = _lines(template.items)
+                if lines * LEFT > len(t.instrs):
+                    # few repetitions with the very same tiles: those whose tiles move by
+                    # constant steps (a matmul's A panel, one L1 copy per K chunk)
+                    moving = _folding(t.instrs, tiles)
+                    if _lines(moving.items) * BETTER < lines:
+                        template = moving
             else:
                 template = _Template(t.instrs, t.instrs)
             items = template.items
@@ -89,6 +101,11 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 
 
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
+
+
+def _lines(items) -> int:
+    """How many instructions the text of a folded stream has."""
+    return sum(_lines(x.body) if isinstance(x, Loop) else 1 for x in items)
 
 
 def moved(template, first, instrs) -> tuple | None:
@@ -261,26 +278,41 @@ def _rebuild(items, instrs, pos, loops):
         if pos >= len(instrs) or instrs[pos].op != it.op:
             raise _Mismatch
         x = instrs[pos]
-        comps = _offsets(x)
+        comps = _tile_offsets(x)    # (tiles too: a template of either stage; steps of 0 not written)
         if loops:                   # every iteration: the same instruction, its windows moved
-            same = _key(x)
-            per_loop = [tuple(_step(a, b) for a, b in zip(comps, _offsets(instrs[pos + size])))
+            same = _tile_key(x)
+            per_loop = [tuple(_step(a, b) for a, b in zip(comps, _tile_offsets(instrs[pos + size])))
                         for _, size in loops]
             for idx in itertools.product(*(range(c) for c, _ in loops)):
                 q = pos + sum(i * size for i, (_, size) in zip(idx, loops))
-                if q != pos and _key(instrs[q]) != same:
+                if q != pos and _tile_key(instrs[q]) != same:
                     raise _Mismatch
-                got = _offsets(instrs[q])
+                got = _tile_offsets(instrs[q])
                 for k, (kind, base) in enumerate(comps):
                     want = base + sum(i * st[k] for i, st in zip(idx, per_loop))
                     if (got[k][1] - want) % EVENTS_PER_PIPE_PAIR if kind == 1 else got[k][1] != want:
                         raise _Mismatch
-        if comps and loops:
-            step = tuple(st if comps[0][0] == 2 else st[0] for st in per_loop)
-            x = _with_attrs(x, {MOVING_STEPS[comps[0][0]]: step})
+            attrs = _step_attrs(comps, per_loop) if comps else None
+            if attrs:
+                x = _with_attrs(x, attrs)
         out.append(x)
         pos += 1
     return out, pos
+
+
+def _step_attrs(comps, per_loop) -> dict:
+    """The step attributes of an instruction with moving components `comps` (`_tile_offsets`)
+    whose components move by `per_loop` (per loop around it, outermost first: one step per
+    component): a GM window and an event id one step per loop, extract offsets and tile
+    addresses one tuple per loop; tile addresses only where one moves."""
+    out, k = {}, 0
+    for kind, group in itertools.groupby(comps, key=_KIND):
+        n = len(list(group))
+        steps = tuple(st[k:k + n] if kind >= 2 else st[k] for st in per_loop)
+        k += n
+        if kind != 3 or any(map(any, steps)):
+            out[MOVING_STEPS[kind]] = steps
+    return out
 
 
 def fold(instrs, known: _Tokens | None = None) -> tuple:
@@ -345,7 +377,12 @@ class _Tokens:
     worked out once per token: a task's instructions are folded again in the loop bodies (inner
     loops).  Only whether two ids are equal matters, so one table serves every fold."""
 
-    def __init__(self):
+    def __init__(self, tiles: bool = False, base: "_Tokens | None" = None):
+        # `tiles`: the on-chip tiles' addresses move too (ids without them, `_tile_offsets`);
+        # `base`: the first stage's, which described the instructions already: an id of its
+        # (an instruction's key, tiles included) gives one of these and the tiles' addresses
+        self.tiles, self.base, self.of_base = tiles, base, {}
+        self.key, self.offsets = (_tile_key, _tile_offsets) if tiles else (_key, _offsets)
         self.ids: dict = {}         # key of a token -> its id
         self.memo: dict = {}        # id(token) -> (its id, its moving components, the token)
         self.alike: dict = {}       # an instruction's op, pipe, identity of its operands and
@@ -368,23 +405,35 @@ class _Tokens:
             described = [memo.get(id(x)) or new(x) for x in tokens]
         return [d[0] for d in described], [d[1] for d in described]
 
-    def with_step(self, x: Instr, steps) -> Instr:
+    def with_step(self, x: Instr, steps, depth: int = 0) -> Instr:
         """`x` with the step of a new (outer) loop put before its steps: one per moving
         component, taken from the iterator `steps` (x itself without any), described.  Its key
-        is that of x with the step attribute (`MOVING_STEPS`) set, so instructions of one id
+        is that of x with the step attributes (`MOVING_STEPS`) set, so instructions of one id
         given one step have one id (the loop bodies of a task: thousands of instructions, a few
-        ids and steps)."""
+        ids and steps).  `depth`: the loops around x inside the new loop's body (an `addr_step`
+        is written only where some tile moves: x has none when its tiles stayed in those)."""
         i, moving, _ = self.describe(x)
         if not moving:
             return x
-        kind = moving[0][0]
-        key = MOVING_STEPS[kind]
-        mine = tuple(itertools.islice(steps, len(moving))) if kind == 2 else next(steps)
-        step = (mine,) + x.attrs._dict.get(key, ())
-        y = _with_attrs(x, {key: step})
-        j = self.stepped.get((i, key, step))
+        a = x.attrs._dict
+        new = {}
+        for kind, comps in itertools.groupby(moving, key=_KIND):
+            key = MOVING_STEPS[kind]
+            n = len(list(comps))
+            mine = tuple(itertools.islice(steps, n)) if kind >= 2 else next(steps)
+            if kind == 3 and key not in a:
+                if not any(mine):
+                    continue
+                new[key] = (mine,) + ((0,) * n,) * depth
+            else:
+                new[key] = (mine,) + a.get(key, ())
+        if not new:
+            return x
+        y = _with_attrs(x, new)
+        stepped = (i, tuple(new.items()))
+        j = self.stepped.get(stepped)
         if j is None:
-            self.stepped[(i, key, step)] = self._new(y)[0]
+            self.stepped[stepped] = self._new(y)[0]
         else:
             self.memo[id(y)] = (j, moving, y)
         return y
@@ -402,6 +451,12 @@ class _Tokens:
             ids, moving = self.describe_all(x.body)
             i = self._id(("loop", x.count, tuple(ids)))
             moving = tuple(itertools.chain.from_iterable(moving))
+        elif self.base is not None and id(x) in self.base.memo:
+            i, moving, _ = self.base.memo[id(x)]
+            got = self.of_base.get(i)
+            if got is None:
+                got = self.of_base[i] = (self._id(self.key(x)), self.offsets(x)[len(moving):])
+            i, moving = got[0], moving + got[1] if got[1] else moving
         else:
             a = x.attrs._dict
             exact = _exact(a)
@@ -412,7 +467,7 @@ class _Tokens:
                 if got is not None and a != got[2].attrs._dict:
                     like = got = None       # (a nan: not equal to another, as the keys compare)
             if got is None:
-                got = (self._id(_key(x)), _offsets(x), x)   # (x kept: its operands' ids stay theirs)
+                got = (self._id(self.key(x)), self.offsets(x), x)   # (x kept: its operands' ids stay theirs)
                 if like is not None:
                     self.alike[like] = got
             i, moving = got[0], got[1]
@@ -462,6 +517,24 @@ def _offsets(x: Instr) -> tuple[tuple[int, int], ...]:
     return () if gm is None else ((0, gm.offset),)
 
 
+def _tile_key(x: Instr) -> tuple:
+    """`_key` with the on-chip tiles' addresses left out too."""
+    return (x.op, x.pipe, _tile_operand_key(x.dst), tuple(map(_tile_operand_key, x.srcs)),
+            _attrs_key(x.attrs), x.loc)
+
+
+def _tile_operand_key(o):
+    if isinstance(o, TileRef):
+        return ("tile", o.space, o.dtype, o.shape, o.valid)
+    return _operand_key(o)
+
+
+def _tile_offsets(x: Instr) -> tuple[tuple[int, int], ...]:
+    """`_offsets`, then (3, address) of each on-chip tile the instruction names, dst first."""
+    tiles = tuple((3, o.addr) for o in (x.dst, *x.srcs) if isinstance(o, TileRef))
+    return _offsets(x) + tiles if tiles else _offsets(x)
+
+
 _MOVING = {"event", "offsets"}      # attributes that may move from copy to copy (with the GM windows)
 
 
@@ -481,7 +554,7 @@ def _fold_pass(tokens, keys, offs, known: _Tokens):
     k = np.asarray(keys, np.int64)
     best_saved = np.zeros(n, np.int64)
     best_p = np.zeros(n, np.int64)
-    periods = _candidate_periods(k)
+    periods = _candidate_periods(k, known.tiles)
     for p in periods:
         at = np.flatnonzero(k[:-p] == k[p:])    # the i where token i == token i + p (a few, mostly)
         if len(at) < p:                         # not p of them in a row: no second copy anywhere
@@ -501,10 +574,15 @@ def _fold_pass(tokens, keys, offs, known: _Tokens):
             # the best period by ids; when its copies do not move by constant steps, the others
             r, steps, p = *_copies(i, p_at[i], n, keys, offs), p_at[i]
             work += p
-            if (r < 2 or p * (r - 1) < 3) and work < WORK_PER_TOKEN * n:
+            # (the second stage also when the copies fall short of what the ids promised: a
+            # matmul's output tiles alike by their ids, alike with their steps every second one)
+            short = r < 2 or p * (r - 1) < 3 or known.tiles and p * (r - 1) < saved_at[i]
+            if short and work < WORK_PER_TOKEN * n:
                 tries = [(q, *_copies(i, q, n, keys, offs)) for q in periods
                          if q != p_at[i] and i + 2 * q <= n and keys[i + q] == keys[i]]
                 work += sum(q for q, _, st in tries if st is not None)
+                if r >= 2:
+                    tries.append((p, r, steps))
                 p, r, steps = max(tries, key=lambda x: (x[0] * (x[1] - 1), -x[0]), default=(p, 1, None))
             if r >= 2 and p * (r - 1) >= 3:
                 out.append(Loop(r, _nested(tokens[i:i + p], steps, offs[i:i + p], known)))
@@ -523,9 +601,9 @@ def _run_lengths(at: np.ndarray) -> np.ndarray:
     return at[last].repeat(np.diff(last, prepend=-1)) + 1 - at
 
 
-def _candidate_periods(k: np.ndarray) -> list[int]:
+def _candidate_periods(k: np.ndarray, doubled: bool = False) -> list[int]:
     """Every period up to SMALL_PERIOD, and the likely periods of the outer repetitions (`k`:
-    the ids of the tokens)."""
+    the ids of the tokens; `doubled`: with twice each of those)."""
     n = len(k)
     # a period p repeats every token of the body p later: p is a gap between occurrences of the
     # tokens found once per copy (the gaps between consecutive occurrences, and twice them)
@@ -538,10 +616,11 @@ def _candidate_periods(k: np.ndarray) -> list[int]:
     group = np.concatenate(([0], np.cumsum(~again)))
     occurrences = np.bincount(group)[group[1:][again]]  # of the id of each gap
     return list(dict.fromkeys(sorted(p for p in small if p <= n // 2)
-                              + [p for p in _structural_periods(gaps, occurrences, n) if p <= n // 2]))
+                              + [p for p in _structural_periods(gaps, occurrences, n, doubled) if p <= n // 2]))
 
 
-def _structural_periods(gaps: np.ndarray, occurrences: np.ndarray, n: int, most: int = 16) -> list[int]:
+def _structural_periods(gaps: np.ndarray, occurrences: np.ndarray, n: int, doubled: bool = False,
+                        most: int = 16) -> list[int]:
     """Likely periods of the outer repetitions: the commonest gaps between consecutive
     occurrences of the rarer tokens (a store per output tile, a load per chunk), with twice
     them (ping-pong buffers repeat every second tile).  `gaps`: between consecutive occurrences
@@ -550,7 +629,10 @@ def _structural_periods(gaps: np.ndarray, occurrences: np.ndarray, n: int, most:
     seen = dict(zip(values.tolist(), counts.tolist()))
     for g in values.tolist():
         seen.setdefault(2 * g, 0)
-    return sorted(seen, key=lambda g: (-seen[g], g))[:most]
+    top = sorted(seen, key=lambda g: (-seen[g], g))[:most]
+    # (the second stage: tiles alike every second repetition, a serpentine K's forward and
+    # backward output tiles, whose gaps differ by one or two instructions, so twice the commonest)
+    return list(dict.fromkeys(top + [2 * g for g in top])) if doubled else top
 
 
 def _copies(i, p, n, keys, offs):
@@ -604,9 +686,11 @@ def _dynamic_statics(items):
 
 
 def _with_steps(body, steps, known: _Tokens):
-    """The body with each GM instruction's step of the new (outer) loop put before its steps."""
+    """The body with each moving instruction's step of the new (outer) loop put before its steps."""
     it = iter(steps)
 
-    def add(x):
-        return Loop(x.count, tuple(add(y) for y in x.body)) if isinstance(x, Loop) else known.with_step(x, it)
-    return tuple(add(x) for x in body)
+    def add(x, depth):
+        if isinstance(x, Loop):
+            return Loop(x.count, tuple(add(y, depth + 1) for y in x.body))
+        return known.with_step(x, it, depth)
+    return tuple(add(x, 0) for x in body)
