@@ -16,9 +16,12 @@ overlaps the compute on the one before).
 """
 from __future__ import annotations
 
+from collections import Counter
+from operator import attrgetter
+
 from ..errors import TileShapeError
 from ..ir.core import Attrs, fmt_shape
-from ..ir.tile import TileGraph, TileNode, tile_bytes
+from ..ir.tile import TileGraph, TileNode, copier, tile_bytes
 from .pipeline import Pass, PassContext
 from .reuse import ELIMINATE_REDUNDANT_LOADS
 
@@ -26,15 +29,23 @@ from .reuse import ELIMINATE_REDUNDANT_LOADS
 def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
     to_l1: set[int] = set()             # loads an extract or a bias move reads
     matmul_of: dict[int, TileNode] = {}  # extract -> the first matmul reading it
+    is_matmul: dict[str, bool] = {}     # op -> a TMATMUL* (worked out once per op)
     for n in g.nodes:
         op = n.op
         if op == "TEXTRACT" or op == "TMOV":
             to_l1.update(n.inputs)
-        elif op.startswith("TMATMUL"):
+            continue
+        mm = is_matmul.get(op)
+        if mm is None:
+            mm = is_matmul[op] = op.startswith("TMATMUL")
+        if mm:
             for i in n.inputs:
                 if i not in matmul_of:
                     matmul_of[i] = n
+    fixed: dict[str, str] = {}          # op -> the space of its tiles, where the op alone decides it
+    with_space = copier("space")
     nodes = []
+    append = nodes.append
     for n in g.nodes:
         if n.space == "?":
             op = n.op
@@ -42,12 +53,12 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
                 space = "L1" if n.id in to_l1 else "UB"
             elif op == "TEXTRACT":
                 space = "L0A" if matmul_of[n.id].inputs[-2] == n.id else "L0B"
-            elif op.startswith("TMATMUL"):
-                space = "L0C"
             else:
-                space = "UB"
-            n = n.with_field("space", space)
-        nodes.append(n)
+                space = fixed.get(op)
+                if space is None:
+                    space = fixed[op] = "L0C" if op.startswith("TMATMUL") else "UB"
+            n = with_space(n, space)
+        append(n)
     return g.replace(nodes)
 
 
@@ -61,13 +72,11 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
         if nodes is None:
             nodes = by_group[n.group] = []
         nodes.append(n)
-    by_id = g.by_id()
     for info in g.groups:
         nodes = by_group.get(info.id, [])
-        template = _longest_iteration(nodes)
-        slots = _slots(template, nodes, by_id, info.id)
-        chunks = _ring_chunks(nodes)
-        asked = _asked_buffers(nodes)
+        keys = _Keys(nodes, _longest_iteration(nodes))
+        slots = _slots(keys)
+        chunks, asked = keys.chunks, keys.asked
         for space in sorted({s["space"] for s in slots}):
             sl = [s for s in slots if s["space"] == space]
             fixed = [max((asked[k] for k in s["keys"] if k in asked), default=0) for s in sl]
@@ -93,38 +102,69 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     out = []
     append = out.append
     of = Attrs.of
+    with_attrs = copier("attrs")
+    group, here = None, None
     for n in g.nodes:
         space = n.space
         if space and space != "?":
+            if n.group != group:            # (a group's nodes mostly follow each other)
+                group = n.group
+                here = placement[group]
             d = n.attrs._dict
-            off, size, nbuf, turn, turns = placement[n.group][d["key"]]
-            d = d.copy()
+            off, size, nbuf, turn, turns = here[d["key"]]
+            d = d.copy()                    # (cheaper than {**d, ...})
             d["buf"] = off + ((d["par"] * turns + turn if d.get("rotate") else d["par"]) % nbuf) * size
             d["nbuf"] = nbuf
-            n = n.with_field("attrs", of(d))
+            n = with_attrs(n, of(d))
         append(n)
     return g.replace(out)
 
 
-def _asked_buffers(nodes: list[TileNode]) -> dict[str, int]:
-    """key -> the copies its tiles ask for (`buffers`, from pypto.tile.buffers), where they do."""
-    out: dict[str, int] = {}
-    for n in nodes:
-        b = n.attrs._dict.get("buffers")
-        if b:
-            k = n.attrs._dict["key"]
-            out[k] = max(out.get(k, 0), b)
-    return out
+class _Keys:
+    """What the tiles of one group say about their keys, in one walk over them: per key its
+    size (its largest tile), space and whether it is `persistent`; the K chunks (`par`) of each
+    `ring` key (see `_ring_copies`: `chunks`); the copies asked for where its tiles ask
+    (`buffers`, from pypto.tile.buffers: `asked`).  And for `_slots`, the group's iteration
+    `template` (`_longest_iteration`) and `key_of`, node id -> key of the template's tiles and
+    of the group's tiles they read (an input from another group has none)."""
 
-
-def _ring_chunks(nodes: list[TileNode]) -> dict[str, set]:
-    """The K chunks (`par`) of each `ring` key of a group (see `_ring_copies`)."""
-    chunks: dict[str, set] = {}
-    for n in nodes:
-        d = n.attrs._dict
-        if d.get("ring"):
-            chunks.setdefault(d["key"], set()).add(d["par"])
-    return chunks
+    def __init__(self, nodes: list[TileNode], template: list[TileNode]):
+        self.template = template
+        key_of = {n.id: n.attrs["key"] for n in template}
+        outside = {src for n in template for src in n.inputs if src not in key_of}
+        size: dict[str, int] = {}
+        space: dict[str, str] = {}
+        persistent: set[str] = set()
+        chunks: dict[str, set] = {}
+        asked: dict[str, int] = {}
+        shape_of: dict[str, tuple] = {}     # the (shape, dtype) a key's size was last worked out for
+        for n in nodes:
+            d = n.attrs._dict
+            sp = n.space
+            if sp and sp != "?":
+                k = d["key"]
+                shape, dtype = n.shape, n.dtype
+                seen = shape_of.get(k)
+                if seen is None or seen[0] != shape or (seen[1] is not dtype and seen[1] != dtype):
+                    shape_of[k] = (shape, dtype)
+                    b = tile_bytes(shape, dtype)
+                    if b > size.get(k, 0):
+                        size[k] = b
+                    elif k not in size:
+                        size[k] = b
+                space[k] = sp
+                if d.get("persistent"):
+                    persistent.add(k)
+            if d.get("ring"):
+                chunks.setdefault(d["key"], set()).add(d["par"])
+            b = d.get("buffers")
+            if b:
+                k = d["key"]
+                asked[k] = max(asked.get(k, 0), b)
+            if n.id in outside:
+                key_of[n.id] = d["key"]
+        self.size, self.space, self.persistent = size, space, persistent
+        self.chunks, self.asked, self.key_of = chunks, asked, key_of
 
 
 def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: int,
@@ -148,7 +188,7 @@ def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: in
 def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2) -> dict[str, int]:
     """Per on-chip space, how many copies of the slots of one group's tiles fit (at most `want`,
     0 when not even one does): the N-buffering `allocate` would give the group there."""
-    slots = _slots(_longest_iteration(nodes), nodes)
+    slots = _slots(_Keys(nodes, _longest_iteration(nodes)))
     out = {}
     for space in {s["space"] for s in slots}:
         total = sum(s["size"] for s in slots if s["space"] == space)
@@ -158,10 +198,7 @@ def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2)
 
 def _longest_iteration(nodes: list[TileNode]) -> list[TileNode]:
     """The tile nodes of the group's iteration with the most (the first such in node order)."""
-    count: dict[tuple[int, int], int] = {}
-    for n in nodes:
-        it = (n.outer, n.inner)
-        count[it] = count.get(it, 0) + 1
+    count = Counter(map(_iteration, nodes))       # (no Python call per node)
     if not count:
         return []
     best = max(count, key=count.__getitem__)      # the first of the longest, as dicts keep order
@@ -169,40 +206,18 @@ def _longest_iteration(nodes: list[TileNode]) -> list[TileNode]:
     return [n for n in nodes if n.outer == outer and n.inner == inner]
 
 
-def _slots(template: list[TileNode], nodes: list[TileNode], by_id: dict | None = None,
-           group: int | None = None) -> list[dict]:
-    """Group the keys of an iteration into slots by lifetime (linear scan).  `nodes`: every
-    tile node of the group (`group`, whose graph's `by_id` finds them by id)."""
-    size: dict[str, int] = {}
-    space: dict[str, str] = {}
-    persistent: set[str] = set()
-    shape_of: dict[str, tuple] = {}         # the (shape, dtype) a key's size was last worked out for
-    for n in nodes:
-        sp = n.space
-        if sp and sp != "?":
-            d = n.attrs._dict
-            k = d["key"]
-            shape, dtype = n.shape, n.dtype
-            seen = shape_of.get(k)
-            if seen is None or seen[0] != shape or (seen[1] is not dtype and seen[1] != dtype):
-                shape_of[k] = (shape, dtype)
-                b = tile_bytes(shape, dtype)
-                if b > size.get(k, 0):
-                    size[k] = b
-                elif k not in size:
-                    size[k] = b
-            space[k] = sp
-            if d.get("persistent"):
-                persistent.add(k)
+_iteration = attrgetter("outer", "inner")
+
+
+def _slots(keys: _Keys) -> list[dict]:
+    """Group the keys of a group's iteration (`keys.template`) into slots by lifetime (linear
+    scan)."""
+    template = keys.template
+    size, space, persistent = keys.size, keys.space, keys.persistent
     pos = {n.id: i for i, n in enumerate(template)}
+    key_of = keys.key_of.get
     first: dict[str, int] = {}
     last: dict[str, int] = {}
-    if by_id is None:
-        key_of = {n.id: n.key for n in nodes}.get
-    else:
-        def key_of(i):
-            n = by_id.get(i)
-            return n.attrs["key"] if n is not None and n.group == group else None
     for i, n in enumerate(template):
         if n.key in size:
             first.setdefault(n.key, i)

@@ -25,12 +25,12 @@ Node ids are kept (the removed ids are simply gone), so the rest of the graph re
 from __future__ import annotations
 
 from ..ir.exec import Intervals
-from ..ir.tile import TileGraph, TileNode
+from ..ir.tile import TileGraph, TileNode, copier
 from .pipeline import Pass, PassContext
 
 
 def load_key(n: TileNode) -> tuple:
-    w = n.attrs["gm"]        # plain ints and strings: cheap to hash (the pass sees every load)
+    w = n.attrs._dict["gm"]  # plain ints and strings: cheap to hash (the pass sees every load)
     return (w.buf.name, w.offset, w.shape, w.strides, n.shape, n.valid, n.dtype.name, n.space)
 
 
@@ -39,47 +39,59 @@ def find_redundant_loads(g: TileGraph) -> dict[int, int]:
 
     The loads kept so far are indexed per (group, outer iteration, buffer) by the span of their
     window, so a store looks only at the loads whose spans meet its own (an outer iteration of
-    31,000 inner ones made this quadratic: 31 s)."""
-    seen: dict[tuple, dict[tuple, int]] = {}        # (group, outer, buffer) -> load key -> first id
+    31,000 inner ones made this quadratic: 31 s).  An index is built when a store first meets
+    the loads of its (group, outer iteration, buffer), and kept up to date from then on: the
+    loads of a buffer no store of the iteration writes (a matmul's operands) need none."""
+    seen: dict[tuple, dict[tuple, tuple]] = {}      # (group, outer, buffer) -> load key -> (first id, window)
     spans: dict[tuple, Intervals] = {}              # (group, outer, buffer) -> span -> its keys
     dup: dict[int, int] = {}
-    nodes = g.by_id()
     for n in g.nodes:
-        if n.op == "TLOAD":
-            w = n.attrs["gm"]
+        op = n.op
+        if op == "TLOAD":
+            w = n.attrs._dict["gm"]
             at = (n.group, n.outer, w.buf.name)
             cache = seen.get(at)
             if cache is None:
                 cache = seen[at] = {}
-                spans[at] = Intervals()
             k = load_key(n)
             first = cache.get(k)
             if first is None:
-                cache[k] = n.id
-                span = w.span()
-                keys = spans[at].get(span)
-                if keys is None:
-                    spans[at].set(span, [k])
-                else:
-                    keys.append(k)
+                cache[k] = (n.id, w)
+                index = spans.get(at)
+                if index is not None:
+                    _index_load(index, w, k)
             else:
-                dup[n.id] = first
-        elif n.op == "TSTORE":
-            w = n.attrs["gm"]
+                dup[n.id] = first[0]
+        elif op == "TSTORE":
+            w = n.attrs._dict["gm"]
             at = (n.group, n.outer, w.buf.name)
             cache = seen.get(at)
             if not cache:
                 continue
-            index = spans[at]
+            index = spans.get(at)
+            if index is None:
+                index = spans[at] = Intervals()
+                for k, (_, kw) in cache.items():
+                    _index_load(index, kw, k)
             for span in index.overlapping(*w.span()):
                 keys = index.get(span)
-                hit = [k for k in keys if nodes[cache[k]].attrs["gm"].overlaps(w)]
+                hit = [k for k in keys if cache[k][1].overlaps(w)]
                 for k in hit:                       # later loads must see the store
                     del cache[k]
                     keys.remove(k)
                 if not keys:
                     index.remove(span)
     return dup
+
+
+def _index_load(index: Intervals, w, k: tuple) -> None:
+    """Enter load key k, of window w, in its iteration's span index."""
+    span = w.span()
+    keys = index.get(span)
+    if keys is None:
+        index.set(span, [k])
+    else:
+        keys.append(k)
 
 
 def eliminate_redundant_loads(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
@@ -107,7 +119,7 @@ def eliminate_redundant_loads(g: TileGraph, ctx: PassContext | None = None) -> T
         if worse:
             dup = {d: k for d, k in dup.items() if nodes[d].group not in worse}
             pinned = {p for p in pinned if p[0] not in worse}
-            out = _rebuild(g, dup, pinned)
+            out = _rebuild(g, dup, pinned) if dup else g       # (none left: g as it was)
     return out
 
 
@@ -124,21 +136,25 @@ def _keys_with_two_tiles(g: TileGraph, dup: dict[int, int], pinned: set) -> set:
 
 def without_loads(nodes, dup: dict[int, int]):
     """The tile nodes without the loads in `dup`, their users reading the kept loads instead."""
+    with_inputs = copier("inputs")
     for n in nodes:
         if n.id in dup:
             continue
         for i in n.inputs:
             if i in dup:
-                n = n.with_field("inputs", tuple([dup.get(i, i) for i in n.inputs]))
+                n = with_inputs(n, tuple([dup.get(i, i) for i in n.inputs]))
                 break
         yield n
 
 
 def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
+    if not pinned:
+        return g.replace(list(without_loads(g.nodes, dup)))
     out = []
+    with_attrs = copier("attrs")
     for n in without_loads(g.nodes, dup):
         if n.space != "" and (n.group, n.key) in pinned:
-            n = n.with_field("attrs", n.attrs.replace(persistent=True, par=n.outer))
+            n = with_attrs(n, n.attrs.replace(persistent=True, par=n.outer))
         out.append(n)
     return g.replace(out)
 

@@ -52,6 +52,15 @@ class _Emitter:
                                 self.group, self.outer, self.inner, Attrs.of(attrs), loc))
         return nid
 
+    def add(self, op, inputs: tuple, shape: tuple, valid: tuple, dtype, space, attrs: dict, loc) -> int:
+        """`emit` of ready parts, for the matmul's hot loop: `attrs` a new dict holding what
+        emit's would (in its order: the keywords, then key, par, persistent)."""
+        nodes = self.nodes
+        nid = len(nodes)
+        nodes.append(_make_node(nid, op, inputs, shape, valid, dtype, space, self.group, self.outer,
+                                self.inner, Attrs.of(attrs), loc))
+        return nid
+
     def node(self, i) -> TileNode:
         return self.nodes[i]
 
@@ -581,6 +590,10 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     _check_size(prod(batch) * nm * nn * len(terms) * nk1 * (2 + 3 * ceil_div(kl1, kl0)) + len(em.nodes), m,
                 (*batch, M, N, K), (*(1,) * len(batch), ml0, nl0, kl1))
     o = lin = steps = 0
+    # the tile shapes, one tuple each for every node (and the valid shape of a full tile)
+    s_a1, s_b1, s_a0, s_b0, s_c = (ml0, kl1), (kl1, nl0), (ml0, kl0), (kl0, nl0), (ml0, nl0)
+    s_bias = (1, nl0)
+    add, loc = em.add, m.loc
     for bi in itertools.product(*[range(s) for s in batch]):
         leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
         for mi in range(nm):
@@ -588,6 +601,7 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                 em.outer = o
                 m0, n0 = mi * ml0, ni * nl0
                 mv, nv = min(ml0, M - m0), min(nl0, N - n0)
+                v_c = s_c if (mv, nv) == s_c else (mv, nv)
                 c = None
                 chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
                 if shared is not None and o % 2 == 1:
@@ -596,41 +610,43 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                     A, B = terms[t]
                     la, lb = leads[t]
                     em.inner, em.lin = step, lin
-                    lin += 1
                     kb = k1 * kl1
                     kv1 = min(kl1, K - kb)
-                    load_attrs = {"a1": {}, "b1": {}}
-                    if shared is not None:
-                        load_attrs[shared] = {"par": t * nk1 + k1, "ring": True}
                     bt = None
                     if bias is not None and step == 0:
                         # persistent: slots of their own (per output tile), so the operand loads
                         # never wait for the bias row to leave L1
-                        bias_l1 = em.emit("TLOAD", [], (1, nl0), (1, nv), bias.dtype, "?", "bias1", m.loc,
+                        bias_l1 = em.emit("TLOAD", [], s_bias, (1, nv), bias.dtype, "?", "bias1", loc,
                                           persistent=True, gm=_bias_row(bias, n0, nv))
-                        bt = em.emit("TMOV", [bias_l1], (1, nl0), (1, nv), bias.dtype, "BT", "bt", m.loc,
+                        bt = em.emit("TMOV", [bias_l1], s_bias, (1, nv), bias.dtype, "BT", "bt", loc,
                                      persistent=True)
-                    a1 = em.emit("TLOAD", [], (ml0, kl1), (mv, kv1), dtype, "?", "a1", m.loc,
-                                 gm=_sub2d(A, la, m0, kb, mv, kv1), **load_attrs["a1"])
-                    b1 = em.emit("TLOAD", [], (kl1, nl0), (kv1, nv), dtype, "?", "b1", m.loc,
-                                 gm=_sub2d(B, lb, kb, n0, kv1, nv), **load_attrs["b1"])
+                    # the attrs in the order emit gives them (its keywords first): the shared
+                    # panel's load picks its L1 copy by K chunk (a ring), the other by iteration
+                    chunk = t * nk1 + k1
+                    a_gm = _sub2d(A, la, m0, kb, mv, kv1)
+                    a1 = add("TLOAD", (), s_a1, s_a1 if (mv, kv1) == s_a1 else (mv, kv1), dtype, "?",
+                             {"gm": a_gm, "par": chunk, "ring": True, "key": "a1"} if shared == "a1" else
+                             {"gm": a_gm, "key": "a1", "par": lin}, loc)
+                    b_gm = _sub2d(B, lb, kb, n0, kv1, nv)
+                    b1 = add("TLOAD", (), s_b1, s_b1 if (kv1, nv) == s_b1 else (kv1, nv), dtype, "?",
+                             {"gm": b_gm, "par": chunk, "ring": True, "key": "b1"} if shared == "b1" else
+                             {"gm": b_gm, "key": "b1", "par": lin}, loc)
+                    lin += 1
                     for k0 in range(ceil_div(kv1, kl0)):
                         kv = min(kl0, kv1 - k0 * kl0)
                         # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
-                        a0 = em.emit("TEXTRACT", [a1], (ml0, kl0), (mv, kv), dtype, "?", "a0", m.loc,
-                                     offsets=(0, k0 * kl0), par=steps)
-                        b0 = em.emit("TEXTRACT", [b1], (kl0, nl0), (kv, nv), dtype, "?", "b0", m.loc,
-                                     offsets=(k0 * kl0, 0), par=steps)
+                        a0 = add("TEXTRACT", (a1,), s_a0, s_a0 if (mv, kv) == s_a0 else (mv, kv), dtype, "?",
+                                 {"offsets": (0, k0 * kl0), "par": steps, "key": "a0"}, loc)
+                        b0 = add("TEXTRACT", (b1,), s_b0, s_b0 if (kv, nv) == s_b0 else (kv, nv), dtype, "?",
+                                 {"offsets": (k0 * kl0, 0), "par": steps, "key": "b0"}, loc)
                         steps += 1
+                        acc = {"key": "c", "par": o, "persistent": True}
                         if c is None and bt is not None:
-                            c = em.emit("TMATMUL_BIAS", [bt, a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?",
-                                        "c", m.loc, persistent=True)
+                            c = add("TMATMUL_BIAS", (bt, a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
                         elif c is None:
-                            c = em.emit("TMATMUL", [a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?", "c",
-                                        m.loc, persistent=True)
+                            c = add("TMATMUL", (a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
                         else:
-                            c = em.emit("TMATMUL_ACC", [c, a0, b0], (ml0, nl0), (mv, nv), acc_dtype, "?",
-                                        "c", m.loc, persistent=True)
+                            c = add("TMATMUL_ACC", (c, a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
                 lead = bi
                 for ref in outs:
                     em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,

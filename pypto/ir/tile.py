@@ -7,13 +7,12 @@ allocated `shape`.  After buffer allocation every tile node has a `buf` byte off
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass, field
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
-from .core import Attrs, TextForm, fmt_shape, quick_init
+from .core import Attrs, TextForm, field_copiers, fmt_shape, quick_init
 from .gm import GMBuffer
 from ..target.isa import INSTRUCTIONS, SYNC_OPS
 
@@ -78,19 +77,14 @@ class TileNode:
         return self.attrs["key"]
 
 
-def _copiers() -> dict:
-    """field name -> fn(node, value): the node with that field changed (all fields passed on)."""
-    names = [f.name for f in dataclasses.fields(TileNode)]
-    out = {}
-    for name in names:
-        env = {"make": TileNode._make}
-        args = ", ".join("value" if n == name else f"node.{n}" for n in names)
-        exec(f"def with_{name}(node, value):\n    return make({args})\n", env)   # noqa: S102
-        out[name] = env[f"with_{name}"]
-    return out
+# field name -> fn(node, value): the node with that field changed (all fields passed on).  A
+# pass that changes one field of every node takes its function once (`copier`) and calls it.
+_WITH = field_copiers(TileNode)
 
 
-_WITH = _copiers()
+def copier(name: str):
+    """`fn(node, value)`, the `node.with_field(name, value)` of one field, for a pass's loop."""
+    return _WITH[name]
 
 
 @dataclass(frozen=True)
@@ -161,11 +155,34 @@ def print_graph(g: TileGraph, full: bool = False) -> str:
     return "\n".join(lines)
 
 
+# the data-path rule of an op's tile (verify): which check of its spaces applies
+_SYNC, _LOAD, _STORE, _EXTRACT, _MOV, _MATMUL, _VECTOR = range(7)
+_MATMUL_OPERANDS = ["L0A", "L0B"]
+
+
+def _rule(op: str) -> int:
+    if op in SYNC_OPS:
+        return _SYNC
+    if op == "TLOAD":
+        return _LOAD
+    if op == "TSTORE" or (op in INSTRUCTIONS and INSTRUCTIONS[op].kind == "scatter"):
+        return _STORE
+    if op == "TEXTRACT":
+        return _EXTRACT
+    if op == "TMOV":
+        return _MOV
+    if op.startswith("TMATMUL"):
+        return _MATMUL
+    return _VECTOR
+
+
 def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
     space_of: dict[int, str] = {}           # the nodes seen so far -> the space of their tile
-    scatter = {op for op, r in INSTRUCTIONS.items() if r.kind == "scatter"}
     gm_dsts = DATA_PATHS["GM"]
     get = space_of.get
+    rules: dict[str, int] = {}              # op -> its _rule, worked out once per op
+    caps = capacities or {}
+    sizes: dict[tuple, int] = {}            # (shape, itemsize) -> tile_bytes (its only inputs)
     for n in g.nodes:
         op, space, inputs = n.op, n.space, n.inputs
         srcs = []
@@ -180,32 +197,37 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
         if space == "?" or "?" in srcs:   # before memory-space assignment
             space_of[n.id] = space
             continue
-        if op in SYNC_OPS:
-            pass
-        elif op == "TLOAD":
+        rule = rules.get(op)
+        if rule is None:
+            rule = rules[op] = _rule(op)
+        if rule == _LOAD:
             if space not in gm_dsts:
                 _fail(n, "illegal data path", expected="GM -> " + "/".join(gm_dsts), got=f"GM -> {space}")
-        elif op == "TSTORE" or op in scatter:
+        elif rule == _STORE:
             if srcs[0] not in ("UB", "L0C"):
                 _fail(n, "illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
-        elif op == "TEXTRACT":
+        elif rule == _EXTRACT:
             if srcs[0] != "L1" or space not in ("L0A", "L0B"):
                 _fail(n, "illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {space}")
-        elif op == "TMOV":
+        elif rule == _MOV:
             if srcs[0] != "L1" or space != "BT":
                 _fail(n, "illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {space}")
-        elif op.startswith("TMATMUL"):
-            if srcs[-2:] != ["L0A", "L0B"] or space != "L0C" or (op == "TMATMUL_BIAS" and srcs[0] != "BT"):
+        elif rule == _MATMUL:
+            if srcs[-2:] != _MATMUL_OPERANDS or space != "L0C" or (op == "TMATMUL_BIAS" and srcs[0] != "BT"):
                 _fail(n, "matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {space}")
-        else:
-            if space != "UB" or any(s != "UB" for s in srcs):
+        elif rule == _VECTOR:
+            if space != "UB" or srcs.count("UB") != len(srcs):
                 _fail(n, "vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {space}")
-        if capacities is not None and space in capacities:
+        cap = caps.get(space)
+        if cap is not None:
             buf = n.attrs.get("buf")
             if buf is not None:
-                end = buf + tile_bytes(shape, n.dtype)
-                if end > capacities[space]:
-                    _fail(n, f"tile overflows {space}", expected=f"<= {capacities[space]} bytes", got=end)
+                key = (shape, n.dtype.itemsize)
+                size = sizes.get(key)
+                if size is None:
+                    size = sizes[key] = tile_bytes(shape, n.dtype)
+                if buf + size > cap:
+                    _fail(n, f"tile overflows {space}", expected=f"<= {cap} bytes", got=buf + size)
         space_of[n.id] = space
 
 
