@@ -18,6 +18,7 @@ serpentine order.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from ..ir.block import BlockGraph
 from ..ir.tile import tile_bytes
@@ -29,15 +30,15 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}."""
     nodes = g.tiles.by_id()
     dup: dict[int, int] = {}
+    sizes: dict[tuple, int] = {}        # (tile shape, id of its dtype) -> tile_bytes
     for t in g.tasks:
         # per space: slot address -> (end, load key, load id) of the window it holds
         held: dict[str, dict[int, tuple[int, tuple, int]]] = {}
         for i in t.nodes:
             n = nodes[i]
             op = n.op
-            d = n.attrs._dict
             if op == "TSTORE":
-                w = d["gm"]
+                w = n.attrs._dict["gm"]
                 name = w.buf.name
                 for slots in held.values():
                     gone = [a for a, (_, key, ld) in slots.items()
@@ -46,13 +47,22 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
                         del slots[a]
                 continue
             space = n.space
-            if not space or "buf" not in d:
+            if not space:
                 continue
-            lo = d["buf"]
-            hi = lo + tile_bytes(n.shape, n.dtype)
             slots = held.get(space)
+            if not slots and op != "TLOAD":
+                continue                # nothing held there to clear (the L0 tiles of a matmul)
+            d = n.attrs._dict
+            if "buf" not in d:
+                continue
             if slots is None:
                 slots = held[space] = {}
+            lo = d["buf"]
+            # (bytes per tile shape and dtype object: tile_bytes hashes the dtype, in Python)
+            size = sizes.get((n.shape, id(n.dtype)))
+            if size is None:
+                size = sizes[(n.shape, id(n.dtype))] = tile_bytes(n.shape, n.dtype)
+            hi = lo + size
             if op == "TLOAD":
                 key = load_key(n)
                 have = slots.get(lo)
@@ -74,7 +84,7 @@ def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     dup = reused_loads(g)
     if not dup:
         return g
-    tasks = [dataclasses.replace(t, nodes=tuple(i for i in t.nodes if i not in dup)) for t in g.tasks]
+    tasks = [dataclasses.replace(t, nodes=tuple(itertools.filterfalse(dup.__contains__, t.nodes))) for t in g.tasks]
     return BlockGraph(g.name, g.tiles.replace(list(without_loads(g.tiles.nodes, dup))), tuple(tasks))
 
 

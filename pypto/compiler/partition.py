@@ -12,6 +12,8 @@ one vector group at most (the first that reads it).
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 
 from ..ir.block import BlockGraph, Task
 from ..ir.gm import Footprint, GMRef
@@ -25,13 +27,14 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     epilogues of mixed kernels pair with their cube tiles (see the module docstring)."""
     m = ctx.machine
     by_outer: dict[tuple[int, int], list[int]] = {}
-    for n in g.nodes:
-        k = (n.group, n.outer)
+    # (the nodes of a group iteration come in consecutive runs, mostly a single one: grouped by a
+    # C-level step per node)
+    for k, run in itertools.groupby(g.nodes, _GROUP_OUTER):
         ids = by_outer.get(k)
         if ids is None:
-            by_outer[k] = [n.id]
+            by_outer[k] = list(map(_ID, run))
         else:
-            ids.append(n.id)
+            ids.extend(map(_ID, run))
     pairs = epilogue_pairs(g) if ctx.options.get("pairing", True) and m.n_aiv >= 2 * m.n_aic else {}
     tasks = []
     task_of: dict[tuple[int, int], int] = {}       # (group, outer) -> its task, for the pairs
@@ -70,6 +73,9 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     return BlockGraph(g.name, g, tuple(tasks))
 
 
+_GROUP_OUTER, _ID = operator.attrgetter("group", "outer"), operator.attrgetter("id")
+
+
 def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
     """Vector groups that only finish the tiles of one cube group: vector group -> (cube group,
     {vector iteration: the cube iteration whose stored tile it reads}).  A vector iteration must
@@ -78,16 +84,34 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
     that writes into a buffer cube tiles store to (`out[:] = a @ b; out[:13] = -out[:13]`: a write
     after the cube's needs the cube task finished, not a flag per tile it reads)."""
     kind = {i.id: i.kind for i in g.groups}
+    if "vector" not in kind.values() or "cube" not in kind.values():
+        return {}                       # (a plain matmul, a vector kernel: no node to look at)
     grids: dict[str, _TileGrid] = {}
+    # one walk over the nodes: the windows of the cube tiles, and the nodes to look at once they
+    # are all known (loads and stores of the vector groups, indexed DMAs), kept in their order
+    later = []
+    indexed: dict[str, bool] = {}       # op -> an indexed DMA (MGATHER, MSCATTER)
     for n in g.nodes:
-        if n.op == "TSTORE" and kind[n.group] == "cube":
-            grids.setdefault(n.attrs["gm"].buf.name, _TileGrid()).add(n.attrs["gm"], n.group, n.outer)
+        op = n.op
+        if op == "TSTORE":
+            if kind[n.group] == "cube":
+                grids.setdefault(n.attrs["gm"].buf.name, _TileGrid()).add(n.attrs["gm"], n.group, n.outer)
+            else:
+                later.append(n)
+        elif op == "TLOAD":
+            if kind[n.group] == "vector":
+                later.append(n)
+        else:
+            x = indexed.get(op)
+            if x is None:
+                x = indexed[op] = gm_access(op) is not None
+            if x:
+                later.append(n)
     if not grids:
         return {}
     found: dict[int, dict[int, set]] = {}
     overwrites: set[int] = set()            # vector groups writing a buffer cube tiles store to
-    indexed: dict[str, bool] = {}       # op -> an indexed DMA (MGATHER, MSCATTER)
-    for n in g.nodes:
+    for n in later:
         op = n.op
         if op == "TLOAD":
             if kind[n.group] == "vector":
@@ -99,10 +123,7 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
             if kind[n.group] == "vector" and n.attrs["gm"].buf.name in grids:
                 overwrites.add(n.group)
             continue
-        x = indexed.get(op)
-        if x is None:
-            x = indexed[op] = gm_access(op) is not None
-        if x and n.attrs["gm"].buf.name in grids:
+        if n.attrs["gm"].buf.name in grids:     # (an indexed DMA)
             overwrites.add(n.group)         # an indexed DMA of cube data: after the whole cube task
     out, paired = {}, set()
     for info in g.groups:

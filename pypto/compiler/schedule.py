@@ -15,21 +15,24 @@ from .sync import insert_sync
 
 def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
     nodes = g.tiles.by_id()
-    refs: dict[int, TileRef] = {}
+    refs: dict[int, TileRef] = {}           # node id -> the tile it produces, as an operand
     interned: dict[tuple, TileRef] = {}     # equal operands share one object (cheap to cache on)
-    for n in g.tiles.nodes:
-        if n.space:
-            key = (n.space, n.attrs["buf"], n.dtype, n.shape, n.valid)
-            ref = interned.get(key)
-            if ref is None:
-                ref = interned[key] = TileRef(*key)
-            refs[n.id] = ref
-    # per op: (how its GM window is an operand, its pipe); per tuple of attribute names: the
-    # names an instruction keeps, in their order (none: one shared empty Attrs)
-    how: dict[str, tuple[str, str | None]] = {}
-    kept_of: dict[tuple, tuple] = {}
+
+    def ref(n) -> TileRef:
+        key = (n.space, n.attrs._dict["buf"], n.dtype, n.shape, n.valid)
+        got = interned.get(key)
+        if got is None:
+            got = interned[key] = TileRef(*key)
+        refs[n.id] = got
+        return got
+
+    ref_of = refs.__getitem__
+    # per (op, attribute names), worked out once: (how its GM window is an operand, its pipe,
+    # the names the instruction keeps in their order, whether one is a scalar operand)
+    plans: dict[tuple, tuple] = {}
     keep = set(ATTRS) | {"scalar"}
-    empty = Attrs()
+    empty = Attrs()                     # one shared by every instruction that keeps none
+    of = Attrs.of                       # (the dicts built here are handed over, never changed)
     make = Instr._make                  # (op, pipe, dst, srcs, attrs, loc), all given
     tasks = []
     for t in g.tasks:
@@ -38,43 +41,54 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
         for i in t.nodes:
             n = nodes[i]
             op = n.op
-            h = how.get(op)
-            if h is None:
-                acc = gm_access(op)
-                kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or (
-                    "flag" if op in SYNC_OPS else "tile")
-                h = how[op] = (kind, None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op))
-            kind, pipe = h
             d = n.attrs._dict
+            plan = plans.get((op, *d))
+            if plan is None:
+                plan = plans[(op, *d)] = _plan(op, d, keep)
+            kind, pipe, kept, scalar = plan
+            # its tile, made an operand here (a task's ops come in program order: its operands'
+            # are made first); None for a store or a flag (`dst or refs[i]`: a KeyError for any
+            # other op without a tile, as for a missing operand)
+            dst = ref(n) if n.space else None
             if kind == "flag":      # a tile-level kernel's own flag (pypto.tile.set_flag / wait_flag)
                 append(make(op, d["src"] if op == "SET_FLAG" else d["dst"], None, (),
                             Attrs({k: d[k] for k in ("src", "dst", "event")}), n.loc))
                 continue
-            names = tuple(d)
-            kept = kept_of.get(names)
-            if kept is None:
-                kept = kept_of[names] = tuple(k for k in names if k in keep)
-            srcs = tuple([refs[j] for j in n.inputs])
+            try:
+                srcs = tuple(map(ref_of, n.inputs)) if n.inputs else ()
+            except KeyError:        # an operand not made yet (its op later in the task)
+                srcs = tuple([refs[j] if j in refs or not nodes[j].space else ref(nodes[j]) for j in n.inputs])
             if kept:
                 a = {k: d[k] for k in kept}
-                if "scalar" in a:
+                if scalar:
                     srcs += (a.pop("scalar"),)
-                a = Attrs(a)
+                a = of(a)
             else:
                 a = empty
-            if kind == "load":
-                ins = make("TLOAD", "MTE2", refs[i], (d["gm"],), a, n.loc)
+            if kind == "tile":
+                ins = make(op, pipe, dst or refs[i], srcs, a, n.loc)
+            elif kind == "load":
+                ins = make("TLOAD", "MTE2", dst or refs[i], (d["gm"],), a, n.loc)
             elif kind == "store":
                 ins = make("TSTORE", pipe_of("TSTORE", srcs[0].space), d["gm"], srcs, a, n.loc)
             elif kind == "read":     # MGATHER: dst <- GM window, index tile
-                ins = make(op, pipe, refs[i], (d["gm"],) + srcs, a, n.loc)
-            elif kind == "write":    # MSCATTER: GM window <- values, index tile
+                ins = make(op, pipe, dst or refs[i], (d["gm"],) + srcs, a, n.loc)
+            else:                    # "write", MSCATTER: GM window <- values, index tile
                 ins = make(op, pipe, d["gm"], srcs, a, n.loc)
-            else:
-                ins = make(op, pipe, refs[i], srcs, a, n.loc)
             append(ins)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs), t.pair))
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
+
+
+def _plan(op: str, d: dict, keep: set) -> tuple:
+    """How `select_instructions` turns a tile op with these attribute names into an instruction:
+    (how its GM window is an operand, its pipe, the names it keeps, whether one is "scalar")."""
+    acc = gm_access(op)
+    kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or (
+        "flag" if op in SYNC_OPS else "tile")
+    pipe = None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op)
+    kept = tuple(k for k in d if k in keep)
+    return kind, pipe, kept, "scalar" in kept
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:
