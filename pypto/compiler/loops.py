@@ -78,6 +78,8 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                     # few repetitions with the very same tiles: those whose tiles move by
                     # constant steps (a matmul's A panel, one L1 copy per K chunk)
                     moving = _folding(t.instrs, tiles)
+                    tiles.memo.clear()      # (its descriptions of this task's instructions: the
+                                            # ids stay, and `of_base` gives them again at once)
                     if _lines(moving.items) * BETTER < lines:
                         template = moving
             else:
@@ -688,9 +690,12 @@ def _dynamic_statics(items):
 def _with_steps(body, steps, known: _Tokens):
     """The body with each moving instruction's step of the new (outer) loop put before its steps."""
     it = iter(steps)
+    return tuple(_with_step(x, 0, it, known) for x in body)
 
-    def add(x, depth):
-        if isinstance(x, Loop):
-            return Loop(x.count, tuple(add(y, depth + 1) for y in x.body))
-        return known.with_step(x, it, depth)
-    return tuple(add(x, 0) for x in body)
+
+def _with_step(x, depth: int, steps, known: _Tokens):
+    # (a function of the module, not a closure calling itself: that would be a reference cycle
+    # keeping the pass's descriptions alive until the collector runs, which compiles pause)
+    if isinstance(x, Loop):
+        return Loop(x.count, tuple(_with_step(y, depth + 1, steps, known) for y in x.body))
+    return known.with_step(x, steps, depth)

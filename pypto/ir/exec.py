@@ -7,6 +7,8 @@ Operands are resolved: on-chip tiles are byte ranges of a space, GM operands are
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -123,13 +125,26 @@ class Loop:
         return self.count * n_instrs(self.body)
 
 
+_JUST_INSTRS = frozenset((Instr,))     # the item types of a stream without loops
+
+
 def n_instrs(items) -> int:
     """The number of instructions a sequence of instructions and loops runs."""
-    return sum(1 if isinstance(i, Instr) else i.n_instrs for i in items)
+    if not isinstance(items, (tuple, list)):
+        items = tuple(items)
+    # (C-level maps, not a loop over the items: a task's stream is up to a hundred thousand
+    # instructions, and every exec pass counts it)
+    if set(map(type, items)) <= _JUST_INSTRS:
+        return len(items)
+    plain = list(map(isinstance, items, itertools.repeat(Instr)))
+    n = plain.count(True)
+    if n < len(plain):
+        n += sum(i.n_instrs for i in itertools.compress(items, map(operator.not_, plain)))
+    return n
 
 
 def has_loops(items) -> bool:
-    return any(isinstance(i, Loop) for i in items)
+    return any(map(isinstance, items, itertools.repeat(Loop)))     # (C-level, as in n_instrs)
 
 
 def unrolled(items, _at: tuple = ()):
@@ -143,6 +158,7 @@ def unrolled(items, _at: tuple = ()):
 
 
 MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP)
+_STEP_KEYS = frozenset(MOVING_STEPS)
 
 
 def at_iteration(ins: "Instr", at: tuple) -> "Instr":
@@ -445,62 +461,77 @@ def loop_problem(items) -> tuple[str, SourceLoc | None] | None:
     """What is wrong with the loops of a task's instructions, or None: a loop runs at least
     once and has a body; `gm_step` gives one step per loop around its instruction, which has a
     GM operand; the GM windows of every iteration stay inside their buffers."""
-    def walk(items, depth, counts):
-        for it in items:
-            if isinstance(it, Loop):
-                if not isinstance(it.count, int) or it.count < 1 or not it.body:
-                    return (f"a loop needs a count >= 1 and a body (got .loop {it.count} with "
-                            f"{len(it.body)} instructions)", None)
-                p = walk(it.body, depth + 1, counts + (it.count,))
-                if p:
-                    return p
-                continue
-            es = it.attrs.get(EVENT_STEP)
-            if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in it.attrs):
-                return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
-                        f"got {es!r}", it.loc)
-            os_ = it.attrs.get(OFFSETS_STEP)
-            if os_ is not None:
-                offs = it.attrs.get("offsets")
-                if (offs is None or not isinstance(os_, tuple) or len(os_) != depth
-                        or any(not isinstance(x, tuple) or len(x) != len(offs) for x in os_)):
-                    return (f"{it.op}: offsets_step= needs offsets= and one step per loop around it "
-                            f"({depth}), each with one value per offset, got {os_!r}", it.loc)
-                for d, o in enumerate(offs):
-                    lo = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] < 0)
-                    hi = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] > 0) + it.dst.valid[d]
-                    if lo < 0 or hi > it.srcs[0].shape[d]:
-                        return (f"{it.op}: the offsets of a later iteration read outside its source tile "
-                                f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
-                                it.loc)
-            ast = it.attrs.get(ADDR_STEP)
-            if ast is not None:
-                tiles = tile_operands(it)
-                if (not tiles or not isinstance(ast, tuple) or len(ast) != depth
-                        or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
-                    return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
-                            f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
-                for k, t in enumerate(tiles):
-                    if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
-                        return (f"{it.op}: a later iteration's tile address is below 0 "
-                                f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
-                                it.loc)
-            step = it.attrs.get(GM_STEP)
-            if step is None:
-                continue
-            gm = next((o for o in (it.dst, *it.srcs) if isinstance(o, GMRef)), None)
-            if gm is None:
-                return f"{it.op} has gm_step= but no GM operand", it.loc
-            if not isinstance(step, tuple) or len(step) != depth:
-                return (f"{it.op}: gm_step= needs one step per loop around it ({depth}), got "
-                        f"{step!r}", it.loc)
-            lo, hi = gm.span()
-            moved = [sum(s * (c - 1) for s, c in zip(step, counts) if (s < 0) == neg) for neg in (True, False)]
-            if lo + moved[0] < 0 or hi + moved[1] > prod(gm.buf.shape):
-                return (f"{it.op}: the GM window of a later iteration leaves buffer {gm.buf.name} "
-                        f"(gm_step={_val(step)} over {'x'.join(map(str, counts))} iterations)", it.loc)
-        return None
-    return walk(items, 0, ())
+    return _loop_problem(items, 0, (), set())
+
+
+def _loop_problem(items, depth, counts, seen: set):
+    """`loop_problem` of items inside loops of `counts` iterations; `seen`: (instruction id,
+    counts) of the instructions checked already (a task's loop bodies share most of theirs)."""
+    for it in items:
+        if isinstance(it, Loop):
+            if not isinstance(it.count, int) or it.count < 1 or not it.body:
+                return (f"a loop needs a count >= 1 and a body (got .loop {it.count} with "
+                        f"{len(it.body)} instructions)", None)
+            p = _loop_problem(it.body, depth + 1, counts + (it.count,), seen)
+            if p:
+                return p
+            continue
+        a = it.attrs._dict
+        if _STEP_KEYS.isdisjoint(a):
+            continue
+        key = (id(it), counts)      # (the program keeps `it` alive: its id stays its own)
+        if key in seen:
+            continue
+        seen.add(key)
+        es = a.get(EVENT_STEP)
+        if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in a):
+            return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
+                    f"got {es!r}", it.loc)
+        os_ = a.get(OFFSETS_STEP)
+        if os_ is not None:
+            offs = a.get("offsets")
+            if (offs is None or not isinstance(os_, tuple) or len(os_) != depth
+                    or any(not isinstance(x, tuple) or len(x) != len(offs) for x in os_)):
+                return (f"{it.op}: offsets_step= needs offsets= and one step per loop around it "
+                        f"({depth}), each with one value per offset, got {os_!r}", it.loc)
+            for d, o in enumerate(offs):
+                lo = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] < 0)
+                hi = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] > 0) + it.dst.valid[d]
+                if lo < 0 or hi > it.srcs[0].shape[d]:
+                    return (f"{it.op}: the offsets of a later iteration read outside its source tile "
+                            f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
+                            it.loc)
+        ast = a.get(ADDR_STEP)
+        if ast is not None:
+            tiles = tile_operands(it)
+            if (not tiles or not isinstance(ast, tuple) or len(ast) != depth
+                    or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
+                return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
+                        f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
+            for k, t in enumerate(tiles):
+                if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
+                    return (f"{it.op}: a later iteration's tile address is below 0 "
+                            f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
+                            it.loc)
+        step = a.get(GM_STEP)
+        if step is None:
+            continue
+        gm = next((o for o in (it.dst, *it.srcs) if isinstance(o, GMRef)), None)
+        if gm is None:
+            return f"{it.op} has gm_step= but no GM operand", it.loc
+        if not isinstance(step, tuple) or len(step) != depth:
+            return (f"{it.op}: gm_step= needs one step per loop around it ({depth}), got "
+                    f"{step!r}", it.loc)
+        lo, hi = gm.span()
+        for s_, c in zip(step, counts):
+            if s_ < 0:
+                lo += s_ * (c - 1)
+            else:
+                hi += s_ * (c - 1)
+        if lo < 0 or hi > prod(gm.buf.shape):
+            return (f"{it.op}: the GM window of a later iteration leaves buffer {gm.buf.name} "
+                    f"(gm_step={_val(step)} over {'x'.join(map(str, counts))} iterations)", it.loc)
+    return None
 
 
 _EVENT_OPS = frozenset(("SET_FLAG", "WAIT_FLAG", *CROSS_OPS))
@@ -519,7 +550,11 @@ def verify(g: ExecGraph) -> None:
         problem = loop_problem(t.code)
         if problem:
             raise VerificationError(f"exec graph task {t.id}: {problem[0]}", loc=problem[1])
+        checked: set[int] = set()      # (ids of the instructions checked: most are shared)
         for k, (ins, _) in enumerate(static_instrs(t.code)):
+            if id(ins) in checked:
+                continue
+            checked.add(id(ins))
             if ins.pipe not in pipes:
                 raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
                                         f"pipe {ins.pipe} does not exist on {t.core_type}",
