@@ -400,12 +400,38 @@ class _Tokens:
     def describe_all(self, tokens, fresh: bool = False) -> tuple[list, list]:
         """The ids and the moving components of the tokens (`describe`); `fresh`: not described
         yet, mostly (described again, alike, rather than looked up first)."""
+        if self.base is not None:       # (the second stage: mostly the first's descriptions)
+            return self._from_base(tokens)
         if fresh:
             described = list(map(self._new, tokens))
         else:
             memo, new = self.memo, self._new
             described = [memo.get(id(x)) or new(x) for x in tokens]
         return [d[0] for d in described], [d[1] for d in described]
+
+    def _from_base(self, tokens) -> tuple[list, list]:
+        """`describe_all` of the second stage: a token the first stage described has the id of
+        that one's (its key, tiles included) without the tiles' addresses, and its moving
+        components with theirs (`_new`, written out: a task's twelve thousand instructions)."""
+        memo, base, of_base = self.memo, self.base.memo, self.of_base
+        ids, moving = [], []
+        for x in tokens:
+            d = memo.get(id(x))
+            if d is None:
+                b = base.get(id(x))
+                if b is None or isinstance(x, Loop):
+                    d = self._new(x)
+                else:
+                    got = of_base.get(b[0]) or self._of_base(x, b[0])
+                    d = memo[id(x)] = (got[0], b[1] + got[1] if got[1] else b[1], x)
+            ids.append(d[0])
+            moving.append(d[1])
+        return ids, moving
+
+    def _of_base(self, x: Instr, i: int) -> tuple:
+        """(id, the tiles' moving components) of the instructions of the first stage's id i."""
+        got = self.of_base[i] = (self._id(self.key(x)), self.offsets(x)[len(self.base.memo[id(x)][1]):])
+        return got
 
     def with_step(self, x: Instr, steps, depth: int = 0) -> Instr:
         """`x` with the step of a new (outer) loop put before its steps: one per moving
@@ -455,9 +481,7 @@ class _Tokens:
             moving = tuple(itertools.chain.from_iterable(moving))
         elif self.base is not None and id(x) in self.base.memo:
             i, moving, _ = self.base.memo[id(x)]
-            got = self.of_base.get(i)
-            if got is None:
-                got = self.of_base[i] = (self._id(self.key(x)), self.offsets(x)[len(moving):])
+            got = self.of_base.get(i) or self._of_base(x, i)
             i, moving = got[0], moving + got[1] if got[1] else moving
         else:
             a = x.attrs._dict
