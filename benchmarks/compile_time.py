@@ -4,12 +4,13 @@ default cube tile for a2a3) at 1024^3, 2048^3, 4096^3 and M=4096, K=8192, N=4096
 Every tile is unrolled into the program, so compile time and memory grow with the PTO instruction
 count.  Printed per size: output tiles (of the cube group) and PTO instructions, the compile time
 (median of 3 compiles for the two small sizes, one for the big ones; CPU time beside it, since the
-machine may be shared), microseconds per instruction, the peak memory tracemalloc sees during the
-compile (a separate compile: tracing slows it down) and the Python objects the compiled kernel
-keeps; then the per-pass times of the 4096^3 compile (the pass log) and the targets of the
-compile-time issue, each "met" or "not met".  Those targets (4096^3 within twice the 1024^3 compile,
-under 1 s; 4096x8192x4096 under 1.5 s and 150 MiB) need loops in the IR: as long as every tile is
-an instruction, the work grows with the tiles.
+machine may be shared), microseconds per instruction, the instructions in the program's text (the
+`loops` pass writes what repeats once), the peak memory tracemalloc sees during the compile (a
+separate compile: tracing slows it down) and the Python objects the compiled kernel keeps; then
+the per-pass times of the 4096^3 compile (the pass log) and the targets of the compile-time issue,
+each "met" or "not met".  Those targets (4096^3 within twice the 1024^3 compile, under 1 s;
+4096x8192x4096 under 1.5 s and 150 MiB) need the passes to work on loops: as long as every tile
+is an instruction until the last pass, the work grows with the tiles.
 
 Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
 `pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
@@ -33,6 +34,7 @@ sys.path[:0] = [os.path.dirname(HERE), HERE]     # the pypto of this checkout, a
 
 import pypto  # noqa: E402
 from kernels import matmul_auto  # noqa: E402
+from pypto.ir.exec import static_instrs  # noqa: E402
 
 F16 = pypto.DT_FP16
 T = pypto.Tensor
@@ -87,7 +89,7 @@ def main(argv=None) -> None:
     logs = {}
     print("compile time of matmul_auto (fp16, a2a3), every tile unrolled into the program")
     print(f"  {'size (MxKxN)':<16} {'out tiles':>9} {'PTO instrs':>10} {'compile s':>9} {'cpu s':>7} "
-          f"{'us/instr':>8} {'peak MiB':>8} {'kept MiB':>8}")
+          f"{'us/instr':>8} {'text lines':>10} {'peak MiB':>8} {'kept MiB':>8}")
     for name, m, k, n in SIZES:
         if a.quick and name not in SMALL:
             continue
@@ -97,13 +99,14 @@ def main(argv=None) -> None:
         cpu = statistics.median(r[1] for r in runs)
         ck = runs[-1][2]
         instrs = len(ck.program)
+        lines = sum(1 for t in ck.program.tasks for _ in static_instrs(t.code))     # (loops folded)
         tiles = sum(gr.n_outer for gr in ck.tile_graph.groups if gr.kind == "cube")
         logs[name] = ck.pass_log
         del runs, ck
         peak, kept = (float("nan"), float("nan")) if a.no_memory else peak_memory(args)
         rows[name] = (wall, peak, instrs)
         print(f"  {name:<16} {tiles:>9} {instrs:>10} {wall:>9.3f} {cpu:>7.3f} {wall / instrs * 1e6:>8.2f} "
-              f"{peak:>8.1f} {kept:>8.1f}", flush=True)
+              f"{lines:>10} {peak:>8.1f} {kept:>8.1f}", flush=True)
     big = "4096^3" if "4096^3" in logs else "2048^3"
     print(f"\nper pass, {big} (the pass log; the verifiers, tracing and the GC's catching up after the "
           f"pipeline are the rest)")
