@@ -7,9 +7,9 @@ single-core model of the timing engine, with the flags `sync.plan_flags` would i
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import chain, compress, repeat
+from itertools import chain
 import math
-from operator import attrgetter, not_
+from operator import attrgetter
 from typing import NamedTuple
 
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, accesses, written_gm
@@ -18,7 +18,7 @@ from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
 from .api import OptimizationPass
 from .pipeline import PassContext
-from .sync import SYNC_PLANS, RangeValues, plan_flags, with_stream
+from .sync import SET, SYNC_PLANS, WAIT, RangeValues, plan_flags, with_stream
 
 
 class DynamicScheduler(OptimizationPass):
@@ -287,7 +287,7 @@ class _Stream:
             [machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs]
         self.cycles = _pipe_cycles(instrs, machine, cycles, slowdown)
         # each instruction's entry in `_relax`'s queues (the same in every candidate order)
-        self.entry = list(zip(repeat(0), self.cycles, self.latency, self.vector))
+        self.entry = list(zip(self.cycles, self.latency, self.vector))
 
     def plan(self, order) -> tuple:
         """`plan_flags` of the stream in `order` (remembered: candidates share them)."""
@@ -343,7 +343,7 @@ def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=Non
         prio[i] = best
     vec_head = machine.vec_head
     vector = _vector(instrs)
-    left = [len(p) for p in preds]
+    left = list(map(len, preds))
     est = [0] * n
     start = [0] * n
     free = dict.fromkeys(pipe, 0)
@@ -351,15 +351,17 @@ def list_schedule(instrs, machine: Machine, preds=None, cycles=None, latency=Non
     ready = [k for k in range(n) if left[k] == 0]
     placed = []
     while ready:
-        bk = bkey = None
+        # the least (start, -prio, index) (compared field by field: no key tuples)
+        bk = -1
         for k in ready:
             f = free[pipe[k]]
-            s = est[k] if est[k] > f else f
-            key = (s, -prio[k], k)
-            if bkey is None or key < bkey:
-                bk, bkey = k, key
+            s = est[k]
+            if f > s:
+                s = f
+            if bk < 0 or s < bs or (s == bs and (prio[k] > bp or (prio[k] == bp and k < bk))):
+                bk, bs, bp = k, s, prio[k]
         ready.remove(bk)
-        s = bkey[0]
+        s = bs
         d = cycles[bk]
         if vector[bk]:
             if last_vector_end == s and d > vec_head:
@@ -388,14 +390,17 @@ def batch_flags(order, st: _Stream, rounds: int = 4) -> list[int]:
     moves in front of the first: its flag then covers both loads.
     """
     order = list(order)
+    load_pipes = st.load_pipes
     for _ in range(rounds):
         pipes = list(map(st.pipe.__getitem__, order))
         flags = st.plan(order)[2]
-        prev: dict[tuple, tuple] = {}
+        prev: dict[tuple, tuple] = {}       # (P, Q) -> the last flag P->Q from a load pipe P
         moves = []
         for p, q, j, c in flags:
+            if p not in load_pipes:
+                continue
             pair = (p, q)
-            if p in st.load_pipes and pair in prev:
+            if pair in prev:
                 j1, c1 = prev[pair]
                 # (c1 and c are on Q: in a row when no Q instruction is between them)
                 if j < c1 and q not in pipes[c1 + 1:c]:
@@ -415,9 +420,9 @@ def batch_flags(order, st: _Stream, rounds: int = 4) -> list[int]:
 
 
 def _relax(queues: dict, machine: Machine) -> int | None:
-    """Run per-pipe queues of (kind, a, b, c) entries: kind 0 an instruction (a cycles, b data
-    latency, c vector), 1 a SET_FLAG and 2 a WAIT_FLAG of flag key a.  The makespan, or None
-    when the flags deadlock."""
+    """Run per-pipe queues of (a, b, c) entries: an instruction (a cycles, b data latency, c
+    vector), or a flag operation as `plan_flags` gives them (a `sync.SET` or `sync.WAIT`, these
+    very strings, b its pipe, c its flag key).  The makespan, or None when the flags deadlock."""
     ptr = dict.fromkeys(queues, 0)
     free = dict.fromkeys(queues, 0)
     ready = dict.fromkeys(queues, 0)
@@ -434,18 +439,18 @@ def _relax(queues: dict, machine: Machine) -> int | None:
                 continue
             fp, rp = free[p], ready[p]      # the pipe's free and ready times, kept local
             for k in range(k0, n):
-                kind, a, b, c = q[k]
-                if kind == 2:
-                    pending = flags.get(a)
+                a, b, c = q[k]
+                if a is WAIT:
+                    pending = flags.get(c)
                     if not pending:
                         break
                     s = pending.pop(0)
                     fp = (s if s > fp else fp) + 1
-                elif kind == 1:
+                elif a is SET:
                     fp = (rp if rp > fp else fp) + 1
-                    pending = flags.get(a)
+                    pending = flags.get(c)
                     if pending is None:
-                        flags[a] = [fp]
+                        flags[c] = [fp]
                     else:
                         pending.append(fp)
                 else:
@@ -477,13 +482,13 @@ def evaluate(order, st: _Stream, machine: Machine) -> int | None:
     for r, k in enumerate(order):
         ops = pre_of(r)
         if ops is not None:
-            for op, p, fk in ops:
-                queues[p].append((1 if op == "SET_FLAG" else 2, fk, 0, False))
+            for op in ops:
+                queues[op[1]].append(op)
         queues[pipe[k]].append(entry[k])
         ops = post_of(r)
         if ops is not None:
-            for _, p, fk in ops:
-                queues[p].append((1, fk, 0, False))
+            for op in ops:
+                queues[op[1]].append(op)
     return _relax(dict(queues), machine)
 
 
@@ -503,25 +508,26 @@ def estimate_cycles(instrs, machine: Machine, latency=None) -> int | None:
     for k, ins in enumerate(instrs):
         if ins.op in ("SET_FLAG", "WAIT_FLAG"):
             a = ins.attrs
-            e = (1 if ins.op == "SET_FLAG" else 2, (a["src"], a["dst"], a["event"]), 0, False)
+            e = (SET if ins.op == "SET_FLAG" else WAIT, ins.pipe, (a["src"], a["dst"], a["event"]))
         else:
             lat = 0
             if _is_gm_load(ins):
                 lat = latency[k] if latency is not None else machine.l2_hit_cycles
-            e = (0, pipe_cycles(ins, machine), lat, is_vector(ins.op))
+            e = (pipe_cycles(ins, machine), lat, is_vector(ins.op))
         queues.setdefault(ins.pipe, []).append(e)
     return _relax(queues, machine)
 
 
 class _ShapeKey(tuple):
-    """A `_shape_key`: its columns (thousands long), the attribute items first; it keys several
-    dicts per task, so it is hashed once, and without the attribute column (slow to hash, and
-    the other columns tell shapes apart already; equal keys still compare every column)."""
+    """A `_shape_key`: its columns (thousands long), the attribute dicts and the operands first;
+    it keys several dicts per task, so it is hashed once, and without those two columns (slow to
+    hash; the ops, the pipes and the other operands tell shapes apart already; equal keys still
+    compare every column)."""
 
     def __hash__(self):
         h = self.__dict__.get("hash")
         if h is None:
-            h = self.__dict__["hash"] = hash(self[1:])
+            h = self.__dict__["hash"] = hash(self[2:])
         return h
 
 
@@ -534,39 +540,51 @@ def _shape_key(instrs) -> tuple:
     operands (interned TileRefs), same GM window shapes, and the windows of the GM buffers the
     stream writes at the same offsets relative to each buffer's lowest one.
 
-    Every task is keyed, so the key is built column by column with C-level maps: the ops, the
-    pipes, the attribute items, the operand counts and the operands (every dst, then every
-    source), a tile by its id; only the other operands (GM windows, scalars) take a Python step
-    each."""
+    Every task is keyed, so the key is built column by column with C-level maps: the attribute
+    dicts (an `Attrs`' own dict: equal as the Attrs are, and no copy), the operands (every dst,
+    then every source: the tiles themselves, compared by identity first), the ops, the pipes,
+    the operand counts, and the other operands (GM windows, scalars) by position, found with
+    `list.index` per kind of operand; only those take a Python step each."""
     try:
-        attrs = tuple(map(tuple, map(dict.items, map(_ATTR_DICT, instrs))))
-    except (AttributeError, TypeError):     # attributes that are not all `Attrs`
-        attrs = tuple(tuple(a.items()) if a else () for a in map(_ATTRS, instrs))
+        attrs = tuple(map(_ATTR_DICT, instrs))
+    except AttributeError:                  # attributes that are not all `Attrs`
+        attrs = tuple(dict(a) if a else {} for a in map(_ATTRS, instrs))
     srcs = tuple(map(_SRCS, instrs))
     operands = list(map(_DST, instrs))
     n = len(operands)
     operands.extend(chain.from_iterable(srcs))
-    ids = list(map(id, operands))       # a token per operand: a tile's id; the others' below
-    others = [(k, operands[k]) for k in compress(range(len(operands)),
-                                                 map(not_, map(isinstance, operands, repeat(TileRef))))]
-    written = {o.buf.name for k, o in others if k < n and isinstance(o, GMRef)}    # (`written_gm`)
-    base: dict[str, int] = {}
-    if written:
-        for _, o in others:
-            if isinstance(o, GMRef) and o.buf.name in written:
-                lo = o.span()[0]
-                if lo < base.get(o.buf.name, lo + 1):
-                    base[o.buf.name] = lo
-    for k, o in others:
-        if isinstance(o, GMRef):
-            name = o.buf.name
-            if name in written:
-                lo, hi = o.span()
-                o = (name, lo - base[name], hi - base[name], o.shape)
-            else:
-                o = (name, o.shape)
-        ids[k] = o
-    return _ShapeKey((attrs, tuple(map(_OP, instrs)), tuple(map(_PIPE, instrs)), tuple(map(len, srcs)), tuple(ids)))
+    kinds = list(map(type, operands))
+    others: dict[int, object] = {}      # position -> an operand that is not a tile (then its token)
+    for kind in set(kinds):
+        if kind is not TileRef:
+            k = kinds.index(kind)
+            while True:
+                others[k] = operands[k]
+                try:
+                    k = kinds.index(kind, k + 1)
+                except ValueError:
+                    break
+    if others:
+        others = dict(sorted(others.items()))
+        written = {o.buf.name for k, o in others.items() if k < n and isinstance(o, GMRef)}    # (`written_gm`)
+        base: dict[str, int] = {}
+        if written:
+            for o in others.values():
+                if isinstance(o, GMRef) and o.buf.name in written:
+                    lo = o.span()[0]
+                    if lo < base.get(o.buf.name, lo + 1):
+                        base[o.buf.name] = lo
+        for k, o in others.items():
+            if isinstance(o, GMRef):
+                name = o.buf.name
+                if name in written:
+                    lo, hi = o.span()
+                    o = (name, lo - base[name], hi - base[name], o.shape)
+                else:
+                    o = (name, o.shape)
+            operands[k] = others[k] = o
+    return _ShapeKey((attrs, tuple(operands), tuple(map(_OP, instrs)), tuple(map(_PIPE, instrs)),
+                      tuple(map(len, srcs)), tuple(others.items())))
 
 
 _SYNC = frozenset(SYNC_OPS)

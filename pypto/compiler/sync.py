@@ -85,19 +85,16 @@ def _flag_layout(plan, n: int) -> tuple:
         return (), None
     ops: list[tuple] = []           # the plan's sync operations, in stream order
     at: list[int] = []              # each position of the flagged stream in `stream + flags`
-
-    def put(entries):
-        at.extend(range(n + len(ops), n + len(ops) + len(entries)))
-        ops.extend(entries)
-
-    for idx in range(n):
-        pre = before.get(idx)
+    for idx, pre, post in zip(range(n), map(before.get, range(n)), map(after.get, range(n))):
         if pre is not None:
-            put(pre)
+            k = n + len(ops)
+            at.extend(range(k, k + len(pre)))
+            ops.extend(pre)
         at.append(idx)
-        post = after.get(idx)
         if post is not None:
-            put(post)
+            k = n + len(ops)
+            at.extend(range(k, k + len(post)))
+            ops.extend(post)
     attrs = {id(key): key for _, _, key in ops}
     for k, key in attrs.items():
         attrs[k] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
@@ -155,6 +152,24 @@ class RangeValues:
 
 _FIRST = operator.itemgetter(0)
 
+SET, WAIT = "SET_FLAG", "WAIT_FLAG"     # the op names of a plan's operations (these very strings)
+
+# (pipe names in order) -> [q][p][event]: the (SET_FLAG, WAIT_FLAG) operations of the flag P->Q
+# with that event id, made once: the flags of every plan share them, and with them their key
+# tuple (see `plan_flags`), so that the flag instructions of a stream share a few `Attrs`
+_SYNC_OPS: dict[tuple, list] = {}
+
+
+def _sync_ops(names: list) -> list:
+    """The `_SYNC_OPS` table of the pipes `names` (in their order)."""
+    key = tuple(names)
+    got = _SYNC_OPS.get(key)
+    if got is None:
+        got = _SYNC_OPS[key] = [[[((SET, pn, fk), (WAIT, qn, fk))
+                                   for fk in [(pn, qn, ev) for ev in range(EVENTS_PER_PIPE_PAIR)]]
+                                  for pn in names] for qn in names]
+    return got
+
 
 def plan_flags(pipes, accesses):
     """The flags of one task's stream: (before, after, flags).
@@ -188,7 +203,7 @@ def plan_flags(pipes, accesses):
     ranges = RangeValues()
     found, resolve = ranges.found, ranges.resolve
     synced_to = [[-1] * m for _ in range(m)]    # [q][p]: the newest P instruction a flag P->Q covers
-    # [q][p]: the pipe pair P->Q's pending flags [event, consumer index] and its next id
+    # [q][p]: the pipe pair P->Q's pending flags (event, consumer index) and its next id
     pairs = [[[[], 0] for _ in range(m)] for _ in range(m)]
     # what each pipe knows: the newest instruction of every pipe known to have finished (-1:
     # none; a vector clock, a new list on change, so that an instruction's snapshot is a shared
@@ -199,6 +214,7 @@ def plan_flags(pipes, accesses):
     before: dict[int, list] = {}
     after: dict[int, list] = {}
     flags: list[tuple] = []
+    sync_ops = _sync_ops(names)
 
     def take_event(pair: list, dst: int, known: list, floor: list):
         """A free event id for a SET_FLAG of `pair` (into pipe `dst`) whose pipe knows `known`,
@@ -241,14 +257,13 @@ def plan_flags(pipes, accesses):
         # (no flag) in place of ones this one already had to see
         for a in accesses[idx]:
             overlapping, own = found.get(id(a)) or resolve(a)
-            w = a[3]
-            for v in overlapping:
-                p = v[0]
-                if p != q:
-                    j = v[1]
-                    if j > sq[p] and j > need.get(p, -1):
-                        need[p] = j
-                if w:
+            if a[3]:                    # a write: after the last writer and the readers since
+                for v in overlapping:
+                    p = v[0]
+                    if p != q:
+                        j = v[1]
+                        if j > sq[p] and j > need.get(p, -1):
+                            need[p] = j
                     for p, j in v[2].items():
                         if p != q and j > sq[p] and j > need.get(p, -1):
                             need[p] = j
@@ -256,14 +271,24 @@ def plan_flags(pipes, accesses):
                     v[0] = q
                     v[1] = idx
                     v[2] = {}
-            if own is None:             # its range is new
-                ranges.add(a, [q, idx, {}] if w else [-1, -1, {q: idx}])
-            elif not w:
-                own[2][q] = idx
+                if own is None:         # its range is new
+                    ranges.add(a, [q, idx, {}])
+            else:                       # a read: after the last writer
+                for v in overlapping:
+                    p = v[0]
+                    if p != q:
+                        j = v[1]
+                        if j > sq[p] and j > need.get(p, -1):
+                            need[p] = j
+                if own is None:
+                    ranges.add(a, [-1, -1, {q: idx}])
+                else:
+                    own[2][q] = idx
         cq = clock[q]
         if need:
             pre = before[idx] = []
             into = pairs[q]
+            into_ops = sync_ops[q]         # [p][event]: the operations of flag P->Q
             qn = names[q]
             for p, j in sorted(need.items()) if len(need) > 1 else need.items():
                 known = snap[j]
@@ -292,10 +317,8 @@ def plan_flags(pipes, accesses):
                     bev = take_event(back, p, cq, cq)
                     if bev is None:     # both directions exhausted (never seen): reuse the oldest id
                         bev = back[0].pop(0)[0]
-                    bk = (qn, pn, bev)
-                    pre.append(("SET_FLAG", qn, bk))
-                    pre.append(("WAIT_FLAG", pn, bk))
-                    back[0].append([bev, idx])
+                    pre.extend(sync_ops[p][q][bev])
+                    back[0].append((bev, idx))
                     sp = synced_to[p]
                     if last_of[q] > sp[q]:
                         sp[q] = last_of[q]
@@ -304,20 +327,26 @@ def plan_flags(pipes, accesses):
                     ev = take_event(pair, q, known, snap[j])
                     if ev is None:      # cannot happen: P now knows Q is past every pending wait
                         ev = pend.pop(0)[0]
-                    fk = (pn, qn, ev)
-                    pre.append(("SET_FLAG", pn, fk))
+                    set_op, wait_op = into_ops[p][ev]
+                    pre.append(set_op)
                     at = last_of[p]
                 else:
-                    fk = (pn, qn, ev)
+                    set_op, wait_op = into_ops[p][ev]
                     a = after.get(j)
                     if a is None:
-                        after[j] = [("SET_FLAG", pn, fk)]
+                        after[j] = [set_op]
                     else:
-                        a.append(("SET_FLAG", pn, fk))
+                        a.append(set_op)
                     at = j
-                pre.append(("WAIT_FLAG", qn, fk))
-                pend.append([ev, idx])
-                cq = merged(cq, known, p, at)
+                pre.append(wait_op)
+                pend.append((ev, idx))
+                # cq = merged(cq, known, p, at), inline (a copy: snapshots share the old one)
+                cq = cq[:]
+                for x, y in enumerate(known):
+                    if y > cq[x]:
+                        cq[x] = y
+                if at > cq[p]:
+                    cq[p] = at
                 sq[p] = j
                 flags.append((pn, qn, j, idx))
             clock[q] = cq
