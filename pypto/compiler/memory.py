@@ -65,7 +65,8 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
 def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     caps = ctx.machine.capacities()
     want_nbuf = 2 if ctx.options.get("double_buffer", True) else 1
-    placement: dict[int, dict[str, tuple[int, int, int]]] = {}   # group -> key -> (offset, size, nbuf)
+    # group -> key -> (the offsets of its slot's copies, how many, its turn and the slot's turns)
+    placement: dict[int, dict[str, tuple[tuple[int, ...], int, int, int]]] = {}
     by_group: dict[int, list[TileNode]] = {}
     for n in g.nodes:
         nodes = by_group.get(n.group)
@@ -96,12 +97,13 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
             off = 0
             here = placement.setdefault(info.id, {})
             for s, n_copies in zip(sl, copies):
+                bufs = tuple(off + c * s["size"] for c in range(n_copies))
                 for i, k in enumerate(s["keys"]):
-                    here[k] = (off, s["size"], n_copies, i, len(s["keys"]))
+                    here[k] = (bufs, n_copies, i, len(s["keys"]))
                 off += s["size"] * n_copies
     out = []
     append = out.append
-    of = Attrs.of
+    new = object.__new__
     with_attrs = copier("attrs")
     group, here = None, None
     for n in g.nodes:
@@ -111,11 +113,16 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                 group = n.group
                 here = placement[group]
             d = n.attrs._dict
-            off, size, nbuf, turn, turns = here[d["key"]]
+            bufs, nbuf, turn, turns = here[d["key"]]
+            par = d["par"]
+            if "rotate" in d and d["rotate"]:
+                par = par * turns + turn
             d = d.copy()                    # (cheaper than {**d, ...})
-            d["buf"] = off + ((d["par"] * turns + turn if d.get("rotate") else d["par"]) % nbuf) * size
+            d["buf"] = bufs[par % nbuf]
             d["nbuf"] = nbuf
-            n = with_attrs(n, of(d))
+            attrs = new(Attrs)              # (Attrs.of(d), without the call)
+            attrs._dict, attrs._sorted = d, None
+            n = with_attrs(n, attrs)
         append(n)
     return g.replace(out)
 
@@ -138,14 +145,15 @@ class _Keys:
         chunks: dict[str, set] = {}
         asked: dict[str, int] = {}
         shape_of: dict[str, tuple] = {}     # the (shape, dtype) a key's size was last worked out for
-        for n in nodes:
+        for n in nodes:                     # (`in` tests of the attrs: cheaper than get calls)
             d = n.attrs._dict
             sp = n.space
             if sp and sp != "?":
                 k = d["key"]
                 shape, dtype = n.shape, n.dtype
                 seen = shape_of.get(k)
-                if seen is None or seen[0] != shape or (seen[1] is not dtype and seen[1] != dtype):
+                if seen is None or (seen[0] is not shape and seen[0] != shape) or (
+                        seen[1] is not dtype and seen[1] != dtype):
                     shape_of[k] = (shape, dtype)
                     b = tile_bytes(shape, dtype)
                     if b > size.get(k, 0):
@@ -153,14 +161,13 @@ class _Keys:
                     elif k not in size:
                         size[k] = b
                 space[k] = sp
-                if d.get("persistent"):
+                if "persistent" in d and d["persistent"]:
                     persistent.add(k)
-            if d.get("ring"):
+            if "ring" in d and d["ring"]:
                 chunks.setdefault(d["key"], set()).add(d["par"])
-            b = d.get("buffers")
-            if b:
+            if "buffers" in d and d["buffers"]:
                 k = d["key"]
-                asked[k] = max(asked.get(k, 0), b)
+                asked[k] = max(asked.get(k, 0), d["buffers"])
             if n.id in outside:
                 key_of[n.id] = d["key"]
         self.size, self.space, self.persistent = size, space, persistent

@@ -3,7 +3,9 @@
 Values that live in GM get a *home* window: kernel inputs their parameter, stored values the
 output region they are stored to, other materialised values a workspace buffer.  A vector group
 loads the tiles of its GM inputs into UB, runs its ops tile by tile (reductions across several
-tiles accumulate in a persistent tile) and stores the tiles that must reach GM.  A matmul group
+tiles accumulate in a persistent tile) and stores the tiles that must reach GM; the first
+iteration of each shape (tail tiles or not) is lowered op by op, the others replay its nodes at
+their own offsets (`_Plan`).  A matmul group
 walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) into L0C, its
 first product starting from the bias row in the bias table when the group has a bias epilogue,
 and stores the tile through the FIX pipe (which applies a ReLU epilogue on the way).
@@ -31,25 +33,48 @@ MAX_TILE_OPS = 2_000_000
 
 
 _make_node = TileNode._make
+_new = object.__new__
+
+
+class _At:
+    """An attribute value that depends on where the iteration's tile starts (a GM window, an
+    iota's first value): `fn(start)`.  `emit` gives its node `fn(em.start)`; a recorded
+    `_Plan` keeps fn, to give the nodes of later iterations of the same shape their own."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
 
 
 class _Emitter:
-    """Appends tile nodes for one group, tracking the current iteration."""
+    """Appends tile nodes for one group, tracking the current iteration (`start`: where its
+    tile starts in the domain, a vector group's).  While `recorded` is a list, `emit` also
+    appends to it what a `_Plan` of the iteration needs of each node."""
 
     def __init__(self, nodes: list[TileNode], group: int):
         self.nodes, self.group = nodes, group
         self.outer = self.inner = self.lin = 0
+        self.start = None
+        self.recorded = None
 
     def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
         nodes = self.nodes
         nid = len(nodes)
         attrs["key"] = key
-        if "par" not in attrs:
+        par = "par" in attrs                # (given: a plan cannot replay the node)
+        if not par:
             attrs["par"] = self.outer if persistent else self.lin
         if persistent:
             attrs["persistent"] = True
-        nodes.append(_make_node(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
-                                self.group, self.outer, self.inner, Attrs.of(attrs), loc))
+        varying = [(k, v.fn) for k, v in attrs.items() if type(v) is _At]
+        for k, fn in varying:
+            attrs[k] = fn(self.start)
+        node = _make_node(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
+                          self.group, self.outer, self.inner, Attrs.of(attrs), loc)
+        nodes.append(node)
+        if self.recorded is not None:
+            self.recorded.append((node, varying, persistent, par))
         return nid
 
     def add(self, op, inputs: tuple, shape: tuple, valid: tuple, dtype, space, attrs: dict, loc) -> int:
@@ -57,12 +82,80 @@ class _Emitter:
         emit's would (in its order: the keywords, then key, par, persistent)."""
         nodes = self.nodes
         nid = len(nodes)
+        a = _new(Attrs)                     # (Attrs.of(attrs), without the call)
+        a._dict, a._sorted = attrs, None
         nodes.append(_make_node(nid, op, inputs, shape, valid, dtype, space, self.group, self.outer,
-                                self.inner, Attrs.of(attrs), loc))
+                                self.inner, a, loc))
         return nid
 
     def node(self, i) -> TileNode:
         return self.nodes[i]
+
+
+class _Plan:
+    """The tile nodes one iteration of a vector group appends, worked out once (by the lowering
+    itself, `emit` recording them) and replayed for every later iteration of the same shape
+    (`_lower_vector`: the same last tiles, hence tile extents, and first inner step or not make
+    the same decisions).  A replayed node differs from its recorded twin only in what depends on the
+    iteration: its id and inputs (the iteration's own nodes, at the same places after its first
+    id; the accumulator of a reduction, the one `acc` holds then), its `outer`/`inner`, its
+    `par` (the outer index if persistent, else the linear one) and its `_At` attributes.  The
+    nodes and their attributes come out exactly as the lowering would make them, in its order.
+    """
+
+    __slots__ = ("steps", "acc_out")
+
+    @staticmethod
+    def of(recorded: list, base: int, acc_before: dict[int, int], acc: dict[int, int]) -> "_Plan | None":
+        """The plan of an iteration whose nodes (from id `base`) `emit` recorded, `acc` the
+        accumulators before and after it; None when it cannot be replayed (a node with a `par`
+        of its caller's, an input from an earlier iteration that is no accumulator)."""
+        acc_of = {nid: mid for mid, nid in acc_before.items()}     # earlier node -> its reduction
+        steps = []
+        for n, varying, persistent, given_par in recorded:
+            if given_par:
+                return None
+            rel, from_acc = [], []
+            for pos, i in enumerate(n.inputs):
+                if i >= base:
+                    rel.append(i - base)
+                elif i in acc_of:
+                    rel.append(0)           # (a place holder: replay puts the accumulator there)
+                    from_acc.append((pos, acc_of[i]))
+                else:
+                    return None
+            steps.append((n.op, tuple(rel), tuple(from_acc), n.shape, n.valid, n.dtype, n.space,
+                          n.attrs._dict.copy(), tuple(varying), persistent, n.loc))
+        p = _Plan()
+        p.steps = steps
+        p.acc_out = [(mid, nid - base) for mid, nid in acc.items() if nid >= base]
+        return p
+
+    def replay(self, em: _Emitter, start: tuple, acc: dict[int, int]) -> None:
+        """Append the nodes of the current iteration of `em` (tile at `start`)."""
+        nodes = em.nodes
+        append = nodes.append
+        base = nid = len(nodes)
+        group, outer, inner, lin = em.group, em.outer, em.inner, em.lin
+        for op, rel, from_acc, shape, valid, dtype, space, attrs, varying, persistent, loc in self.steps:
+            n_in = len(rel)                 # (most nodes read one or two tiles: no list for them)
+            inputs = ((base + rel[0],) if n_in == 1 else (base + rel[0], base + rel[1]) if n_in == 2 else
+                      () if not n_in else tuple([base + r for r in rel]))
+            if from_acc:
+                ins = list(inputs)
+                for pos, mid in from_acc:
+                    ins[pos] = acc[mid]
+                inputs = tuple(ins)
+            d = attrs.copy()                # (its keys in the recorded order: values replaced in place)
+            d["par"] = outer if persistent else lin
+            for k, fn in varying:
+                d[k] = fn(start)
+            a = _new(Attrs)                 # (Attrs.of(d), without the call)
+            a._dict, a._sorted = d, None
+            append(_make_node(nid, op, inputs, shape, valid, dtype, space, group, outer, inner, a, loc))
+            nid += 1
+        for mid, r in self.acc_out:
+            acc[mid] = base + r
 
 
 def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
@@ -154,18 +247,21 @@ def _layout(src: GMRef, n) -> GMRef | None:
 # ---------------------------------------------------------------------------------------
 # vector groups
 
+@functools.lru_cache(maxsize=1 << 12)
+def _source_dims(vshape, domain) -> tuple:
+    """Per dim of a value (shape vshape, aligned with the domain at the last dim): the domain dim
+    its tiles follow, or None where it is broadcast (size 1 against a larger domain dim: every
+    tile holds all of it, from offset 0)."""
+    off = len(domain) - len(vshape)
+    return tuple(None if size == 1 and domain[j + off] != 1 else j + off for j, size in enumerate(vshape))
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def _projection(vshape, domain, start, extent, tile):
     """(gm offsets, valid shape, tile shape) of a value's tile for one iteration of the domain."""
-    off = len(domain) - len(vshape)
-    offsets, valid, shape = [], [], []
-    for j, size in enumerate(vshape):
-        i = j + off
-        if size == 1 and domain[i] != 1:
-            offsets.append(0), valid.append(1), shape.append(1)
-        else:
-            offsets.append(start[i]), valid.append(extent[i]), shape.append(tile[i])
-    return tuple(offsets), tuple(valid), tuple(shape)
+    dims = _source_dims(vshape, domain)
+    return (tuple(0 if i is None else start[i] for i in dims), tuple(1 if i is None else extent[i] for i in dims),
+            tuple(1 if i is None else tile[i] for i in dims))
 
 
 def _epilogue_order(g, ms, cube_tile_of):
@@ -233,51 +329,93 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
     else:
         _check_size(prod(ntiles) * (2 * len(ms) + len(to_store)) + len(em.nodes), first, domain, tile)
 
+    # an iteration's nodes depend on where its tile starts only through their GM windows and iota
+    # starts (`_At`): the lowering works out the first iteration of each shape and replays the
+    # rest.  Its shape: which of its tiles are the last along each dim (the tail tiles' extents
+    # follow: a tile not the last is whole) and whether it is the first inner step.
+    plans: dict[tuple, _Plan | None] = {}
     for o, oidx in enumerate(outer_space):
         em.outer = o
+        idx = [0] * r
+        for d, v in zip(outer_dims, oidx):
+            idx[d] = v
         for k in range(n_inner):
             em.inner, em.lin = k, o * n_inner + k
-            idx = [0] * r
-            for d, v in zip(outer_dims, oidx):
-                idx[d] = v
             if pd is not None:
                 idx[pd] = k
             start = tuple([i * t for i, t in zip(idx, tile)])
+            shape_of = (tuple([i == n - 1 for i, n in zip(idx, ntiles)]), k == 0)
+            plan = plans.get(shape_of)
+            if plan is not None:
+                plan.replay(em, start, acc)
+                continue
             extent = tuple([min(t, d - s) for t, d, s in zip(tile, domain, start)])
-            cur: dict[int, int] = {}
-
-            def operand(i, user):
-                n = node_of[i]
-                if n.op == "const":
-                    return ("scalar", n.attrs["value"])
-                if i in member_ids:
-                    return ("tile", cur[i])
-                if i not in cur:
-                    offs, valid, shape = _projection(n.shape, domain, start, extent, tile)
-                    cur[i] = em.emit("TLOAD", [], shape, valid, n.dtype, "?", f"ld{i}", user.loc,
-                                     gm=homes[i].window(offs, valid))
-                return ("tile", cur[i])
-
-            for m in ms:
-                if m.op in _INDEXED:        # MGATHER / MSCATTER (its GM input stays in GM)
-                    cur[m.id] = _indexed(g, m, operand, homes, domain, start, extent, tile, em)
-                    continue
-                if m.op == "write":         # its value's tile, stored into the written region
-                    cur[m.id] = operand(m.inputs[1], m)[1]
-                    continue
-                cur[m.id] = _vector_op(g, m, [operand(i, m) for i in m.inputs], domain, start, extent, tile,
-                                       em, acc, k, n_inner, pd)
-            for m in to_store:
-                if not _complete(m, domain, ntiles, idx):
-                    continue
-                t = em.node(cur[m.id])
-                written = OPS[m.op].kind == "write"
-                offs, valid, _ = _projection(g.node(m.inputs[1]).shape if written else m.shape, domain, start,
-                                             extent, tile)
-                for ref in ([] if written else [homes[m.id]]) + extra_stores.get(m.id, []):
-                    em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
-                            gm=ref.window(offs, valid))
+            em.start, em.recorded, base, acc_before = start, [], len(em.nodes), dict(acc)
+            _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles, tile,
+                              idx, start, extent, em, acc, k, n_inner, pd)
+            if shape_of not in plans:
+                plans[shape_of] = _Plan.of(em.recorded, base, acc_before, acc)
+            em.recorded = None
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+def _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles, tile,
+                      idx, start, extent, em: _Emitter, acc, k, n_inner, pd) -> None:
+    """Append the tile nodes of one iteration of a vector group (its tile at `start`, of
+    extents `extent`): the loads of its inputs, its ops, the stores of its finished values.
+    Later iterations of its shape replay these nodes (`_Plan`): an attribute worked out from
+    `start` must be an `_At` (its decisions may only depend on the extents, the last tiles and
+    whether k is 0)."""
+    cur: dict[int, int] = {}
+
+    def operand(i, user):
+        n = node_of[i]
+        if n.op == "const":
+            return ("scalar", n.attrs["value"])
+        if i in member_ids:
+            return ("tile", cur[i])
+        if i not in cur:
+            _, valid, shape = _projection(n.shape, domain, start, extent, tile)
+            cur[i] = em.emit("TLOAD", [], shape, valid, n.dtype, "?", f"ld{i}", user.loc,
+                             gm=_window_at(homes[i], n.shape, valid, domain))
+        return ("tile", cur[i])
+
+    for m in ms:
+        if m.op in _INDEXED:        # MGATHER / MSCATTER (its GM input stays in GM)
+            cur[m.id] = _indexed(g, m, operand, homes, domain, start, extent, tile, em)
+            continue
+        if m.op == "write":         # its value's tile, stored into the written region
+            cur[m.id] = operand(m.inputs[1], m)[1]
+            continue
+        cur[m.id] = _vector_op(g, m, [operand(i, m) for i in m.inputs], domain, start, extent, tile,
+                               em, acc, k, n_inner, pd)
+    for m in to_store:
+        if not _complete(m, domain, ntiles, idx):
+            continue
+        t = em.node(cur[m.id])
+        written = OPS[m.op].kind == "write"
+        vshape = g.node(m.inputs[1]).shape if written else m.shape
+        _, valid, _ = _projection(vshape, domain, start, extent, tile)
+        for ref in ([] if written else [homes[m.id]]) + extra_stores.get(m.id, []):
+            em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
+                    gm=_window_at(ref, vshape, valid, domain))
+
+
+def _window_at(ref: GMRef, vshape, valid, domain, dim=None) -> _At:
+    """`ref`'s window (shape `valid`) of the tile of a value of shape `vshape` in the iteration
+    starting at `start` (`ref.window` at the offsets `_projection` gives; 0 along `dim`, a
+    gather's source or a scatter's target, whole along it).  Its offset is ref's plus
+    start[i] * stride for each dim of the value that follows domain dim i: worked out once."""
+    terms = tuple((i, stride) for k, (i, stride) in enumerate(zip(_source_dims(vshape, domain), ref.strides))
+                  if i is not None and k != dim)
+    buf, base, strides = ref.buf, ref.offset, ref.strides
+
+    def at(start):
+        off = base
+        for i, stride in terms:
+            off += start[i] * stride
+        return GMRef(buf, off, valid, strides)
+    return _At(at)
 
 
 _INDEXED = tuple(name for name, r in OPS.items() if r.tile in ("GATHER", "SCATTER"))
@@ -290,11 +428,10 @@ def _indexed(g, m, operand, homes, domain, start, extent, tile, em: _Emitter) ->
     for scatter_add); its tile is then the value tile (a scatter stores nothing else)."""
     row, d = OPS[m.op], m.attrs["dim"]
     data = m.inputs[0] if row.kind == "gather" else m.inputs[1]
-    offs, valid, shape = _projection(m.shape if row.kind == "gather" else g.node(data).shape, domain, start,
-                                     extent, tile)
+    vshape = m.shape if row.kind == "gather" else g.node(data).shape
+    _, valid, shape = _projection(vshape, domain, start, extent, tile)
     ref = homes[data if row.kind == "gather" else m.id]
-    win = ref.window(tuple(0 if k == d else o for k, o in enumerate(offs)),
-                     tuple(ref.shape[d] if k == d else v for k, v in enumerate(valid)))
+    win = _window_at(ref, vshape, tuple(ref.shape[d] if k == d else v for k, v in enumerate(valid)), domain, dim=d)
     idx = operand(m.inputs[1 if row.kind == "gather" else 2], m)[1]
     op = find(row.tile)
     if row.kind == "gather":
@@ -338,7 +475,7 @@ def _complete(m, domain, ntiles, idx, g=None) -> bool:
 
 def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_inner, pd) -> int:
     kind = OPS[m.op].kind
-    offs, valid, shape = _projection(m.shape, domain, start, extent, tile)
+    _, valid, shape = _projection(m.shape, domain, start, extent, tile)
     key, loc = f"n{m.id}", m.loc
 
     def out(op, inputs, persistent=False, k_=None, **attrs):
@@ -366,7 +503,7 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind in ("binary", "compare"):
         return _binary(m, ops, em, out)
     if kind in ("fill", "iota"):
-        return _source(m, row, offs, out)
+        return _source(m, row, lambda s: _projection(m.shape, domain, s, extent, tile)[0], out)
     if kind == "select":
         return _select(m, ops, em, out)
     if kind == "broadcast":           # spread over a tile of the result's shape (TEXPANDS gives it)
@@ -391,14 +528,15 @@ def _row_attrs(row, op: str, m) -> dict:
     return attrs
 
 
-def _source(m, row, offs, out) -> int:
+def _source(m, row, offsets, out) -> int:
     """A value made from nothing: TEXPANDS of its value, or TCI of the sequence from this tile's
-    offset (element j of a tile starting at index c along the dim is start + (c + j) * step)."""
+    offset (element j of a tile starting at index c along the dim is start + (c + j) * step;
+    `offsets(start)`: the tile's offsets in an iteration starting at `start`)."""
     op, a = find(row.tile), m.attrs
     if row.kind == "fill":
         return out(op, [], scalar=a["value"])
-    d = a["dim"]
-    return out(op, [], dim=d, start=a["start"] + offs[d] * a["step"], step=a["step"])
+    d, first, step = a["dim"], a["start"], a["step"]
+    return out(op, [], dim=d, start=_At(lambda start: first + offsets(start)[d] * step), step=step)
 
 
 def _bcast_kind(a: TileNode, b: TileNode) -> str:
