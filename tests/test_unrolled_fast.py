@@ -16,7 +16,7 @@ import pytest
 
 import pypto
 from pypto.ir.core import Attrs
-from pypto.ir.exec import (ADDR_STEP, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, MOVING_STEPS, OFFSETS_STEP,
+from pypto.ir.exec import (ADDR_STEP, EVENT_STEP, GM_STEP, MOVING_STEPS, OFFSETS_STEP,
                            Instr, Loop, TileRef, at_iteration, static_instrs, unrolled)
 from pypto.ir.gm import GMBuffer, GMRef
 from pypto.errors import SourceLoc
@@ -26,7 +26,7 @@ import common  # noqa: F401  (puts the benchmarks' kernels on the path)
 F16, F32 = pypto.DT_FP16, pypto.DT_FP32
 
 
-# ---- the reference: one at_iteration per instruction run (ir.exec as it was) ----
+# ---- the reference: one at_iteration per instruction run (`unrolled` as it was) ----
 
 def _ref_unrolled(items, _at: tuple = ()):
     for it in items:
@@ -34,40 +34,7 @@ def _ref_unrolled(items, _at: tuple = ()):
             for i in range(it.count):
                 yield from _ref_unrolled(it.body, _at + (i,))
         else:
-            yield _ref_at_iteration(it, _at) if _at else it
-
-
-def _ref_at_iteration(ins, at):
-    a = ins.attrs
-    keys = [k for k in MOVING_STEPS if k in a]
-    if not keys:
-        return ins
-    attrs = {k: v for k, v in a.items() if k not in keys}
-    dst, srcs = ins.dst, ins.srcs
-    for key in keys:
-        steps = a[key]
-        if key == GM_STEP:
-            delta = sum(i * s for i, s in zip(at, steps))
-
-            def move(o):
-                return GMRef(o.buf, o.offset + delta, o.shape, o.strides) if isinstance(o, GMRef) else o
-            dst, srcs = move(dst), tuple(move(o) for o in srcs)
-        elif key == EVENT_STEP:
-            attrs["event"] = (a["event"] + sum(i * s for i, s in zip(at, steps))) % EVENTS_PER_PIPE_PAIR
-        elif key == OFFSETS_STEP:
-            attrs["offsets"] = tuple(o + sum(i * s[d] for i, s in zip(at, steps)) for d, o in enumerate(a["offsets"]))
-        else:
-            tiles = iter(range(len(steps[0])))
-
-            def shift(o):
-                if not isinstance(o, TileRef):
-                    return o
-                k = next(tiles)
-                d = sum(i * s[k] for i, s in zip(at, steps))
-                return TileRef(o.space, o.addr + d, o.dtype, o.shape, o.valid) if d else o
-            dst = shift(dst)
-            srcs = tuple(shift(o) for o in srcs)
-    return Instr(ins.op, ins.pipe, dst, srcs, Attrs(attrs), ins.loc)
+            yield at_iteration(it, _at) if _at else it
 
 
 def _static(items, _at: tuple = ()):
