@@ -220,24 +220,29 @@ class _Index:
         return out
 
 
+class _Access(dict):
+    """op -> 1: it reads GM, 2: it writes GM, 0: neither; worked out on an op's first lookup."""
+
+    def __missing__(self, op: str) -> int:
+        k = self[op] = 1 if op == "TLOAD" or gm_access(op) == "read" else \
+            2 if op == "TSTORE" or gm_access(op) == "write" else 0
+        return k
+
+
 def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes."""
     tile_nodes = g.tiles.by_id()
+    access = _Access()                  # op -> 1: reads GM, 2: writes GM, 0: neither
     reads, writes = [], []
-    access: dict[str, int] = {}         # op -> 1: reads GM, 2: writes GM, 0: neither
     for t in g.tasks:
+        both = ([], [])                 # the windows the task reads, writes
+        for n in map(tile_nodes.__getitem__, t.nodes):
+            k = access[n.op]
+            if k:
+                both[k - 1].append(n.attrs._dict["gm"])
         r, w = Footprint(), Footprint()
-        for i in t.nodes:
-            n = tile_nodes[i]
-            op = n.op
-            k = access.get(op)
-            if k is None:
-                k = access[op] = 1 if op == "TLOAD" or gm_access(op) == "read" else \
-                    2 if op == "TSTORE" or gm_access(op) == "write" else 0
-            if k == 1:
-                r.add(n.attrs["gm"])
-            elif k == 2:
-                w.add(n.attrs["gm"])
+        r.add_all(both[0])
+        w.add_all(both[1])
         reads.append(r)
         writes.append(w)
     by_reads, by_writes = _Index(reads), _Index(writes)

@@ -17,23 +17,32 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     nodes = g.tiles.by_id()
     refs: dict[int, TileRef] = {}           # node id -> the tile it produces, as an operand
     interned: dict[tuple, TileRef] = {}     # equal operands share one object (cheap to cache on)
+    # (space, buf, shape, valid) -> the last operand made there: a node of the same dtype object
+    # takes it without hashing its dtype (a Python `__hash__`); any other goes through `interned`
+    placed: dict[tuple, TileRef] = {}
 
     def ref(n) -> TileRef:
         key = (n.space, n.attrs._dict["buf"], n.dtype, n.shape, n.valid)
         got = interned.get(key)
         if got is None:
             got = interned[key] = TileRef(*key)
-        refs[n.id] = got
+        refs[n.id] = placed[(n.space, key[1], n.shape, n.valid)] = got
         return got
 
     ref_of = refs.__getitem__
     # per (op, attribute names), worked out once: (how its GM window is an operand, its pipe,
-    # the names the instruction keeps in their order, whether one is a scalar operand)
+    # the names the instruction keeps in their order, whether one is a scalar operand, the name
+    # when it keeps that one only and not a scalar)
     plans: dict[tuple, tuple] = {}
     keep = set(ATTRS) | {"scalar"}
     empty = Attrs()                     # one shared by every instruction that keeps none
     of = Attrs.of                       # (the dicts built here are handed over, never changed)
     make = Instr._make                  # (op, pipe, dst, srcs, attrs, loc), all given
+    # (name, value) -> the Attrs of an instruction keeping that one name (not "scalar": a
+    # TEXTRACT's offsets), shared by the instructions with that value when it is an int or a
+    # flat tuple of ints (a value equal to one of other types (1.0, True, a numpy int) prints
+    # differently: not shared)
+    shared: dict[tuple, Attrs] = {}
     tasks = []
     for t in g.tasks:
         instrs = []
@@ -45,11 +54,19 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             plan = plans.get((op, *d))
             if plan is None:
                 plan = plans[(op, *d)] = _plan(op, d, keep)
-            kind, pipe, kept, scalar = plan
+            kind, pipe, kept, scalar, one = plan
             # its tile, made an operand here (a task's ops come in program order: its operands'
             # are made first); None for a store or a flag (`dst or refs[i]`: a KeyError for any
             # other op without a tile, as for a missing operand)
-            dst = ref(n) if n.space else None
+            space = n.space
+            if space:
+                dst = placed.get((space, d["buf"], n.shape, n.valid))
+                if dst is None or dst.dtype is not n.dtype:
+                    dst = ref(n)
+                else:
+                    refs[i] = dst
+            else:
+                dst = None
             if kind == "flag":      # a tile-level kernel's own flag (pypto.tile.set_flag / wait_flag)
                 append(make(op, d["src"] if op == "SET_FLAG" else d["dst"], None, (),
                             Attrs({k: d[k] for k in ("src", "dst", "event")}), n.loc))
@@ -58,13 +75,21 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
                 srcs = tuple(map(ref_of, n.inputs)) if n.inputs else ()
             except KeyError:        # an operand not made yet (its op later in the task)
                 srcs = tuple([refs[j] if j in refs or not nodes[j].space else ref(nodes[j]) for j in n.inputs])
-            if kept:
+            if one is not None:
+                v = d[one]
+                if v.__class__ is int or v.__class__ is tuple and _INTS.issuperset(map(type, v)):
+                    a = shared.get((one, v))
+                    if a is None:
+                        a = shared[(one, v)] = of({one: v})
+                else:
+                    a = of({one: v})
+            elif not kept:
+                a = empty
+            else:
                 a = {k: d[k] for k in kept}
                 if scalar:
                     srcs += (a.pop("scalar"),)
                 a = of(a)
-            else:
-                a = empty
             if kind == "tile":
                 ins = make(op, pipe, dst or refs[i], srcs, a, n.loc)
             elif kind == "load":
@@ -80,15 +105,20 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
 
 
+_INTS = frozenset([int])
+
+
 def _plan(op: str, d: dict, keep: set) -> tuple:
     """How `select_instructions` turns a tile op with these attribute names into an instruction:
-    (how its GM window is an operand, its pipe, the names it keeps, whether one is "scalar")."""
+    (how its GM window is an operand, its pipe, the names it keeps, whether one is "scalar", the
+    name when it keeps that one only and it is not "scalar")."""
     acc = gm_access(op)
     kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or (
         "flag" if op in SYNC_OPS else "tile")
     pipe = None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op)
     kept = tuple(k for k in d if k in keep)
-    return kind, pipe, kept, "scalar" in kept
+    scalar = "scalar" in kept
+    return kind, pipe, kept, scalar, kept[0] if len(kept) == 1 and not scalar else None
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:

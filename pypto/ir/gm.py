@@ -6,6 +6,8 @@ change the window.  Every load and store of the lower levels names one window.
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from dataclasses import dataclass
 
 from ..dtypes import DType
@@ -40,6 +42,44 @@ def _dim_of_stride(nat: tuple[int, ...]) -> dict[int, int]:
     for j, s in enumerate(nat):
         out.setdefault(s, j)
     return out
+
+
+_LAYOUTS: dict[tuple, tuple] = {}
+
+
+def _layout(bshape: tuple, shape: tuple, strides: tuple) -> tuple:
+    """What a window's box and span take from its buffer's shape and its own shape and strides,
+    not its offset: (the buffer's natural strides, per buffer dim the extent of the box (1 for a
+    dim the window does not walk), the last element's offset from the first).  The extents are
+    None when `_compute_box` is to decide (strides not a permutation of the buffer's, or a zero
+    natural stride: its error, as before)."""
+    key = (bshape, shape, strides)
+    try:
+        got = _LAYOUTS.get(key)
+    except TypeError:                   # (a list for a tuple somewhere: worked out, not kept)
+        got, key = None, None
+    if got is not None:
+        return got
+    nat = natural_strides(bshape)
+    dim_of = _dim_of_stride(nat)
+    ext = [1] * len(nat)
+    used = set()
+    for size, stride in zip(shape, strides):
+        if size == 1:
+            continue
+        j = dim_of.get(stride)
+        if j is None or j in used:
+            ext = None
+            break
+        used.add(j)
+        ext[j] = size
+    if 0 in nat:                        # (a buffer of a zero dim: `_compute_box` raises, as before)
+        ext = None
+    last = sum((s - 1) * st for s, st in zip(shape, strides))
+    got = (nat, None if ext is None else tuple(ext), last)
+    if key is not None and len(_LAYOUTS) < 65536:      # (bounded: a session compiles many kernels)
+        _LAYOUTS[key] = got
+    return got
 
 
 @quick_init
@@ -113,7 +153,21 @@ class GMRef:
 
     @cached
     def _box(self):
-        return self._compute_box()
+        # a window's shape and strides are mostly those of many others (the tiles of one loop):
+        # what they decide comes from `_layout`, and the offset only places it
+        nat, ext, last = _layout(self.buf.shape, self.shape, self.strides)
+        off = self.offset
+        self.__dict__["_span"] = (off, off + last + 1)      # (the span too, while at it)
+        if ext is None:
+            return self._compute_box()
+        if len(nat) == 2:               # (most buffers: one divmod, the last natural stride is 1)
+            i, j = divmod(off, nat[0])
+            return (i, i + ext[0]), (j, j + ext[1])
+        ranges = []
+        for s, e in zip(nat, ext):
+            i, off = divmod(off, s)
+            ranges.append((i, i + e))
+        return tuple(ranges)
 
     def box(self):
         """Per-buffer-dim [lo, hi) ranges covered, or None when strides are not a permutation."""
@@ -164,8 +218,7 @@ class GMRef:
 
     @cached
     def _span(self) -> tuple[int, int]:
-        hi = self.offset + sum((s - 1) * st for s, st in zip(self.shape, self.strides))
-        return self.offset, hi + 1
+        return self.offset, self.offset + _layout(self.buf.shape, self.shape, self.strides)[2] + 1
 
     def span(self) -> tuple[int, int]:
         """[first, last + 1) element offsets the window touches."""
@@ -202,6 +255,7 @@ class Footprint:
 
     def add(self, ref: GMRef):
         name = ref.buf.name
+        b = ref._box                    # (first: working it out keeps the span too)
         lo, hi = ref._span
         s = self.span.get(name)
         if s is None:
@@ -211,11 +265,58 @@ class Footprint:
                 s[0] = lo
             if hi > s[1]:
                 s[1] = hi
-        b = ref._box
         box = self.box
         if b is None:
             box[name] = None
         elif name not in box:
+            box[name] = [list(r) for r in b]
+        else:
+            mine = box[name]
+            if mine is not None:
+                for x, (y0, y1) in zip(mine, b):
+                    if y0 < x[0]:
+                        x[0] = y0
+                    if y1 > x[1]:
+                        x[1] = y1
+
+    def add_all(self, refs: list[GMRef]):
+        """`add` of each of `refs`, with a Python step per buffer, not per window: the windows of
+        a buffer are sorted together, their boxes and spans read and bounded at C level."""
+        if len(refs) < 4:
+            for ref in refs:
+                self.add(ref)
+            return
+        names = dict.fromkeys(map(_BUF_NAME, refs))     # (the buffers in `add`'s order)
+        runs = {name: list(run)
+                for name, run in itertools.groupby(sorted(refs, key=_BUF_NAME), _BUF_NAME)}
+        for name in names:
+            run = runs[name]
+            boxes = list(map(_BOX, run))            # (first: working a box out keeps the span too)
+            spans = list(map(_SPAN, run))
+            lo, hi = min(map(_LO, spans)), max(map(_HI, spans))
+            s = self.span.get(name)
+            if s is None:
+                self.span[name] = [lo, hi]
+            else:
+                if lo < s[0]:
+                    s[0] = lo
+                if hi > s[1]:
+                    s[1] = hi
+            if None in boxes:                       # (a window without a box: the buffer has none)
+                self.box[name] = None
+                continue
+            if len(set(map(len, boxes))) != 1:      # (buffers of one name and other ranks: as `add`)
+                for b in boxes:
+                    self._add_box(name, b)
+                continue
+            # per buffer dim, the smallest start and the largest end
+            b = [(min(map(_LO, dim)), max(map(_HI, dim))) for dim in zip(*boxes)]
+            self._add_box(name, b)
+
+    def _add_box(self, name: str, b):
+        """The box half of `add`, of a box `b` (not None)."""
+        box = self.box
+        if name not in box:
             box[name] = [list(r) for r in b]
         else:
             mine = box[name]
@@ -235,3 +336,8 @@ class Footprint:
             if a is None or b is None or all(x0 < y1 and y0 < x1 for (x0, x1), (y0, y1) in zip(a, b)):
                 return True
         return False
+
+
+_BUF_NAME = operator.attrgetter("buf.name")
+_BOX, _SPAN = operator.attrgetter("_box"), operator.attrgetter("_span")
+_LO, _HI = operator.itemgetter(0), operator.itemgetter(1)
