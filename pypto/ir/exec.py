@@ -673,54 +673,64 @@ def _loop_problem(items, depth, counts, seen: set):
         if key in seen:
             continue
         seen.add(key)
-        es = a.get(EVENT_STEP)
-        if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in a):
-            return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
-                    f"got {es!r}", it.loc)
-        os_ = a.get(OFFSETS_STEP)
-        if os_ is not None:
-            offs = a.get("offsets")
-            if (offs is None or not isinstance(os_, tuple) or len(os_) != depth
-                    or any(not isinstance(x, tuple) or len(x) != len(offs) for x in os_)):
-                return (f"{it.op}: offsets_step= needs offsets= and one step per loop around it "
-                        f"({depth}), each with one value per offset, got {os_!r}", it.loc)
-            for d, o in enumerate(offs):
-                lo = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] < 0)
-                hi = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] > 0) + it.dst.valid[d]
-                if lo < 0 or hi > it.srcs[0].shape[d]:
-                    return (f"{it.op}: the offsets of a later iteration read outside its source tile "
-                            f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
-                            it.loc)
-        ast = a.get(ADDR_STEP)
-        if ast is not None:
-            tiles = tile_operands(it)
-            if (not tiles or not isinstance(ast, tuple) or len(ast) != depth
-                    or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
-                return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
-                        f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
-            for k, t in enumerate(tiles):
-                if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
-                    return (f"{it.op}: a later iteration's tile address is below 0 "
-                            f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
-                            it.loc)
-        step = a.get(GM_STEP)
-        if step is None:
-            continue
-        gm = next((o for o in (it.dst, *it.srcs) if isinstance(o, GMRef)), None)
-        if gm is None:
-            return f"{it.op} has gm_step= but no GM operand", it.loc
-        if not isinstance(step, tuple) or len(step) != depth:
-            return (f"{it.op}: gm_step= needs one step per loop around it ({depth}), got "
-                    f"{step!r}", it.loc)
-        lo, hi = gm.span()
-        for s_, c in zip(step, counts):
-            if s_ < 0:
-                lo += s_ * (c - 1)
-            else:
-                hi += s_ * (c - 1)
-        if lo < 0 or hi > prod(gm.buf.shape):
-            return (f"{it.op}: the GM window of a later iteration leaves buffer {gm.buf.name} "
-                    f"(gm_step={_val(step)} over {'x'.join(map(str, counts))} iterations)", it.loc)
+        p = _step_problem(it, a, depth, counts)
+        if p:
+            return p
+    return None
+
+
+def _step_problem(it: Instr, a: dict, depth: int, counts: tuple) -> tuple[str, SourceLoc | None] | None:
+    """What is wrong with the step attributes `a` of instruction `it` inside loops of `counts`
+    iterations (`depth` of them), or None: the part of `loop_problem` that depends on the
+    instruction and the loop counts only."""
+    es = a.get(EVENT_STEP)
+    if es is not None and (not isinstance(es, tuple) or len(es) != depth or "event" not in a):
+        return (f"{it.op}: event_step= needs a flag and one step per loop around it ({depth}), "
+                f"got {es!r}", it.loc)
+    os_ = a.get(OFFSETS_STEP)
+    if os_ is not None:
+        offs = a.get("offsets")
+        if (offs is None or not isinstance(os_, tuple) or len(os_) != depth
+                or any(not isinstance(x, tuple) or len(x) != len(offs) for x in os_)):
+            return (f"{it.op}: offsets_step= needs offsets= and one step per loop around it "
+                    f"({depth}), each with one value per offset, got {os_!r}", it.loc)
+        for d, o in enumerate(offs):
+            lo = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] < 0)
+            hi = o + sum(x[d] * (c - 1) for x, c in zip(os_, counts) if x[d] > 0) + it.dst.valid[d]
+            if lo < 0 or hi > it.srcs[0].shape[d]:
+                return (f"{it.op}: the offsets of a later iteration read outside its source tile "
+                        f"(offsets_step={steps_text(os_)} over {'x'.join(map(str, counts))} iterations)",
+                        it.loc)
+    ast = a.get(ADDR_STEP)
+    if ast is not None:
+        tiles = tile_operands(it)
+        if (not tiles or not isinstance(ast, tuple) or len(ast) != depth
+                or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
+            return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
+                    f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
+        for k, t in enumerate(tiles):
+            if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
+                return (f"{it.op}: a later iteration's tile address is below 0 "
+                        f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
+                        it.loc)
+    step = a.get(GM_STEP)
+    if step is None:
+        return None
+    gm = next((o for o in (it.dst, *it.srcs) if isinstance(o, GMRef)), None)
+    if gm is None:
+        return f"{it.op} has gm_step= but no GM operand", it.loc
+    if not isinstance(step, tuple) or len(step) != depth:
+        return (f"{it.op}: gm_step= needs one step per loop around it ({depth}), got "
+                f"{step!r}", it.loc)
+    lo, hi = gm.span()
+    for s_, c in zip(step, counts):
+        if s_ < 0:
+            lo += s_ * (c - 1)
+        else:
+            hi += s_ * (c - 1)
+    if lo < 0 or hi > prod(gm.buf.shape):
+        return (f"{it.op}: the GM window of a later iteration leaves buffer {gm.buf.name} "
+                f"(gm_step={_val(step)} over {'x'.join(map(str, counts))} iterations)", it.loc)
     return None
 
 
@@ -729,6 +739,13 @@ _EVENT_OPS = frozenset(("SET_FLAG", "WAIT_FLAG", *CROSS_OPS))
 
 def verify(g: ExecGraph) -> None:
     core_of: dict[int, str] = {}
+    # (counts, core type) -> ids of the instructions found fine inside loops of those counts on
+    # that core type: what the checks of an instruction depend on.  Most instructions are shared
+    # by loop bodies and by the isomorphic tasks of a graph: each is checked once, not per task
+    # (`_task_fine`; a task it cannot vouch for gets the checks in program order, `_task_problem`,
+    # which raise its first problem).  Under the key None: the step values found fine
+    # (`_steps_fine`).
+    fine: dict = {None: set()}
     for t in g.tasks:
         pipes = AIC_PIPES if t.core_type == "AIC" else AIV_PIPES
         if any(d not in core_of for d in t.deps):
@@ -737,19 +754,90 @@ def verify(g: ExecGraph) -> None:
         problem = pair_problem(t.core_type, t.pair, core_of)
         if problem:
             raise VerificationError(f"exec graph task {t.id}: {problem}", got=t.pair)
-        problem = loop_problem(t.code)
-        if problem:
-            raise VerificationError(f"exec graph task {t.id}: {problem[0]}", loc=problem[1])
-        checked: set[int] = set()      # (ids of the instructions checked: most are shared)
-        for k, (ins, _) in enumerate(static_instrs(t.code)):
-            if id(ins) in checked:
-                continue
-            checked.add(id(ins))
-            if ins.pipe not in pipes:
-                raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
-                                        f"pipe {ins.pipe} does not exist on {t.core_type}",
-                                        loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
-            if ins.op in _EVENT_OPS and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
-                raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
-                                        expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])
+        try:
+            ok = _task_fine(t.code, (), t.core_type, _PIPE_SETS[pipes], fine)
+        except Exception:       # a malformed instruction: `_task_problem` says what is wrong
+            ok = False
+        if not ok:              # (rare) the task's checks in program order, for its first problem
+            _task_problem(t, pipes)
         core_of[t.id] = t.core_type
+
+
+def _task_fine(items, counts: tuple, core_type: str, pipes: frozenset, fine: dict) -> bool:
+    """Whether `items`, inside loops of `counts` iterations, pass the checks of `_task_problem`
+    (False may also mean: it could not tell).  `fine`: see verify; only the instructions it does
+    not hold yet are looked at, in bulk (C-level maps over them where it can)."""
+    done = fine.get((counts, core_type))
+    if done is None:
+        done = fine[counts, core_type] = set()
+    is_loop = list(map(isinstance, items, itertools.repeat(Loop)))
+    instrs = items if True not in is_loop else list(itertools.compress(items, map(operator.not_, is_loop)))
+    if not done.issuperset(map(id, instrs)):
+        new = list(itertools.compress(instrs, map(operator.not_, map(done.__contains__, map(id, instrs)))))
+        if not pipes.issuperset(map(_PIPE, new)):
+            return False
+        attrs = list(map(_ATTRS, new))
+        flags = list(map(_EVENT_OPS.__contains__, map(_OP, new)))
+        # (an event id in 0..7: `_task_problem` asks 0 <= id < 8, true of all of these)
+        if True in flags and not _EVENT_IDS.issuperset(map(dict.get, itertools.compress(attrs, flags),
+                                                           itertools.repeat("event"))):
+            return False
+        stepped = list(map(operator.not_, map(_STEP_KEYS.isdisjoint, attrs)))
+        if True in stepped and not _steps_fine(itertools.compress(zip(new, attrs, flags), stepped),
+                                               counts, fine[None]):
+            return False
+        done.update(map(id, new))
+    if True in is_loop:
+        for it in itertools.compress(items, is_loop):
+            if (not isinstance(it.count, int) or it.count < 1 or not it.body
+                    or not _task_fine(it.body, counts + (it.count,), core_type, pipes, fine)):
+                return False
+    return True
+
+
+def _steps_fine(instrs, counts: tuple, values: set) -> bool:
+    """Whether `_step_problem` finds nothing wrong with any of `instrs` ((instruction, its attrs,
+    whether it is a flag)) inside loops of `counts`.  `values`: the keys (below) of the ones found
+    fine already: many instructions of isomorphic tasks are equal but not the same object."""
+    depth = len(counts)
+    for ins, a, flag in instrs:
+        if flag:    # what `_step_problem` asks of a flag, at once: an event_step, one per loop
+            es = a.get(EVENT_STEP)
+            if (type(es) is tuple and len(es) == depth and "event" in a and GM_STEP not in a
+                    and OFFSETS_STEP not in a and ADDR_STEP not in a):
+                continue
+        # everything `_step_problem`'s verdict depends on (op and loc only go into its message)
+        key = (counts, ins.dst, ins.srcs, a.get(EVENT_STEP), "event" in a, a.get(OFFSETS_STEP),
+               a.get("offsets"), a.get(ADDR_STEP), a.get(GM_STEP))
+        if key in values:
+            continue
+        if _step_problem(ins, a, depth, counts):
+            return False
+        values.add(key)
+    return True
+
+
+_PIPE, _OP, _ATTRS = operator.attrgetter("pipe"), operator.attrgetter("op"), operator.attrgetter("attrs._dict")
+_EVENT_IDS = frozenset(range(EVENTS_PER_PIPE_PAIR))
+_PIPE_SETS = {AIC_PIPES: frozenset(AIC_PIPES), AIV_PIPES: frozenset(AIV_PIPES)}
+
+
+def _task_problem(t: ExecTask, pipes: tuple) -> None:
+    """Raise the first problem of task `t`'s instruction stream, in program order: its loops
+    (`loop_problem`), then an instruction on a pipe its core does not have or with an event id
+    out of range."""
+    problem = loop_problem(t.code)
+    if problem:
+        raise VerificationError(f"exec graph task {t.id}: {problem[0]}", loc=problem[1])
+    checked: set[int] = set()      # (ids of the instructions checked: most are shared)
+    for k, (ins, _) in enumerate(static_instrs(t.code)):
+        if id(ins) in checked:
+            continue
+        checked.add(id(ins))
+        if ins.pipe not in pipes:
+            raise VerificationError(f"exec graph task {t.id}, instruction {k} ({ins.op}): "
+                                    f"pipe {ins.pipe} does not exist on {t.core_type}",
+                                    loc=ins.loc, expected=" ".join(pipes), got=ins.pipe)
+        if ins.op in _EVENT_OPS and not 0 <= ins.attrs["event"] < EVENTS_PER_PIPE_PAIR:
+            raise VerificationError(f"exec graph task {t.id}, instruction {k}: event id out of range",
+                                    expected=f"0..{EVENTS_PER_PIPE_PAIR - 1}", got=ins.attrs["event"])

@@ -177,58 +177,83 @@ def _rule(op: str) -> int:
 
 
 def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
-    space_of: dict[int, str] = {}           # the nodes seen so far -> the space of their tile
-    gm_dsts = DATA_PATHS["GM"]
+    # the nodes seen so far -> the space of their tile (a node whose space is None counts as
+    # not defined: it is left out, so that a lookup that finds nothing is one that fails)
+    space_of: dict[int, str] = {}
     get = space_of.get
-    rules: dict[str, int] = {}              # op -> its _rule, worked out once per op
     caps = capacities or {}
-    sizes: dict[tuple, int] = {}            # (shape, itemsize) -> tile_bytes (its only inputs)
+    # (op, space, shape, dtype, input spaces) -> [capacity of the space, tile_bytes or None
+    # until needed] when the data path is legal, None when no capacity applies: the data path
+    # is checked once per such key (`_path_cap`), a program has a handful
+    paths: dict[tuple, list | None] = {}
+    unseen = _UNSEEN
     for n in g.nodes:
-        op, space, inputs = n.op, n.space, n.inputs
+        inputs = n.inputs
         srcs = []
-        for i in inputs:
-            src = get(i)
-            if src is None:
-                _fail(n, f"input %{i} is not defined before use")
-            srcs.append(src)
+        try:                    # (subscripts, not `get` calls: no call per input)
+            for i in inputs:
+                srcs.append(space_of[i])
+        except KeyError:        # an input not defined (yet): which one
+            srcs = []
+            for i in inputs:
+                src = get(i)
+                if src is None:
+                    _fail(n, f"input %{i} is not defined before use")
+                srcs.append(src)
         valid, shape = n.valid, n.shape
         if valid != shape and (len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
             _fail(n, "valid shape exceeds the tile", expected=f"<= {fmt_shape(shape)}", got=fmt_shape(valid))
-        if space == "?" or "?" in srcs:   # before memory-space assignment
-            space_of[n.id] = space
-            continue
-        rule = rules.get(op)
-        if rule is None:
-            rule = rules[op] = _rule(op)
-        if rule == _LOAD:
-            if space not in gm_dsts:
-                _fail(n, "illegal data path", expected="GM -> " + "/".join(gm_dsts), got=f"GM -> {space}")
-        elif rule == _STORE:
-            if srcs[0] not in ("UB", "L0C"):
-                _fail(n, "illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
-        elif rule == _EXTRACT:
-            if srcs[0] != "L1" or space not in ("L0A", "L0B"):
-                _fail(n, "illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {space}")
-        elif rule == _MOV:
-            if srcs[0] != "L1" or space != "BT":
-                _fail(n, "illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {space}")
-        elif rule == _MATMUL:
-            if srcs[-2:] != _MATMUL_OPERANDS or space != "L0C" or (op == "TMATMUL_BIAS" and srcs[0] != "BT"):
-                _fail(n, "matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {space}")
-        elif rule == _VECTOR:
-            if space != "UB" or srcs.count("UB") != len(srcs):
-                _fail(n, "vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {space}")
-        cap = caps.get(space)
-        if cap is not None:
-            buf = n.attrs.get("buf")
+        space = n.space
+        key = (n.op, space, shape, id(n.dtype), *srcs)  # (the graph keeps its dtypes: their ids stay)
+        limit = paths.get(key, unseen)
+        if limit is unseen:
+            cap = _path_cap(n, space, srcs, caps)
+            limit = paths[key] = None if cap is None else [cap, None]
+        if limit is not None:
+            a = n.attrs
+            buf = a._dict.get("buf") if type(a) is Attrs else a.get("buf")
             if buf is not None:
-                key = (shape, n.dtype.itemsize)
-                size = sizes.get(key)
+                cap, size = limit
                 if size is None:
-                    size = sizes[key] = tile_bytes(shape, n.dtype)
+                    size = limit[1] = tile_bytes(shape, n.dtype)
                 if buf + size > cap:
                     _fail(n, f"tile overflows {space}", expected=f"<= {cap} bytes", got=buf + size)
-        space_of[n.id] = space
+        if space is not None:
+            space_of[n.id] = space
+        else:
+            space_of.pop(n.id, None)
+
+
+_UNSEEN = object()
+
+
+def _path_cap(n: TileNode, space: str, srcs: list, caps: dict) -> int | None:
+    """Check the data path of node `n` (its tile in `space`, its inputs' in `srcs`) by the
+    `_rule` of its op; return the capacity of `space` its buffer must fit in, None if none
+    applies (no capacity given, or spaces not assigned yet)."""
+    if space == "?" or "?" in srcs:   # before memory-space assignment
+        return None
+    rule = _rule(n.op)
+    if rule == _LOAD:
+        gm_dsts = DATA_PATHS["GM"]
+        if space not in gm_dsts:
+            _fail(n, "illegal data path", expected="GM -> " + "/".join(gm_dsts), got=f"GM -> {space}")
+    elif rule == _STORE:
+        if srcs[0] not in ("UB", "L0C"):
+            _fail(n, "illegal data path", expected="UB/L0C -> GM", got=f"{srcs[0]} -> GM")
+    elif rule == _EXTRACT:
+        if srcs[0] != "L1" or space not in ("L0A", "L0B"):
+            _fail(n, "illegal data path", expected="L1 -> L0A/L0B", got=f"{srcs[0]} -> {space}")
+    elif rule == _MOV:
+        if srcs[0] != "L1" or space != "BT":
+            _fail(n, "illegal data path", expected="L1 -> BT (a bias row)", got=f"{srcs[0]} -> {space}")
+    elif rule == _MATMUL:
+        if srcs[-2:] != _MATMUL_OPERANDS or space != "L0C" or (n.op == "TMATMUL_BIAS" and srcs[0] != "BT"):
+            _fail(n, "matmul operands must be (BT +) L0A x L0B -> L0C", got=f"{srcs} -> {space}")
+    elif rule == _VECTOR:
+        if space != "UB" or srcs.count("UB") != len(srcs):
+            _fail(n, "vector ops work on UB tiles", expected="UB", got=f"{srcs} -> {space}")
+    return caps.get(space)
 
 
 def _fail(n: TileNode, msg, expected=None, got=None):
