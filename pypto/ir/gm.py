@@ -265,19 +265,10 @@ class Footprint:
                 s[0] = lo
             if hi > s[1]:
                 s[1] = hi
-        box = self.box
         if b is None:
-            box[name] = None
-        elif name not in box:
-            box[name] = [list(r) for r in b]
+            self.box[name] = None
         else:
-            mine = box[name]
-            if mine is not None:
-                for x, (y0, y1) in zip(mine, b):
-                    if y0 < x[0]:
-                        x[0] = y0
-                    if y1 > x[1]:
-                        x[1] = y1
+            self._add_box(name, b)
 
     def add_all(self, refs: list[GMRef]):
         """`add` of each of `refs`, with a Python step per buffer, not per window: the windows of
