@@ -36,8 +36,8 @@ from functools import cached_property
 import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STREAM_SHAPES, ExecGraph,
-                       ExecTask, Instr, Loop, TileRef, n_instrs, static_instrs, stream_shape)
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
+                       ExecTask, Instr, Loop, TileRef, n_instrs, static_instrs, stream_shape, tile_operands)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
@@ -107,7 +107,7 @@ FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instr
 
 def _lines(items) -> int:
     """How many instructions the text of a folded stream has."""
-    return sum(_lines(x.body) if isinstance(x, Loop) else 1 for x in items)
+    return sum(1 for _ in static_instrs(items))
 
 
 def moved(template, first, instrs) -> tuple | None:
@@ -119,7 +119,6 @@ def moved(template, first, instrs) -> tuple | None:
 
 _OP, _LOC = operator.attrgetter("op"), operator.attrgetter("loc")
 _KIND, _VALUE = operator.itemgetter(0), operator.itemgetter(1)     # of a moving component
-_STEP_KEYS = frozenset(MOVING_STEPS)
 _INT = frozenset((int,))
 
 
@@ -199,7 +198,7 @@ def _plan(items, pos, first):
             loops.append((k, it.count, body))
             pos += it.n_instrs
             continue
-        if not _STEP_KEYS.isdisjoint(it.attrs._dict):
+        if not STEP_KEYS.isdisjoint(it.attrs._dict):
             stepped.append([k, pos, it, first[pos], ...])
         pos += 1
     return (where, stepped, loops), pos
@@ -557,7 +556,7 @@ def _tile_operand_key(o):
 
 def _tile_offsets(x: Instr) -> tuple[tuple[int, int], ...]:
     """`_offsets`, then (3, address) of each on-chip tile the instruction names, dst first."""
-    tiles = tuple((3, o.addr) for o in (x.dst, *x.srcs) if isinstance(o, TileRef))
+    tiles = tuple((3, o.addr) for o in tile_operands(x))
     return _offsets(x) + tiles if tiles else _offsets(x)
 
 

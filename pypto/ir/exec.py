@@ -165,7 +165,7 @@ def unrolled(items, _at: tuple = ()):
 
 
 MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP)
-_STEP_KEYS = frozenset(MOVING_STEPS)
+STEP_KEYS = frozenset(MOVING_STEPS)     # (for `STEP_KEYS.isdisjoint(attrs)`: an instruction without steps)
 
 
 def at_iteration(ins: "Instr", at: tuple) -> "Instr":
@@ -243,7 +243,7 @@ class _Unroll:
                              [tuple(itertools.chain.from_iterable(inner[j:j + c])) for j in range(0, n * c, c)])
             else:
                 a = it.attrs
-                if _STEP_KEYS.isdisjoint(a._dict if type(a) is Attrs else a):
+                if STEP_KEYS.isdisjoint(a._dict if type(a) is Attrs else a):
                     stretch.append([it] * n)            # nothing of it moves: the instruction itself
                 else:
                     stretch.append(self.instances(it, loops, where, n, deltas))
@@ -667,7 +667,7 @@ def _loop_problem(items, depth, counts, seen: set):
                 return p
             continue
         a = it.attrs._dict
-        if _STEP_KEYS.isdisjoint(a):
+        if STEP_KEYS.isdisjoint(a):
             continue
         key = (id(it), counts)      # (the program keeps `it` alive: its id stays its own)
         if key in seen:
@@ -782,7 +782,7 @@ def _task_fine(items, counts: tuple, core_type: str, pipes: frozenset, fine: dic
         if True in flags and not _EVENT_IDS.issuperset(map(dict.get, itertools.compress(attrs, flags),
                                                            itertools.repeat("event"))):
             return False
-        stepped = list(map(operator.not_, map(_STEP_KEYS.isdisjoint, attrs)))
+        stepped = list(map(operator.not_, map(STEP_KEYS.isdisjoint, attrs)))
         if True in stepped and not _steps_fine(itertools.compress(zip(new, attrs, flags), stepped),
                                                counts, fine[None]):
             return False
