@@ -259,3 +259,42 @@ def test_a_matmul_whose_tiles_move_folds_with_addr_step():
     r1, r2 = ck.simulate(a, b, np.zeros((512, 512), np.float16)), flat.simulate(a, b, np.zeros((512, 512), np.float16))
     assert r1.ok and r2.ok
     assert r1.outputs["c"].tobytes() == r2.outputs["c"].tobytes()
+
+
+def _shared(stream):
+    """The stream with equal instructions made one object (as a pass that interns them would)."""
+    one: dict = {}
+    return [one.setdefault(i, i) for i in stream]
+
+
+def _two_loads_stream() -> list[Instr]:
+    """Per tile: two loads of x, at tile t's rows and at row 8t (equal windows at t = 0), with
+    eight adds between them (an inner loop)."""
+    add = Instr("TADDS", "V", UB1, (UB0, 1.0))
+    out = []
+    for t in range(6):
+        out.append(Instr("TLOAD", "MTE2", UB0, (GMRef(X, t * 4 * 256, (4, 256), (256, 1)),)))
+        out += [add] * 8
+        out.append(Instr("TLOAD", "MTE2", UB0, (GMRef(X, t * 8 * 256, (4, 256), (256, 1)),)))
+    return out
+
+
+@pytest.mark.parametrize("make", [
+    _two_loads_stream,
+    lambda: [i for t in _matmul_flat().tasks[:3] for i in t.instrs],
+    lambda: list(_matmul_flat().tasks[5].instrs)])
+def test_streams_whose_equal_instructions_are_one_object_fold_the_same(make):
+    """A stream may hold one instruction object at many positions (equal instructions shared):
+    it folds exactly as the stream of distinct copies, and unrolls to it."""
+    stream = make()
+    shared = _shared(stream)
+    assert len({id(i) for i in shared}) < len({id(i) for i in stream})
+    items, again = fold(stream), fold(shared)
+    assert item_lines(again) == item_lines(items)
+    assert _texts(unrolled(again)) == _texts(stream)
+
+
+def _matmul_flat():
+    from kernels import matmul_auto
+    args = (T([512, 2048], pypto.DT_FP16), T([2048, 512], pypto.DT_FP16), T([512, 512], pypto.DT_FP16))
+    return matmul_auto.compile(*args, options={"loops": False}).program

@@ -689,25 +689,42 @@ def _nested(body, steps, offs, known: _Tokens):
             for o in offs:
                 per_token.append(tuple(steps[k:k + len(o)]))
                 k += len(o)
-            outer: dict[int, tuple] = {}
-            ok = True
-            for static, st in zip(_dynamic_statics(inner), per_token):
-                if outer.setdefault(id(static), st) != st:
-                    ok = False
+            # the outer step of each instruction of the text, by its position in the text (one
+            # object may stand at several positions: equal instructions may be shared)
+            at = _dynamic_positions(inner)
+            outer: list = [None] * (max(at) + 1)
+            for k, st in zip(at, per_token):
+                if outer[k] is None:
+                    outer[k] = st
+                elif outer[k] != st:
                     break
-            if ok:
-                return _with_steps(inner, [x for ins, _ in static_instrs(inner) for x in outer[id(ins)]], known)
+            else:
+                return _with_steps(inner, [x for st in outer for x in st], known)
     return _with_steps(body, steps, known)
 
 
-def _dynamic_statics(items):
-    """For each instruction the items run, in order: the instruction of the text it comes from."""
+def _dynamic_positions(items) -> list[int]:
+    """For each instruction the items run, in order: the position in the text (`static_instrs`
+    order) of the instruction it comes from."""
+    out: list[int] = []
+    _positions(items, 0, out)
+    return out
+
+
+def _positions(items, first: int, out: list) -> int:
+    """Append the text positions of what `items` run (their text starting at position `first`);
+    return the position after their text."""
+    k = first
     for it in items:
         if isinstance(it, Loop):
-            for _ in range(it.count):
-                yield from _dynamic_statics(it.body)
+            start = len(out)
+            after = _positions(it.body, k, out)
+            out.extend(out[start:] * (it.count - 1))
+            k = after
         else:
-            yield it
+            out.append(k)
+            k += 1
+    return k
 
 
 def _with_steps(body, steps, known: _Tokens):

@@ -203,6 +203,9 @@ class Pipeline:
                 raise PyptoError(f"pass '{p.name}' returned {got}"
                                  , loc=_pass_loc(p),
                                  expected=f"a {want} graph", got=got, hint=hint)
+            # (the pass's input is let go first: at a large kernel's Tile level it is a graph as
+            # big as the output, and the verifier's tables would come on top of both)
+            graph = levels[want] = out
             if verify == "each" or (verify == "levels" and (last_of_level[want] == i or p not in BUILTIN_PASSES)):
                 check = _verifier(want)
                 if check is not None:
@@ -214,7 +217,5 @@ class Pipeline:
             log.append(PassRecord(p.name, p.level, before, len(out), ms))
             if snaps is not None:
                 snaps.append((p.name, out))
-            graph = out
-            levels[want] = out
         bar.update(len(self.passes))
         return levels, log, snaps
