@@ -72,7 +72,7 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                 items = replay(template.items, t.instrs)
         if items is None:
             if len(t.instrs) >= MIN_TASK:
-                template = _folding(t.instrs, known, fresh=True)
+                template = _folding(t.instrs, known)
                 lines = _lines(template.items)
                 if lines * LEFT > len(t.instrs):
                     # few repetitions with the very same tiles: those whose tiles move by
@@ -322,15 +322,14 @@ def fold(instrs, known: _Tokens | None = None) -> tuple:
     return _folding(instrs, _Tokens() if known is None else known).items
 
 
-def _folding(instrs, known: _Tokens, fresh: bool = False) -> _Template:
-    """`fold`, as the template of the streams that take its loops (`fresh`: instructions not
-    described yet, mostly: a task's).
+def _folding(instrs, known: _Tokens) -> _Template:
+    """`fold`, as the template of the streams that take its loops.
 
     What the passes decide depends on the ids of the tokens and the steps between the moving
     components of tokens of one id only: a stream with the ids of one folded before, whose
     components are that one's moved by one offset per id (and component), folds as it did (the
     bodies of a matmul's output tiles, a task of another shape but the same instructions)."""
-    keys, offs = known.describe_all(instrs, fresh)
+    keys, offs = known.describe_all(instrs)
     like = known.folded.get(tuple(keys))
     if like is not None and _moves_alike(keys, like.moving, offs):
         return _Template(instrs, like.taken(instrs), offs)
@@ -396,16 +395,12 @@ class _Tokens:
         tokens that differ only in what moves (GM offsets, event ids, extract offsets)."""
         return self.memo.get(id(x)) or self._new(x)
 
-    def describe_all(self, tokens, fresh: bool = False) -> tuple[list, list]:
-        """The ids and the moving components of the tokens (`describe`); `fresh`: not described
-        yet, mostly (described again, alike, rather than looked up first)."""
+    def describe_all(self, tokens) -> tuple[list, list]:
+        """The ids and the moving components of the tokens (`describe`)."""
         if self.base is not None:       # (the second stage: mostly the first's descriptions)
             return self._from_base(tokens)
-        if fresh:
-            described = list(map(self._new, tokens))
-        else:
-            memo, new = self.memo, self._new
-            described = [memo.get(id(x)) or new(x) for x in tokens]
+        memo, new = self.memo, self._new
+        described = [memo.get(id(x)) or new(x) for x in tokens]
         return [d[0] for d in described], [d[1] for d in described]
 
     def _from_base(self, tokens) -> tuple[list, list]:
