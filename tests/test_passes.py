@@ -156,7 +156,7 @@ def test_softmax_loads_the_row_max_once_per_row_block(x):
     users = collections.Counter(i for n in g1.nodes for i in n.inputs)
     assert all(users[n.id] == 4 for n in kept)
     # it lives across the inner loop: persistent, buffered by outer iteration
-    assert all(n.attrs["persistent"] and n.attrs["par"] == n.outer for n in kept)
+    assert all(n.attrs["persistent"] and n.par == n.outer for n in kept)
     # ... in a fixed slot of its own (two copies: the next row block's load runs ahead)
     assert len({n.attrs["buf"] for n in kept}) == kept[0].attrs["nbuf"] == 2
     slots = {(n.attrs["buf"], n.attrs["buf"] + tile_ir.tile_bytes(n.shape, n.dtype)) for n in kept}
@@ -207,12 +207,12 @@ _W2 = GMRef.whole(_BUF).window((0, 64), (8, 64))
 
 
 def _node(i, op, inner, inputs=(), key="a", gm=None, space="UB"):
-    attrs = {"key": key, "par": inner}
+    attrs = {"key": key}
     if gm is not None:
         attrs["gm"] = gm
     shape = () if op == "TSTORE" else (8, 64)
     return TileNode(i, op, tuple(inputs), shape, shape, DT_FP32, "" if op == "TSTORE" else space, 0, 0, inner,
-                    Attrs(attrs))
+                    Attrs(attrs), par=inner)
 
 
 def _graph(nodes, n_inner):
@@ -225,7 +225,7 @@ def test_a_reload_across_inner_iterations_reuses_the_first_tile():
     out = eliminate_redundant_loads(g, PassContext(get_machine("a2a3")))
     assert [n.id for n in out.nodes] == [0, 1, 3]
     assert out.by_id()[3].inputs == (0,)
-    assert out.by_id()[0].attrs["persistent"] is True and out.by_id()[0].attrs["par"] == 0
+    assert out.by_id()[0].attrs["persistent"] is True and out.by_id()[0].par == 0
     tile_ir.verify(out)
 
 

@@ -20,7 +20,7 @@ from collections import Counter
 from operator import attrgetter
 
 from ..errors import TileShapeError
-from ..ir.core import Attrs, fmt_shape
+from ..ir.core import fmt_shape
 from ..ir.tile import TileGraph, TileNode, copier, tile_bytes
 from .pipeline import Pass, PassContext
 from .reuse import ELIMINATE_REDUNDANT_LOADS
@@ -103,25 +103,33 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                 off += s["size"] * n_copies
     out = []
     append = out.append
-    new = object.__new__
     with_attrs = copier("attrs")
-    group, here = None, None
+    # per group: id of a node's map -> (its slot's copies, their new maps (made when first
+    # needed), rotate's turns or None): the nodes that shared a map and get the same copy of its
+    # slot share the new one (g keeps the old maps alive: their ids stay theirs while this runs)
+    made: dict[int, dict[int, tuple]] = {}
+    group, here, seen = None, None, None
     for n in g.nodes:
         space = n.space
         if space and space != "?":
             if n.group != group:            # (a group's nodes mostly follow each other)
                 group = n.group
                 here = placement[group]
-            d = n.attrs._dict
-            bufs, nbuf, turn, turns = here[d["key"]]
-            par = d["par"]
-            if "rotate" in d and d["rotate"]:
-                par = par * turns + turn
-            d = d.copy()                    # (cheaper than {**d, ...})
-            d["buf"] = bufs[par % nbuf]
-            d["nbuf"] = nbuf
-            attrs = new(Attrs)              # (Attrs.of(d), without the call)
-            attrs._dict, attrs._sorted = d, None
+                seen = made.setdefault(group, {})
+            a = n.attrs
+            got = seen.get(id(a))
+            if got is None:
+                d = a._dict
+                bufs, nbuf, turn, turns = here[d["key"]]
+                got = seen[id(a)] = (bufs, [None] * nbuf, (turn, turns) if "rotate" in d and d["rotate"] else None)
+            bufs, maps, rotate = got
+            par = n.par
+            if rotate is not None:
+                par = par * rotate[1] + rotate[0]
+            c = par % len(maps)
+            attrs = maps[c]
+            if attrs is None:
+                attrs = maps[c] = a.replace(buf=bufs[c], nbuf=len(maps))
             n = with_attrs(n, attrs)
         append(n)
     return g.replace(out)
@@ -164,7 +172,7 @@ class _Keys:
                 if "persistent" in d and d["persistent"]:
                     persistent.add(k)
             if "ring" in d and d["ring"]:
-                chunks.setdefault(d["key"], set()).add(d["par"])
+                chunks.setdefault(d["key"], set()).add(n.par)
             if "buffers" in d and d["buffers"]:
                 k = d["key"]
                 asked[k] = max(asked.get(k, 0), d["buffers"])

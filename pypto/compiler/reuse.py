@@ -25,6 +25,7 @@ Node ids are kept (the removed ids are simply gone), so the rest of the graph re
 from __future__ import annotations
 
 from ..ir.exec import Intervals
+from ..ir.core import Attrs
 from ..ir.tile import TileGraph, TileNode, copier
 from .pipeline import Pass, PassContext
 
@@ -151,10 +152,15 @@ def _rebuild(g: TileGraph, dup: dict[int, int], pinned: set) -> TileGraph:
     if not pinned:
         return g.replace(list(without_loads(g.nodes, dup)))
     out = []
-    with_attrs = copier("attrs")
+    with_attrs, with_par = copier("attrs"), copier("par")
+    # id of a map -> it made persistent: one new map per old one (g keeps the old maps alive)
+    made: dict[int, Attrs] = {}
     for n in without_loads(g.nodes, dup):
         if n.space != "" and (n.group, n.key) in pinned:
-            n = with_attrs(n, n.attrs.replace(persistent=True, par=n.outer))
+            a = made.get(id(n.attrs))
+            if a is None:
+                a = made[id(n.attrs)] = n.attrs.replace(persistent=True)
+            n = with_par(with_attrs(n, a), n.outer)
         out.append(n)
     return g.replace(out)
 

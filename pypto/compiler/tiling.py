@@ -59,33 +59,32 @@ class _Emitter:
         self.recorded = None
 
     def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
+        """Append a node; its `par` is the outer index if `persistent` (one tile per outer
+        iteration), else the linear one."""
         nodes = self.nodes
         nid = len(nodes)
         attrs["key"] = key
-        par = "par" in attrs                # (given: a plan cannot replay the node)
-        if not par:
-            attrs["par"] = self.outer if persistent else self.lin
         if persistent:
             attrs["persistent"] = True
         varying = [(k, v.fn) for k, v in attrs.items() if type(v) is _At]
         for k, fn in varying:
             attrs[k] = fn(self.start)
-        node = _make_node(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space,
-                          self.group, self.outer, self.inner, Attrs.of(attrs), loc)
+        node = _make_node(nid, op, tuple(inputs), tuple(shape), tuple(valid), dtype, space, self.group,
+                          self.outer, self.inner, Attrs.of(attrs), loc, self.outer if persistent else self.lin)
         nodes.append(node)
         if self.recorded is not None:
-            self.recorded.append((node, varying, persistent, par))
+            self.recorded.append((node, varying, persistent))
         return nid
 
-    def add(self, op, inputs: tuple, shape: tuple, valid: tuple, dtype, space, attrs: dict, loc) -> int:
-        """`emit` of ready parts, for the matmul's hot loop: `attrs` a new dict holding what
-        emit's would (in its order: the keywords, then key, par, persistent)."""
+    def add(self, op, inputs: tuple, shape: tuple, valid: tuple, dtype, space, attrs: Attrs, par: int,
+            loc) -> int:
+        """`emit` of ready parts, for the matmul's hot loop: `attrs` an Attrs equal to the map
+        emit would make (in its order: the keywords, then key, persistent), shared by the nodes
+        that have that map."""
         nodes = self.nodes
         nid = len(nodes)
-        a = _new(Attrs)                     # (Attrs.of(attrs), without the call)
-        a._dict, a._sorted = attrs, None
         nodes.append(_make_node(nid, op, inputs, shape, valid, dtype, space, self.group, self.outer,
-                                self.inner, a, loc))
+                                self.inner, attrs, loc, par))
         return nid
 
     def node(self, i) -> TileNode:
@@ -100,7 +99,8 @@ class _Plan:
     iteration: its id and inputs (the iteration's own nodes, at the same places after its first
     id; the accumulator of a reduction, the one `acc` holds then), its `outer`/`inner`, its
     `par` (the outer index if persistent, else the linear one) and its `_At` attributes.  The
-    nodes and their attributes come out exactly as the lowering would make them, in its order.
+    nodes and their attributes come out exactly as the lowering would make them, in its order;
+    a node without `_At` attributes shares its recorded twin's attribute map.
     """
 
     __slots__ = ("steps", "acc_out")
@@ -108,13 +108,11 @@ class _Plan:
     @staticmethod
     def of(recorded: list, base: int, acc_before: dict[int, int], acc: dict[int, int]) -> "_Plan | None":
         """The plan of an iteration whose nodes (from id `base`) `emit` recorded, `acc` the
-        accumulators before and after it; None when it cannot be replayed (a node with a `par`
-        of its caller's, an input from an earlier iteration that is no accumulator)."""
+        accumulators before and after it; None when it cannot be replayed (an input from an
+        earlier iteration that is no accumulator)."""
         acc_of = {nid: mid for mid, nid in acc_before.items()}     # earlier node -> its reduction
         steps = []
-        for n, varying, persistent, given_par in recorded:
-            if given_par:
-                return None
+        for n, varying, persistent in recorded:
             rel, from_acc = [], []
             for pos, i in enumerate(n.inputs):
                 if i >= base:
@@ -125,7 +123,7 @@ class _Plan:
                 else:
                     return None
             steps.append((n.op, tuple(rel), tuple(from_acc), n.shape, n.valid, n.dtype, n.space,
-                          n.attrs._dict.copy(), tuple(varying), persistent, n.loc))
+                          n.attrs, tuple(varying), persistent, n.loc))
         p = _Plan()
         p.steps = steps
         p.acc_out = [(mid, nid - base) for mid, nid in acc.items() if nid >= base]
@@ -146,13 +144,16 @@ class _Plan:
                 for pos, mid in from_acc:
                     ins[pos] = acc[mid]
                 inputs = tuple(ins)
-            d = attrs.copy()                # (its keys in the recorded order: values replaced in place)
-            d["par"] = outer if persistent else lin
-            for k, fn in varying:
-                d[k] = fn(start)
-            a = _new(Attrs)                 # (Attrs.of(d), without the call)
-            a._dict, a._sorted = d, None
-            append(_make_node(nid, op, inputs, shape, valid, dtype, space, group, outer, inner, a, loc))
+            if varying:
+                d = attrs._dict.copy()      # (its keys in the recorded order: values replaced in place)
+                for k, fn in varying:
+                    d[k] = fn(start)
+                a = _new(Attrs)             # (Attrs.of(d), without the call)
+                a._dict, a._sorted = d, None
+            else:
+                a = attrs                   # (equal to the recorded map: shared)
+            append(_make_node(nid, op, inputs, shape, valid, dtype, space, group, outer, inner, a, loc,
+                              outer if persistent else lin))
             nid += 1
         for mid, r in self.acc_out:
             acc[mid] = base + r
@@ -732,24 +733,45 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     s_a1, s_b1, s_a0, s_b0, s_c = (ml0, kl1), (kl1, nl0), (ml0, kl0), (kl0, nl0), (ml0, nl0)
     s_bias = (1, nl0)
     add, loc = em.add, m.loc
+    chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
+    # the attribute maps, in the order emit gives them (its keywords first), one Attrs for all
+    # the nodes that have it: an extract's per kL0 step, the accumulator's
+    n_k0 = ceil_div(kl1, kl0)
+    x_a0 = [Attrs.of({"offsets": (0, k0 * kl0), "key": "a0"}) for k0 in range(n_k0)]
+    x_b0 = [Attrs.of({"offsets": (k0 * kl0, 0), "key": "b0"}) for k0 in range(n_k0)]
+    acc = Attrs.of({"key": "c", "persistent": True})
+
+    def loads(key, windows):
+        """(Attrs, valid shape) of the loads of `windows`, one per K chunk: the shared panel's
+        picks its L1 copy by K chunk (a ring), the other by iteration."""
+        if shared == key:
+            return [(Attrs.of({"gm": w, "ring": True, "key": key}), w.shape) for w in windows]
+        return [(Attrs.of({"gm": w, "key": key}), w.shape) for w in windows]
+
     for bi in itertools.product(*[range(s) for s in batch]):
         leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
+        # the operand loads of an output row (A) or column (B) of tiles, one each per K chunk:
+        # every output tile of the row (column) loads the same windows
+        b_loads = [loads("b1", [_sub2d(terms[t][1], leads[t][1], k1 * kl1, ni * nl0, min(kl1, K - k1 * kl1),
+                                       min(nl0, N - ni * nl0)) for t, k1 in chunks]) for ni in range(nn)]
         for mi in range(nm):
+            m0 = mi * ml0
+            mv = min(ml0, M - m0)
+            a_loads = loads("a1", [_sub2d(terms[t][0], leads[t][0], m0, k1 * kl1, mv, min(kl1, K - k1 * kl1))
+                                   for t, k1 in chunks])
             for ni in range(nn):
                 em.outer = o
-                m0, n0 = mi * ml0, ni * nl0
-                mv, nv = min(ml0, M - m0), min(nl0, N - n0)
+                n0 = ni * nl0
+                nv = min(nl0, N - n0)
                 v_c = s_c if (mv, nv) == s_c else (mv, nv)
                 c = None
-                chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
+                order = range(len(chunks))
                 if shared is not None and o % 2 == 1:
-                    chunks.reverse()
-                for step, (t, k1) in enumerate(chunks):
-                    A, B = terms[t]
-                    la, lb = leads[t]
+                    order = reversed(order)
+                bl = b_loads[ni]
+                for step, chunk in enumerate(order):
                     em.inner, em.lin = step, lin
-                    kb = k1 * kl1
-                    kv1 = min(kl1, K - kb)
+                    kv1 = min(kl1, K - chunks[chunk][1] * kl1)
                     bt = None
                     if bias is not None and step == 0:
                         # persistent: slots of their own (per output tile), so the operand loads
@@ -758,33 +780,27 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                                           persistent=True, gm=_bias_row(bias, n0, nv))
                         bt = em.emit("TMOV", [bias_l1], s_bias, (1, nv), bias.dtype, "BT", "bt", loc,
                                      persistent=True)
-                    # the attrs in the order emit gives them (its keywords first): the shared
-                    # panel's load picks its L1 copy by K chunk (a ring), the other by iteration
-                    chunk = t * nk1 + k1
-                    a_gm = _sub2d(A, la, m0, kb, mv, kv1)
-                    a1 = add("TLOAD", (), s_a1, s_a1 if (mv, kv1) == s_a1 else (mv, kv1), dtype, "?",
-                             {"gm": a_gm, "par": chunk, "ring": True, "key": "a1"} if shared == "a1" else
-                             {"gm": a_gm, "key": "a1", "par": lin}, loc)
-                    b_gm = _sub2d(B, lb, kb, n0, kv1, nv)
-                    b1 = add("TLOAD", (), s_b1, s_b1 if (kv1, nv) == s_b1 else (kv1, nv), dtype, "?",
-                             {"gm": b_gm, "par": chunk, "ring": True, "key": "b1"} if shared == "b1" else
-                             {"gm": b_gm, "key": "b1", "par": lin}, loc)
+                    attrs, valid = a_loads[chunk]
+                    a1 = (add("TLOAD", (), s_a1, s_a1 if valid == s_a1 else valid, dtype, "?", attrs,
+                              chunk if shared == "a1" else lin, loc),)
+                    attrs, valid = bl[chunk]
+                    b1 = (add("TLOAD", (), s_b1, s_b1 if valid == s_b1 else valid, dtype, "?", attrs,
+                              chunk if shared == "b1" else lin, loc),)
                     lin += 1
                     for k0 in range(ceil_div(kv1, kl0)):
                         kv = min(kl0, kv1 - k0 * kl0)
                         # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
-                        a0 = add("TEXTRACT", (a1,), s_a0, s_a0 if (mv, kv) == s_a0 else (mv, kv), dtype, "?",
-                                 {"offsets": (0, k0 * kl0), "par": steps, "key": "a0"}, loc)
-                        b0 = add("TEXTRACT", (b1,), s_b0, s_b0 if (kv, nv) == s_b0 else (kv, nv), dtype, "?",
-                                 {"offsets": (k0 * kl0, 0), "par": steps, "key": "b0"}, loc)
+                        a0 = add("TEXTRACT", a1, s_a0, s_a0 if (mv, kv) == s_a0 else (mv, kv), dtype, "?",
+                                 x_a0[k0], steps, loc)
+                        b0 = add("TEXTRACT", b1, s_b0, s_b0 if (kv, nv) == s_b0 else (kv, nv), dtype, "?",
+                                 x_b0[k0], steps, loc)
                         steps += 1
-                        acc = {"key": "c", "par": o, "persistent": True}
                         if c is None and bt is not None:
-                            c = add("TMATMUL_BIAS", (bt, a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
+                            c = add("TMATMUL_BIAS", (bt, a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
                         elif c is None:
-                            c = add("TMATMUL", (a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
+                            c = add("TMATMUL", (a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
                         else:
-                            c = add("TMATMUL_ACC", (c, a0, b0), s_c, v_c, acc_dtype, "?", acc, loc)
+                            c = add("TMATMUL_ACC", (c, a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
                 lead = bi
                 for ref in outs:
                     em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,

@@ -312,7 +312,7 @@ class TileTrace:
                     o = self.ops[k]
                     # an accumulation writes its accumulator's tile: the same slot
                     key_of[k] = key_of[o.inputs[0]] if o.op == "TMATMUL_ACC" else f"t{p}"
-                    attrs = {"key": key_of[k], "par": outer, **o.attrs}
+                    attrs = {"key": key_of[k], **o.attrs}
                     if o.space:
                         attrs["rotate"] = True      # (memory.allocate)
                     if o.win is not None:
@@ -322,7 +322,7 @@ class TileTrace:
                     store = o.op == "TSTORE"
                     nodes.append(TileNode._make(len(nodes), o.op, tuple(new_id[i] for i in o.inputs),
                                                 () if store else shapes[p], () if store else o.shape, o.dtype,
-                                                o.space, gid, outer, 0, Attrs.of(attrs), o.loc))
+                                                o.space, gid, outer, 0, Attrs.of(attrs), o.loc, outer))
             first = self.ops[group[0][0]]
             st = next((self.ops[k].win for k in group[0] if self.ops[k].op == "TSTORE"), None)
             if cube:

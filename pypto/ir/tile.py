@@ -3,7 +3,14 @@
 Each node produces at most one tile (stores produce none).  A node belongs to a fusion group
 and to one iteration of that group's tile loop (`outer`, `inner`: the inner loop walks the
 tiles of a reduced or accumulated dim).  Tail tiles carry a `valid` shape smaller than the
-allocated `shape`.  After buffer allocation every tile node has a `buf` byte offset in its space.
+allocated `shape`.  A node's `par` counts the iterations its slot takes turns over: buffer
+allocation gives it copy `par % nbuf` of its slot (N-buffering).  After buffer allocation every
+tile node has a `buf` byte offset in its space.
+
+Attribute maps hold what a node's op and slot need, not where the node sits in the loop (that
+is `outer`, `inner`, `par`): the nodes of different iterations that do the same have equal maps,
+and the passes that make or rebuild nodes give them one shared `Attrs` (a tile graph holds
+hundreds of thousands of nodes).
 """
 from __future__ import annotations
 
@@ -57,6 +64,9 @@ class TileNode:
     inner: int
     attrs: Attrs = field(default_factory=Attrs)
     loc: SourceLoc | None = None
+    # which copy of its slot the tile takes (`par % nbuf`, see memory.allocate): tiles of one
+    # key whose `par` differ by one are in different copies (their loads overlap the compute)
+    par: int = 0
 
     def replace(self, **changes) -> "TileNode":
         """A copy with some fields changed."""
