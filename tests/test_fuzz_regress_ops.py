@@ -137,3 +137,27 @@ def test_autocast_widens_a_constant_with_its_own_value():
     want = np.var(np.where(v >= 0, v, 0.2 * v))
     assert abs(float(res.outputs["out0"][0]) - want) <= 1e-3 * want + 1e-7
     assert res.ok
+
+
+@pypto.jit
+def _long_product(x0, out0):
+    v = pypto.tanh(x0 + x0).reshape(9600)
+    pypto.assemble(pypto.prod(v, dim=0, keepdim=True), [2], out0)
+
+
+def test_a_product_that_ends_in_the_subnormals_is_not_a_false_alarm():
+    """9600 factors of about 0.98: the product is a few subnormal steps (about 1e-44), where
+    each rounding is absolute; the kernel multiplies tile by tile in another order than numpy
+    and lands a few smallest subnormals away.  The check said MISMATCH (its bound was relative
+    only); the result is right and the bound now allows the subnormal roundings."""
+    rng = np.random.default_rng(2872)
+    x = rng.uniform(1.0, 1.5, size=(100, 48, 2)).astype(np.float32)
+    out = np.zeros(4, np.float32)
+    res = _run(_long_product, x, out)
+    want = np.prod(np.tanh(x.astype(np.float64) * 2))
+    got = float(res.outputs["out0"][2])
+    assert 0 < want < 1e-40 and abs(got - want) < 100 * 2.0 ** -149
+    c = res.check["out0"]
+    assert res.ok and c["max_err_ratio"] < 1
+    # ... and the allowance stays tight: a product 1e-40 off (thousands of steps) would fail
+    assert 0 < c["max_abs_err"] / c["max_err_ratio"] < 1e-40

@@ -637,14 +637,23 @@ def _mod_bound(f, floored):
 
 def _prod_bound(ins, a):
     """prod(|x| + e) - prod(|x|) (the most the factors' errors move the product), plus n - 1
-    roundings of the (fp32 at least) accumulator."""
+    roundings of the (fp32 at least) accumulator.  A rounding is relative (u32 |partial
+    product|, carried to the end: u32 |product|) until the partial product is subnormal; there
+    it is absolute, up to the smallest subnormal, and the factors that follow scale it: by at
+    most the product of the factors above 1, in whatever order the tiles multiply (a long product
+    of factors below 1 ends in the subnormals, where the two evaluations differ by a few of
+    those)."""
     x, d = ins[0], a["dim"]
     m = np.abs(np.asarray(x.v, np.float64))
     kw = {"axis": d, "keepdims": a["keepdim"]}
     p = np.prod(m, **kw)
-    e = np.prod(m + x.full_e, **kw) - p
-    if a.get("float_acc", True) and m.shape[d] > 1:
-        e = e + (m.shape[d] - 1) * 2.0 ** -24 * p
+    big = m + x.full_e
+    e = np.prod(big, **kw) - p
+    n = m.shape[d]
+    if a.get("float_acc", True) and n > 1:
+        with np.errstate(over="ignore"):
+            grow = np.prod(np.maximum(big, 1.0), **kw)
+        e = e + (n - 1) * (2.0 ** -24 * p + 2.0 ** -149 * grow)
     return x.__class__(np.prod(x.v, **kw), e)
 
 
