@@ -30,9 +30,12 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}."""
     nodes = g.tiles.by_id()
     dup: dict[int, int] = {}
-    sizes: dict[tuple, int] = {}        # (tile shape, id of its dtype) -> tile_bytes
+    # tile shape -> (the dtype object of its last tile, tile_bytes): tile_bytes hashes the dtype
+    # in Python, and a matmul's tiles are of a few shapes of one dtype
+    sizes: dict[tuple, tuple] = {}
     for t in g.tasks:
-        # per space: slot address -> (end, load key, load id) of the window it holds
+        # per space: slot address -> (end, load key, load id) of the window it holds; the slots
+        # of a space never meet (a load clears whatever its own slot meets)
         held: dict[str, dict[int, tuple[int, tuple, int]]] = {}
         for i in t.nodes:
             n = nodes[i]
@@ -58,18 +61,19 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
             if slots is None:
                 slots = held[space] = {}
             lo = d["buf"]
-            # (bytes per tile shape and dtype object: tile_bytes hashes the dtype, in Python)
-            size = sizes.get((n.shape, id(n.dtype)))
-            if size is None:
-                size = sizes[(n.shape, id(n.dtype))] = tile_bytes(n.shape, n.dtype)
-            hi = lo + size
+            size = sizes.get(n.shape)
+            if size is None or size[0] is not n.dtype:
+                size = sizes[n.shape] = (n.dtype, tile_bytes(n.shape, n.dtype))
+            hi = lo + size[1]
+            have = slots.get(lo)
             if op == "TLOAD":
                 key = load_key(n)
-                have = slots.get(lo)
                 if have is not None and have[0] == hi and have[1] == key:
                     dup[i] = have[2]
                     continue
-            if slots:
+            if have is not None and have[0] == hi > lo:
+                del slots[lo]           # (the only slot its bytes meet: slots never meet)
+            elif slots:
                 gone = [a for a, (b, _, _) in slots.items() if a < hi and lo < b]
                 for a in gone:
                     del slots[a]

@@ -27,14 +27,16 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     epilogues of mixed kernels pair with their cube tiles (see the module docstring)."""
     m = ctx.machine
     by_outer: dict[tuple[int, int], list[int]] = {}
-    # (the nodes of a group iteration come in consecutive runs, mostly a single one: grouped by a
-    # C-level step per node)
-    for k, run in itertools.groupby(g.nodes, _GROUP_OUTER):
-        ids = by_outer.get(k)
-        if ids is None:
-            by_outer[k] = list(map(_ID, run))
-        else:
-            ids.extend(map(_ID, run))
+    # (the nodes of a group iteration come in consecutive runs, mostly a single one: grouped by
+    # C-level steps per node, by group then by outer iteration: no key tuple per node)
+    for group, of_group in itertools.groupby(g.nodes, _GROUP):
+        for outer, run in itertools.groupby(of_group, _OUTER):
+            k = (group, outer)
+            ids = by_outer.get(k)
+            if ids is None:
+                by_outer[k] = list(map(_ID, run))
+            else:
+                ids.extend(map(_ID, run))
     pairs = epilogue_pairs(g) if ctx.options.get("pairing", True) and m.n_aiv >= 2 * m.n_aic else {}
     tasks = []
     task_of: dict[tuple[int, int], int] = {}       # (group, outer) -> its task, for the pairs
@@ -73,7 +75,7 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     return BlockGraph(g.name, g, tuple(tasks))
 
 
-_GROUP_OUTER, _ID = operator.attrgetter("group", "outer"), operator.attrgetter("id")
+_GROUP, _OUTER, _ID = operator.attrgetter("group"), operator.attrgetter("outer"), operator.attrgetter("id")
 
 
 def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:

@@ -17,32 +17,37 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     nodes = g.tiles.by_id()
     refs: dict[int, TileRef] = {}           # node id -> the tile it produces, as an operand
     interned: dict[tuple, TileRef] = {}     # equal operands share one object (cheap to cache on)
-    # (space, buf, shape, valid) -> the last operand made there: a node of the same dtype object
-    # takes it without hashing its dtype (a Python `__hash__`); any other goes through `interned`
-    placed: dict[tuple, TileRef] = {}
+    # space -> buf -> the last operand made there: a node of its shape, valid shape and dtype
+    # object takes it without building a key of tuples to hash (its dtype's hash is a Python
+    # `__hash__`); any other goes through `interned`
+    placed: dict[str, dict[int, TileRef]] = {}
 
     def ref(n) -> TileRef:
         key = (n.space, n.attrs._dict["buf"], n.dtype, n.shape, n.valid)
         got = interned.get(key)
         if got is None:
             got = interned[key] = TileRef(*key)
-        refs[n.id] = placed[(n.space, key[1], n.shape, n.valid)] = got
+        refs[n.id] = got
+        at = placed.get(key[0])
+        if at is None:
+            at = placed[key[0]] = {}
+        at[key[1]] = got
         return got
 
     ref_of = refs.__getitem__
     # per (op, attribute names), worked out once: (how its GM window is an operand, its pipe,
     # the names the instruction keeps in their order, whether one is a scalar operand, the name
-    # when it keeps that one only and not a scalar)
+    # when it keeps that one only and not a scalar, the `shared` entry of that name)
     plans: dict[tuple, tuple] = {}
     keep = set(ATTRS) | {"scalar"}
     empty = Attrs()                     # one shared by every instruction that keeps none
     of = Attrs.of                       # (the dicts built here are handed over, never changed)
     make = Instr._make                  # (op, pipe, dst, srcs, attrs, loc), all given
-    # (name, value) -> the Attrs of an instruction keeping that one name (not "scalar": a
+    # name -> value -> the Attrs of an instruction keeping that one name (not "scalar": a
     # TEXTRACT's offsets), shared by the instructions with that value when it is an int or a
     # flat tuple of ints (a value equal to one of other types (1.0, True, a numpy int) prints
     # differently: not shared)
-    shared: dict[tuple, Attrs] = {}
+    shared: dict[str, dict] = {}
     tasks = []
     for t in g.tasks:
         instrs = []
@@ -51,17 +56,18 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             n = nodes[i]
             op = n.op
             d = n.attrs._dict
-            plan = plans.get((op, *d))
+            plan = plans.get((op, tuple(d)))     # ((op, *d) builds a list first: slower)
             if plan is None:
-                plan = plans[(op, *d)] = _plan(op, d, keep)
-            kind, pipe, kept, scalar, one = plan
+                plan = plans[(op, tuple(d))] = _plan(op, d, keep, shared)
+            kind, pipe, kept, scalar, one, same = plan
             # its tile, made an operand here (a task's ops come in program order: its operands'
             # are made first); None for a store or a flag (`dst or refs[i]`: a KeyError for any
             # other op without a tile, as for a missing operand)
             space = n.space
             if space:
-                dst = placed.get((space, d["buf"], n.shape, n.valid))
-                if dst is None or dst.dtype is not n.dtype:
+                at = placed.get(space)
+                dst = None if at is None else at.get(d["buf"])
+                if dst is None or dst.dtype is not n.dtype or dst.shape != n.shape or dst.valid != n.valid:
                     dst = ref(n)
                 else:
                     refs[i] = dst
@@ -71,16 +77,28 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
                 append(make(op, d["src"] if op == "SET_FLAG" else d["dst"], None, (),
                             Attrs({k: d[k] for k in ("src", "dst", "event")}), n.loc))
                 continue
+            # its operands (by count: a tuple of a few subscripts, not of a `map`)
+            inputs = n.inputs
             try:
-                srcs = tuple(map(ref_of, n.inputs)) if n.inputs else ()
+                count = len(inputs)
+                if count == 1:
+                    srcs = (refs[inputs[0]],)
+                elif count == 2:
+                    srcs = (refs[inputs[0]], refs[inputs[1]])
+                elif count == 3:
+                    srcs = (refs[inputs[0]], refs[inputs[1]], refs[inputs[2]])
+                else:
+                    srcs = tuple(map(ref_of, inputs)) if count else ()
             except KeyError:        # an operand not made yet (its op later in the task)
-                srcs = tuple([refs[j] if j in refs or not nodes[j].space else ref(nodes[j]) for j in n.inputs])
+                srcs = tuple([refs[j] if j in refs or not nodes[j].space else ref(nodes[j]) for j in inputs])
             if one is not None:
                 v = d[one]
-                if v.__class__ is int or v.__class__ is tuple and _INTS.issuperset(map(type, v)):
-                    a = shared.get((one, v))
+                c = v.__class__
+                if c is int or c is tuple and (len(v) == 2 and v[0].__class__ is int and v[1].__class__ is int
+                                               or _INTS.issuperset(map(type, v))):
+                    a = same.get(v)
                     if a is None:
-                        a = shared[(one, v)] = of({one: v})
+                        a = same[v] = of({one: v})
                 else:
                     a = of({one: v})
             elif not kept:
@@ -108,17 +126,19 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
 _INTS = frozenset([int])
 
 
-def _plan(op: str, d: dict, keep: set) -> tuple:
+def _plan(op: str, d: dict, keep: set, shared: dict) -> tuple:
     """How `select_instructions` turns a tile op with these attribute names into an instruction:
     (how its GM window is an operand, its pipe, the names it keeps, whether one is "scalar", the
-    name when it keeps that one only and it is not "scalar")."""
+    name when it keeps that one only and it is not "scalar", and then `shared`'s dict of the
+    Attrs of that name by value)."""
     acc = gm_access(op)
     kind = "load" if op == "TLOAD" else "store" if op == "TSTORE" else acc or (
         "flag" if op in SYNC_OPS else "tile")
     pipe = None if op == "TSTORE" else "MTE2" if op == "TLOAD" else pipe_of(op)
     kept = tuple(k for k in d if k in keep)
     scalar = "scalar" in kept
-    return kind, pipe, kept, scalar, kept[0] if len(kept) == 1 and not scalar else None
+    one = kept[0] if len(kept) == 1 and not scalar else None
+    return kind, pipe, kept, scalar, one, None if one is None else shared.setdefault(one, {})
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:

@@ -82,6 +82,48 @@ def _layout(bshape: tuple, shape: tuple, strides: tuple) -> tuple:
     return got
 
 
+def _boxes(refs) -> list:
+    """`[r._box for r in refs]`, the boxes not known yet worked out here (keeping the span too),
+    with the layout looked up once per run of windows of one layout (the tiles of one loop): a
+    task's footprint has thousands of windows."""
+    out = []
+    seen = None                         # (buffer shape, shape, strides) of `layout`
+    for r in refs:
+        box = r.__dict__.get("_box", _UNKNOWN)
+        if box is _UNKNOWN:
+            if seen is None or seen[1] != r.shape or seen[2] != r.strides or seen[0] != r.buf.shape:
+                seen = (r.buf.shape, r.shape, r.strides)
+                layout = _layout(*seen)
+            box = _placed(r, layout)
+        out.append(box)
+    return out
+
+
+def _placed(r: "GMRef", layout: tuple):
+    """`r._box` (and `r._span`, while at it), kept on `r`, from `_layout` of its shape and
+    strides: the offset only places it."""
+    nat, ext, last = layout
+    off = r.offset
+    d = r.__dict__
+    d["_span"] = (off, off + last + 1)
+    if ext is None:
+        box = r._compute_box()
+    elif len(nat) == 2:                 # (most buffers: one divmod, the last natural stride is 1)
+        i, j = divmod(off, nat[0])
+        box = (i, i + ext[0]), (j, j + ext[1])
+    else:
+        ranges = []
+        for s, e in zip(nat, ext):
+            i, off = divmod(off, s)
+            ranges.append((i, i + e))
+        box = tuple(ranges)
+    d["_box"] = box
+    return box
+
+
+_UNKNOWN = object()
+
+
 @quick_init
 @dataclass(frozen=True)
 class GMRef:
@@ -155,19 +197,7 @@ class GMRef:
     def _box(self):
         # a window's shape and strides are mostly those of many others (the tiles of one loop):
         # what they decide comes from `_layout`, and the offset only places it
-        nat, ext, last = _layout(self.buf.shape, self.shape, self.strides)
-        off = self.offset
-        self.__dict__["_span"] = (off, off + last + 1)      # (the span too, while at it)
-        if ext is None:
-            return self._compute_box()
-        if len(nat) == 2:               # (most buffers: one divmod, the last natural stride is 1)
-            i, j = divmod(off, nat[0])
-            return (i, i + ext[0]), (j, j + ext[1])
-        ranges = []
-        for s, e in zip(nat, ext):
-            i, off = divmod(off, s)
-            ranges.append((i, i + e))
-        return tuple(ranges)
+        return _placed(self, _layout(self.buf.shape, self.shape, self.strides))
 
     def box(self):
         """Per-buffer-dim [lo, hi) ranges covered, or None when strides are not a permutation."""
@@ -272,17 +302,18 @@ class Footprint:
 
     def add_all(self, refs: list[GMRef]):
         """`add` of each of `refs`, with a Python step per buffer, not per window: the windows of
-        a buffer are sorted together, their boxes and spans read and bounded at C level."""
+        a buffer are picked out together, their boxes and spans read and bounded at C level (the
+        boxes not known yet worked out by `_boxes`)."""
         if len(refs) < 4:
             for ref in refs:
                 self.add(ref)
             return
-        names = dict.fromkeys(map(_BUF_NAME, refs))     # (the buffers in `add`'s order)
-        runs = {name: list(run)
-                for name, run in itertools.groupby(sorted(refs, key=_BUF_NAME), _BUF_NAME)}
-        for name in names:
-            run = runs[name]
-            boxes = list(map(_BOX, run))            # (first: working a box out keeps the span too)
+        names = list(map(_BUF_NAME, refs))
+        order = dict.fromkeys(names)                    # (the buffers in `add`'s order)
+        for name in order:
+            # (a C-level pass per buffer: a task's windows are of a few buffers, interleaved)
+            run = refs if len(order) == 1 else list(itertools.compress(refs, map(name.__eq__, names)))
+            boxes = _boxes(run)                     # (first: working a box out keeps the span too)
             spans = list(map(_SPAN, run))
             lo, hi = min(map(_LO, spans)), max(map(_HI, spans))
             s = self.span.get(name)
@@ -330,5 +361,5 @@ class Footprint:
 
 
 _BUF_NAME = operator.attrgetter("buf.name")
-_BOX, _SPAN = operator.attrgetter("_box"), operator.attrgetter("_span")
+_SPAN = operator.attrgetter("_span")
 _LO, _HI = operator.itemgetter(0), operator.itemgetter(1)
