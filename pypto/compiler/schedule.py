@@ -48,6 +48,10 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     # flat tuple of ints (a value equal to one of other types (1.0, True, a numpy int) prints
     # differently: not shared)
     shared: dict[str, dict] = {}
+    # equal on-chip instructions are one object (a matmul's extracts and MACs repeat from output
+    # tile to output tile; a 4096x8192x4096 matmul: 228k instructions, 2k distinct), keyed on
+    # the identities of their parts, which are interned (`made` keeps them alive)
+    made: dict[tuple, Instr] = {}
     tasks = []
     for t in g.tasks:
         instrs = []
@@ -109,7 +113,11 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
                     srcs += (a.pop("scalar"),)
                 a = of(a)
             if kind == "tile":
-                ins = make(op, pipe, dst or refs[i], srcs, a, n.loc)
+                dst = dst or refs[i]
+                k = (op, id(dst), id(a), id(n.loc), *map(id, srcs))
+                ins = made.get(k)
+                if ins is None:
+                    ins = made[k] = make(op, pipe, dst, srcs, a, n.loc)
             elif kind == "load":
                 ins = make("TLOAD", "MTE2", dst or refs[i], (d["gm"],), a, n.loc)
             elif kind == "store":
