@@ -7,7 +7,7 @@ single-core model of the timing engine, with the flags `sync.plan_flags` would i
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import chain
+from itertools import chain, compress
 import math
 from operator import attrgetter
 from typing import NamedTuple
@@ -59,21 +59,25 @@ class DynamicScheduler(OptimizationPass):
         shared: dict = {}       # shape key -> the first _Stream of that key (its accesses, dependences, flag plans)
         kept: dict = {}         # shape key of a stream left in its order (bandwidth-bound) -> shape id
         tasks, changed, shapes = [], False, {}
-        latencies = load_latencies(graph, machine)
-        slowdowns = gm_slowdown(graph, machine, latencies)
-        for t, lat, slow in zip(graph.tasks, latencies, slowdowns):
+        # each task's shape key, as the first stream of its shape gave it (equal keys: the same
+        # object, so that the dicts keyed by it compare them by identity, and only one key per
+        # shape is kept alive); None for a stream that is not scheduled (sync, < 2 instructions)
+        keys: dict = {}
+        skeys = [keys.setdefault(k, k) if k is not None else None for k in map(_stream_key, graph.tasks)]
+        latencies = load_latencies(graph, machine, skeys)
+        slowdowns = gm_slowdown(graph, machine, latencies, skeys)
+        for t, lat, slow, skey in zip(graph.tasks, latencies, slowdowns, skeys):
             slow = round(slow, 2)
-            res = schedule_task(t.instrs, machine, cache, lat, slow, cycles, shared)
+            res = schedule_task(t.instrs, machine, cache, lat, slow, cycles, shared, skey)
             if res.instrs is not t.instrs:
                 changed = True
                 t = with_stream(t, res.instrs)
             tasks.append(t)
             shape = res.shape
-            if shape is None and slow > BANDWIDTH_BOUND and len(t.instrs) >= 2 \
-                    and _SYNC.isdisjoint(map(_OP, t.instrs)):
+            if shape is None and slow > BANDWIDTH_BOUND and skey is not None:
                 # not scheduled, but isomorphic streams still share their flags, their buffer
                 # pressure and their decoding in the simulator: ids of their own (negative)
-                shape = kept.setdefault(_shape_key(t.instrs), -1 - len(kept))
+                shape = kept.setdefault(skey, -1 - len(kept))
             if shape is not None:
                 shapes[id(t.instrs)] = (t.instrs, shape)
         out = graph.replace(tasks) if changed else graph
@@ -151,77 +155,127 @@ def _is_gm_load(ins: Instr) -> bool:
     return ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef)
 
 
-def load_latencies(graph: ExecGraph, machine: Machine) -> list[tuple[int, ...]]:
+def load_latencies(graph: ExecGraph, machine: Machine, shapes=None) -> list[tuple[int, ...]]:
     """Per task, per instruction: cycles from the end of a GM load's transfer to its data being
     ready (0 for other instructions), as the timing model's L2 will likely serve it.
 
     The L2 keeps GM windows that were loaded or stored before: a load of a window an earlier
     task (or an earlier instruction of the task) touched is predicted to hit
     (`machine.l2_hit_cycles`), any other to miss (plus `machine.l2_miss_extra_cycles`).
+    `shapes`: see `_gm_transfers`.
     """
     hit = machine.l2_hit_cycles
     miss = hit + machine.l2_miss_extra_cycles
     if machine.l2_mib == 0:
         hit = miss
     seen: set = set()
+    add = seen.add
     out = []
-    for t in graph.tasks:
-        lat = []
-        for ins in t.instrs:
-            if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
-                w = ins.srcs[0]
-                key = (w.buf.name, w.offset, w.shape, w.strides)
-                lat.append(hit if key in seen else miss)
-                seen.add(key)
+    for t, (at, loads) in zip(graph.tasks, _gm_transfers(graph, shapes)):
+        instrs = t.instrs
+        lat = [0] * len(instrs)
+        for k, load in zip(at, loads):
+            if load:
+                n = len(seen)
+                add(_L2_KEY(instrs[k].srcs[0]))
+                lat[k] = miss if len(seen) > n else hit     # (added: not seen before)
             else:
-                lat.append(0)
-                if ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
-                    w = ins.dst
-                    seen.add((w.buf.name, w.offset, w.shape, w.strides))
+                add(_L2_KEY(instrs[k].dst))
         out.append(tuple(lat))
     return out
 
 
-def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None) -> list[float]:
+_L2_KEY = attrgetter("buf.name", "offset", "shape", "strides")     # a GM window, as the L2 keeps it
+
+
+_TRANSFER_OPS = frozenset(("TLOAD", "TSTORE"))
+
+
+def _gm_transfers(graph: ExecGraph, shapes=None) -> list[tuple[list[int], list[bool]]]:
+    """Per task: (the indices of its GM transfers, a GM load (True) or store (False) each), in
+    program order.  `shapes`: per task its `_shape_key` or None; tasks of equal keys have their
+    transfers at the same indices, found once (the same lists).
+
+    The transfers are a small part of a stream, found with C-level maps (every task's stream is
+    walked)."""
+    out = []
+    known: dict = {}
+    for t, key in zip(graph.tasks, shapes or [None] * len(graph.tasks)):
+        got = known.get(key) if key is not None else None
+        if got is None:
+            instrs = t.instrs
+            at = []
+            loads = []
+            for k in compress(range(len(instrs)), map(_TRANSFER_OPS.__contains__, map(_OP, instrs))):
+                ins = instrs[k]
+                if ins.op == "TLOAD":
+                    if isinstance(ins.srcs[0], GMRef):
+                        at.append(k)
+                        loads.append(True)
+                elif isinstance(ins.dst, GMRef):
+                    at.append(k)
+                    loads.append(False)
+            got = (at, loads)
+            if key is not None:
+                known[key] = got
+        out.append(got)
+    return out
+
+
+def gm_slowdown(graph: ExecGraph, machine: Machine, latencies=None, shapes=None) -> list[float]:
     """Per task: how much longer than its path's bandwidth allows a GM transfer will take, because
     the tasks of its wavefront level share the HBM and the L2 (a roofline per level).
 
     A level's transfers need (sum of their path-limited cycles) / (cores running the level) at
     least; its HBM bytes (predicted L2 misses, and stores) need bytes / HBM bandwidth, its L2
     hits bytes / L2 bandwidth.  When one of those is longer, every transfer of the level
-    stretches by the ratio.  `latencies`: `load_latencies(graph, machine)`.
+    stretches by the ratio.  `latencies`: `load_latencies(graph, machine)`; `shapes`: see
+    `_gm_transfers` (tasks of one shape have the same transfer bytes and paths, worked out once).
     """
     if latencies is None:
-        latencies = load_latencies(graph, machine)
+        latencies = load_latencies(graph, machine, shapes)
     hit = machine.l2_hit_cycles
+    l2 = bool(machine.l2_mib)
     cores = {"AIC": machine.n_aic, "AIV": machine.n_aiv}
     levels: dict[int, list] = {}        # level -> [path cycles, HBM bytes, L2 bytes, {core type: tasks}]
-    bpc: dict[tuple, float] = {}
-    for t, lat in zip(graph.tasks, latencies):
+    rates: dict[tuple, float] = {}
+    sized: dict[int, list] = {}         # id(transfer indices) -> [(index, load, bytes, path cycles)]
+    for t, lat, (at, loads) in zip(graph.tasks, latencies, _gm_transfers(graph, shapes)):
         lv = levels.setdefault(t.level, [0.0, 0, 0, {}])
         lv[3][t.core_type] = lv[3].get(t.core_type, 0) + 1
-        for ins, la in zip(t.instrs, lat):
-            if ins.op == "TLOAD" and isinstance(ins.srcs[0], GMRef):
-                nbytes, path = ins.srcs[0].nbytes, ("GM", ins.dst.space)
-                lv[2 if 0 < la <= hit and machine.l2_mib else 1] += nbytes
-            elif ins.op == "TSTORE" and isinstance(ins.dst, GMRef):
-                nbytes, path = ins.dst.nbytes, (ins.srcs[0].space, "GM")
-                lv[1] += nbytes
+        rows = sized.get(id(at))
+        if rows is None:
+            rows = sized[id(at)] = []
+            instrs = t.instrs
+            for k, load in zip(at, loads):
+                ins = instrs[k]
+                if load:
+                    nbytes, path = ins.srcs[0].nbytes, ("GM", ins.dst.space)
+                else:
+                    nbytes, path = ins.dst.nbytes, (ins.srcs[0].space, "GM")
+                rate = rates.get(path)
+                if rate is None:
+                    rate = rates[path] = machine.gm_load_bytes_per_cycle(*path)
+                rows.append((k, load, nbytes, nbytes / rate))
+        # (the path cycles summed transfer by transfer, in program order, as floats add)
+        cyc = lv[0]
+        for k, load, nbytes, c in rows:
+            if load:
+                la = lat[k]
+                lv[2 if 0 < la <= hit and l2 else 1] += nbytes
             else:
-                continue
-            rate = bpc.get(path)
-            if rate is None:
-                rate = bpc[path] = machine.gm_load_bytes_per_cycle(*path)
-            lv[0] += nbytes / rate
+                lv[1] += nbytes
+            cyc += c
+        lv[0] = cyc
     factor = {}
-    for level, (path, hbm, l2, kinds) in levels.items():
+    for level, (path, hbm, l2b, kinds) in levels.items():
         active = max(1, sum(min(n, cores.get(ct, n)) for ct, n in kinds.items()))
         need = path / active
         f = 1.0
         if need > 0:
             f = max(f, hbm / machine.hbm_bytes_per_cycle / need)
             if machine.l2_mib:
-                f = max(f, l2 / machine.l2_bytes_per_cycle / need)
+                f = max(f, l2b / machine.l2_bytes_per_cycle / need)
         factor[level] = f
     return [factor.get(t.level, 1.0) for t in graph.tasks]
 
@@ -590,25 +644,39 @@ def _shape_key(instrs) -> tuple:
 _SYNC = frozenset(SYNC_OPS)
 
 
+def _schedulable(instrs) -> bool:
+    """Whether `schedule_task` may reorder a stream: two instructions at least, no sync yet."""
+    return len(instrs) >= 2 and _SYNC.isdisjoint(map(_OP, instrs))
+
+
+def _stream_key(t) -> tuple | None:
+    """The `_shape_key` of task `t`'s stream, or None for a stream the pass leaves as it is
+    (not `_schedulable`)."""
+    return _shape_key(t.instrs) if _schedulable(t.instrs) else None
+
+
 def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=None,
                   slowdown: float | None = None, cycles: dict | None = None,
-                  shared: dict | None = None) -> TaskSchedule:
+                  shared: dict | None = None, skey: tuple | None = None) -> TaskSchedule:
     """Schedule one task's stream (see DynamicScheduler): the fastest of the original order, its
     list schedule, and both with batched flags, by `evaluate`; the original on a tie.  Streams
     that already hold sync instructions are left alone.  `cache` (a dict) shares the decision
     between streams of the same shape; `latency`: per instruction, a GM load's data latency
     (default: an L2 hit); `slowdown`: how much longer than its path allows a GM transfer takes
     (see `gm_slowdown`; default 1); `cycles`, `shared`: what streams of one pass share (see
-    `_Stream`)."""
+    `_Stream`); `skey`: the stream's `_shape_key`, when the caller has it."""
     instrs = tuple(instrs)
-    if len(instrs) < 2 or not _SYNC.isdisjoint(map(_OP, instrs)):
+    if not _schedulable(instrs):
         return TaskSchedule(instrs, None, None, "original")
     if slowdown is not None and slowdown > BANDWIDTH_BOUND:
         # the level waits for the shared HBM / L2 whatever each core's order: keep it
         return TaskSchedule(instrs, None, None, "original")
     if latency is None:
         latency = tuple(machine.l2_hit_cycles if _is_gm_load(i) else 0 for i in instrs)
-    skey = _shape_key(instrs) if cache is not None else None
+    if cache is None:
+        skey = None
+    elif skey is None:
+        skey = _shape_key(instrs)
     key = (skey, tuple(latency), slowdown) if cache is not None else None
     hit = cache.get(key) if key is not None else None
     if hit is None:

@@ -25,6 +25,8 @@ instruction indices `at` move with them).
 """
 from __future__ import annotations
 
+from itertools import compress
+from operator import attrgetter, not_
 from typing import NamedTuple
 
 from ..errors import VerificationError
@@ -109,6 +111,7 @@ def _minus(gaps, lo, hi):
 
 
 _SYNC = frozenset(SYNC_OPS)
+_OP = attrgetter("op")
 
 
 def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
@@ -118,54 +121,67 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
     Live bytes are tracked as pieces [lo, hi) of the tiles written (a write over part of a tile
     ends that part only); bytes read and never written in the task are live from its start.
     """
-    opened: dict[str, list] = {}        # space -> open pieces [lo, hi, start, last read, tile id]
+    # space -> the open pieces {lo: [lo, hi, start, last read, tile id]}: they never overlap (a
+    # write cuts what it overlaps), so their starts differ, and an access of exactly a piece's
+    # range touches that piece only: one dict probe (a task's accesses are mostly whole tiles,
+    # its pieces whole tiles too)
+    opened: dict[str, dict] = {}
     pieces: dict[str, list] = {}        # space -> every piece (lo, hi, start, end, tile id, in place)
     last = -1
     tile = 0
-    for i, ins in enumerate(instrs):
-        if ins.op in _SYNC:
-            continue
+    # (the instructions other than sync ones, picked at C level: a synced stream is mostly flags)
+    for i in compress(range(len(instrs)), map(not_, map(_SYNC.__contains__, map(_OP, instrs)))):
         last = i
-        reads, writes = [], []
-        for a in accesses(ins):
-            if not a[0].startswith("GM:"):
-                (writes if a[3] else reads).append(a)
-        for space, lo, hi, _ in reads:
+        writes = []
+        for a in accesses(instrs[i]):
+            space, lo, hi, w = a
+            if space.startswith("GM:"):
+                continue
+            if w:
+                writes.append(a)
+                continue
             vals = opened.get(space)
             if vals is None:
-                vals = opened[space] = []
+                vals = opened[space] = {}
+            v = vals.get(lo)
+            if v is not None and v[1] == hi:
+                v[3] = i
+                continue
             gaps = [(lo, hi)]
-            for v in vals:
+            for v in vals.values():
                 if v[0] < hi and lo < v[1]:
                     v[3] = i
                     if gaps:
-                        # (a piece covering the whole read leaves no gap: the usual case)
+                        # (a piece covering the whole read leaves no gap)
                         gaps = [] if v[0] <= lo and hi <= v[1] else _minus(gaps, v[0], v[1])
             if gaps:                    # never written in the task: live from its start
                 tile += 1
-                vals.extend([a, b, 0, i, tile] for a, b in gaps)
+                for x, y in gaps:
+                    vals[x] = [x, y, 0, i, tile]
         for space, lo, hi, _ in writes:
             done = pieces.get(space)
             if done is None:
                 done = pieces[space] = []
-            keep = []
-            for v in opened.get(space, ()):
-                if v[0] < hi and lo < v[1]:
-                    a, b, s, e, t = v
-                    # (e == i: read here, overwritten here)
+            vals = opened.get(space)
+            if vals is None:
+                vals = opened[space] = {}
+            v = vals.get(lo)
+            if v is not None and v[1] == hi:        # (the only piece it overlaps)
+                # (e == i: read here, overwritten here)
+                done.append((lo, hi, v[2], v[3], v[4], v[3] == i))
+            else:
+                for key in [key for key, v in vals.items() if v[0] < hi and lo < v[1]]:
+                    a, b, s, e, t = vals.pop(key)
                     done.append((a if a > lo else lo, b if b < hi else hi, s, e, t, e == i))
                     if a < lo:
-                        keep.append([a, lo, s, e, t])
+                        vals[a] = [a, lo, s, e, t]
                     if hi < b:
-                        keep.append([hi, b, s, e, t])
-                else:
-                    keep.append(v)
+                        vals[hi] = [hi, b, s, e, t]
             tile += 1
-            keep.append([lo, hi, i, i, tile])
-            opened[space] = keep
+            vals[lo] = [lo, hi, i, i, tile]
     out = {}
     for space in sorted(set(opened) | set(pieces)):
-        vals = pieces.get(space, []) + [(v[0], v[1], v[2], v[3], v[4], False) for v in opened.get(space, ())]
+        vals = pieces.get(space, []) + [(v[0], v[1], v[2], v[3], v[4], False) for v in opened.get(space, {}).values()]
         delta: dict[int, int] = {}
         for lo, hi, s, e, _, in_place in vals:
             if in_place:                # its bytes are the new tile's at e: counted up to e - 1
