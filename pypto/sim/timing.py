@@ -26,7 +26,11 @@ import heapq
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import compress
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import PyptoError, SimulationError
 from ..gcpause import gc_paused
@@ -128,82 +132,185 @@ def matmul_flops(ins) -> int:
     return 2 * a.valid[0] * a.valid[1] * b.valid[1]
 
 
+# what the decoder tells apart by op: flags, cross-core flags, loads and stores (GM transfers
+# when an operand is a GM window), anything else
+_FLAG, _CROSS, _TRANSFER, _OTHER = range(4)
+
+
+class _Categories(dict):
+    def __missing__(self, op):
+        self[op] = _OTHER
+        return _OTHER
+
+
+_CATEGORY = _Categories({"SET_FLAG": _FLAG, "WAIT_FLAG": _FLAG, "CROSS_SET_FLAG": _CROSS,
+                         "CROSS_WAIT_FLAG": _CROSS, "TLOAD": _TRANSFER, "TSTORE": _TRANSFER})
+_OP, _PIPE, _DST, _SRCS, _ATTRS = map(attrgetter, ("op", "pipe", "dst", "srcs", "attrs"))
+_BUF, _SHAPE, _STRIDES = map(attrgetter, ("buf", "shape", "strides"))
+_FIRST = itemgetter(0)
+
+
+class Decoded(NamedTuple):
+    """A task's instructions as `Decoder.decoded` gives them: per instruction the index of its
+    row in the decoder's `forms`; the positions of its GM transfers and the GM window of each
+    (which their rows in `forms` leave out: None); and `like`, the Decoded of the first task of
+    its stream shape when its windows have the same buffers, shapes and strides as that task's,
+    position by position (they differ in their offsets only), else None."""
+    form: np.ndarray        # int32, one per instruction (shared by tasks that decode alike: read only)
+    gm_at: np.ndarray       # int64
+    windows: list
+    like: "Decoded | None" = None
+
+
 class Decoder:
     """Decodes instructions for the timing engines (both run these rows; see `_decode`).
 
-    Everything but a GM transfer's window and bytes depends only on the op and its operand
-    objects, so it is worked out once per distinct (op, operands) of a program, keyed by object
-    ids: they stay valid because the program keeps its instructions alive.
+    A row depends only on the op, the pipe and the operand objects (keyed by object ids: they
+    stay valid because the program keeps its instructions alive), and a GM transfer's row on its
+    window only through the window's buffer, shape and strides, not its offset (the window itself
+    is the row's last field).  So a row is worked out once per distinct key, in `forms` (the rows
+    without their window), and a task decodes to the index of each instruction's form: C-level
+    passes over its stream (`_decode_stream`), not a Python step per instruction.
     """
 
     def __init__(self, machine: Machine):
         self.machine = machine
+        self.forms: list[tuple] = []                    # distinct rows, their GM window None
+        self.form_flops: list[int] = []                 # matmul FLOPs of an instruction of each form
+        self.keyed: dict[tuple, int] = {}               # (op, pipe, operand ids or GM window key) -> form
         self.sync_cycles: dict[str, int] = {}
         self.gm_paths: dict[tuple, tuple] = {}          # (src, dst) -> (path, bytes/cycle)
-        self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (kind, cycles, bytes, path)
-        self.shapes: dict[int, tuple] = {}              # stream shape -> (rows, indices of its GM rows, flops)
+        self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (flops, row)
+        # stream shape -> (Decoded of its first task, its flops, its _GMLayout); none for a shape
+        # whose first task has GM transfers of windows that are not GM windows (each task decodes)
+        self.shapes: dict[int, tuple] = {}
         self.flops = 0                                  # of the matmuls of the tasks decoded
 
     def task(self, task, program=None) -> list[tuple]:
-        """The rows of a task's instructions.  Tasks the compiler found isomorphic (the same
-        stream shape, `compiler.sync.STREAM_SHAPES` on the program) share every row but their GM
-        transfers': those are decoded, the rest is copied from the first task of the shape."""
-        shape = stream_shape(program, task.code) if program is not None else None
-        known = self.shapes.get(shape) if shape is not None else None
-        if known is not None:
-            rows = list(known[0])
-            for k, r in zip(known[1], self._gm_rows(task, known)):
-                rows[k] = r
-            return rows
-        before = self.flops
-        rows = self._rows(task)
-        if shape is not None:
-            self.shapes[shape] = (rows, [k for k, r in enumerate(rows) if r[0] == GM_LOAD or r[0] == GM_STORE],
-                                  self.flops - before)
+        """The rows of a task's instructions (`decoded`, each form with its window)."""
+        d = self.decoded(task, program)
+        rows = list(map(self.forms.__getitem__, d.form.tolist()))
+        for k, w in zip(d.gm_at.tolist(), d.windows):
+            rows[k] = rows[k][:7] + (w,)
         return rows
 
-    def gm_rows(self, task, program) -> tuple[int, list[int], list[tuple]] | None:
-        """For a task isomorphic to one decoded before: (its number of rows, the indices of its
-        GM rows, those rows); the other rows are the first task's.  None for another task."""
-        shape = stream_shape(program, task.code)
+    def decoded(self, task, program=None) -> Decoded:
+        """A task's instructions decoded.  Tasks the compiler found isomorphic (the same stream
+        shape, `compiler.sync.STREAM_SHAPES` on the program) share every form but their GM
+        transfers': only their windows are read, and the row of a window of another buffer,
+        shape or strides than the first task's there."""
+        shape = stream_shape(program, task.code) if program is not None else None
         known = self.shapes.get(shape) if shape is not None else None
         if known is None:
-            return None
-        return len(known[0]), known[1], self._gm_rows(task, known)
-
-    def gm_windows(self, task, program) -> tuple[int, list[int], list, dict] | None:
-        """`gm_rows` for the compiled engine's encoder: (rows, indices of the GM rows, the GM
-        window of each, {position among them: the whole row} for the rows that differ from the
-        first task's but for their window); None for a task of a shape not decoded before."""
-        shape = stream_shape(program, task.code)
-        known = self.shapes.get(shape) if shape is not None else None
-        if known is None:
-            return None
-        rows, gm_at, flops = known
+            before = self.flops
+            d = self._decode_stream(task.instrs)
+            if shape is not None and all(isinstance(w, GMRef) for w in d.windows):
+                self.shapes[shape] = (d, self.flops - before, _GMLayout(task.instrs, d))
+            return d
+        first, flops, layout = known
         self.flops += flops
-        instrs, windows, other = task.instrs, [], {}
-        append = windows.append
-        for j, k in enumerate(gm_at):
-            ins, r = instrs[k], rows[k]
-            w = ins.srcs[0] if r[0] == GM_LOAD else ins.dst
-            was = r[7]
-            if not (w.buf is was.buf and w.strides == was.strides and w.shape == was.shape):
-                other[j] = self._gm_row(ins)
-            append(w)
-        return len(rows), gm_at, windows, other
+        if not layout.n:
+            return first
+        windows = layout.windows(task.instrs)
+        changed = layout.changed(windows)
+        if not changed:
+            return Decoded(first.form, first.gm_at, windows, first)
+        form = first.form.copy()
+        instrs = task.instrs
+        for j in changed:
+            k = int(first.gm_at[j])
+            form[k] = self._gm_form(instrs[k], windows[j])
+        return Decoded(form, first.gm_at, windows)
 
-    def _gm_rows(self, task, known) -> list[tuple]:
-        rows, gm_at, flops = known
-        self.flops += flops
-        instrs, out = task.instrs, []
-        for k in gm_at:
-            # a window of the same buffer, shape and strides: the same row but for the window
-            ins, r = instrs[k], rows[k]
-            w = ins.srcs[0] if r[0] == GM_LOAD else ins.dst
-            was = r[7]
-            out.append(r[:7] + (w,) if w.buf is was.buf and w.strides == was.strides and w.shape == was.shape
-                       else self._gm_row(ins))
-        return out
+    def _decode_stream(self, instrs) -> Decoded:
+        n = len(instrs)
+        form = np.zeros(n, np.int32)
+        ops = list(map(_OP, instrs))
+        category = np.fromiter(map(_CATEGORY.__getitem__, ops), np.int8, n)
+        # flags: the form of (op, pipe, attributes)
+        flag = category <= _CROSS
+        if flag.any():
+            mask = flag.tolist()
+            sub = list(compress(instrs, mask))
+            keys = list(zip(compress(ops, mask), map(_PIPE, sub), map(id, map(_ATTRS, sub))))
+            form[flag] = self._forms(keys, sub, self._flag_row)
+        # loads and stores: GM transfers (the form of their window's key) or on-chip moves
+        other = category == _OTHER
+        gm_at, windows, gm_form = [], [], []
+        for k in np.flatnonzero(category == _TRANSFER).tolist():
+            ins = instrs[k]
+            if isinstance(ins.dst, GMRef) or isinstance(ins.srcs[0], GMRef):
+                w = ins.srcs[0] if ins.op == "TLOAD" else ins.dst
+                gm_form.append(self._gm_form(ins, w))
+                gm_at.append(k)
+                windows.append(w)
+            else:
+                other[k] = True
+        form[gm_at] = gm_form
+        # anything else: the form of (op, pipe, operands)
+        if other.any():
+            sub = list(compress(instrs, other.tolist()))
+            got = self._forms([(i.op, i.pipe, id(i.dst), *map(id, i.srcs)) for i in sub], sub, self._compute_row)
+            form[other] = got
+            self.flops += sum(map(self.form_flops.__getitem__, got.tolist()))
+        return Decoded(form, np.array(gm_at, np.int64), windows)
+
+    def _forms(self, keys: list, instrs: list, row) -> np.ndarray:
+        """The forms of instructions by key; `row(ins)` -> (flops, row) makes a new key's, from
+        its first instruction (in program order, as a Python loop over them would)."""
+        keyed = self.keyed
+        first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))     # key -> its first position
+        for j in sorted(j for k, j in first.items() if k not in keyed):
+            keyed[keys[j]] = self._new_form(*row(instrs[j]))
+        return np.fromiter(map(keyed.__getitem__, keys), np.int32, len(keys))
+
+    def _new_form(self, flops: int, row: tuple) -> int:
+        self.forms.append(row)
+        self.form_flops.append(flops)
+        return len(self.forms) - 1
+
+    def _flag_row(self, ins) -> tuple[int, tuple]:
+        op = ins.op
+        cyc = self.sync_cycles.get(op)
+        if cyc is None:
+            cyc = self.sync_cycles[op] = base_cycles(ins, self.machine)
+        if op == "SET_FLAG" or op == "WAIT_FLAG":
+            a = ins.attrs._dict
+            return 0, (SET if op == "SET_FLAG" else WAIT, ins.pipe, cyc, (a["src"], a["dst"], a["event"]),
+                       0, None, None, None)
+        # the key of a cross-core set is the AIV slot it signals; a wait's is its task's pair
+        setting = op == "CROSS_SET_FLAG"
+        return 0, (CROSS_SET if setting else CROSS_WAIT, ins.pipe, cyc, ins.attrs["slot"] if setting else None,
+                   0, None, None, None)
+
+    def _compute_row(self, ins) -> tuple[int, tuple]:
+        op, dst, srcs = ins.op, ins.dst, ins.srcs
+        ck = (op, id(dst), *map(id, srcs))
+        c = self.computes.get(ck)
+        if c is None:
+            nbytes, path = 0, None
+            if op in ("TEXTRACT", "TMOV"):
+                src, dst_space = dma_path(ins)
+                path, nbytes = f"{src}->{dst_space}", dma_bytes(ins)
+            kind, cyc = VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine)
+            c = self.computes[ck] = (matmul_flops(ins) if op.startswith("TMATMUL") else 0,
+                                     (kind, ins.pipe, cyc, None, nbytes, path, None, None))
+        row = c[1]
+        return c[0], (row if row[1] == ins.pipe else row[:1] + (ins.pipe,) + row[2:])
+
+    def _gm_form(self, ins, w) -> int:
+        """The form of a GM transfer with window `w`: of its op, pipe, operands (by id) but the
+        window, and the window's buffer, shape and strides."""
+        if not isinstance(w, GMRef):
+            return self._new_form(0, self._gm_row(ins)[:7] + (None,))
+        op, srcs = ins.op, ins.srcs
+        load = op == "TLOAD"            # (the window: a load's first source, else the destination)
+        key = (op, ins.pipe, id(w.buf), w.shape, w.strides, id(ins.dst) if load else None,
+               *map(id, srcs[1:] if load else srcs))
+        f = self.keyed.get(key)
+        if f is None:
+            f = self.keyed[key] = self._new_form(0, self._gm_row(ins)[:7] + (None,))
+        return f
 
     def _gm_row(self, ins) -> tuple:
         sd = dma_path(ins)
@@ -217,46 +324,46 @@ class Decoder:
                     ins.srcs[0])
         return (GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.dst)
 
-    def _rows(self, task) -> list[tuple]:
-        rows = []
-        append = rows.append
-        computes, sync_cycles, flops = self.computes, self.sync_cycles, 0
-        for ins in task.instrs:
-            op, dst, srcs = ins.op, ins.dst, ins.srcs
-            if op == "SET_FLAG" or op == "WAIT_FLAG":
-                cyc = sync_cycles.get(op)
-                if cyc is None:
-                    cyc = sync_cycles[op] = base_cycles(ins, self.machine)
-                a = ins.attrs._dict
-                append((SET if op == "SET_FLAG" else WAIT, ins.pipe, cyc, (a["src"], a["dst"], a["event"]),
-                        0, None, None, None))
-            elif op == "CROSS_SET_FLAG" or op == "CROSS_WAIT_FLAG":
-                cyc = sync_cycles.get(op)
-                if cyc is None:
-                    cyc = sync_cycles[op] = base_cycles(ins, self.machine)
-                # the key of a set is the AIV slot it signals; a wait's is its task's pair
-                setting = op == "CROSS_SET_FLAG"
-                append((CROSS_SET if setting else CROSS_WAIT, ins.pipe, cyc, ins.attrs["slot"] if setting else None,
-                        0, None, None, None))
-            elif (op == "TLOAD" or op == "TSTORE") and (isinstance(dst, GMRef) or isinstance(srcs[0], GMRef)):
-                append(self._gm_row(ins))
-            else:
-                ck = (op, id(dst), *map(id, srcs))
-                c = computes.get(ck)
-                if c is None:
-                    nbytes, path = 0, None
-                    if op in ("TEXTRACT", "TMOV"):
-                        src, dst_space = dma_path(ins)
-                        path, nbytes = f"{src}->{dst_space}", dma_bytes(ins)
-                    kind, cyc = VECTOR if is_vector(op) else COMPUTE, base_cycles(ins, self.machine)
-                    # (its flops, its row: one tuple shared by every instruction with these operands)
-                    c = computes[ck] = (matmul_flops(ins) if op.startswith("TMATMUL") else 0,
-                                        (kind, ins.pipe, cyc, None, nbytes, path, None, None))
-                flops += c[0]
-                row = c[1]
-                append(row if row[1] == ins.pipe else row[:1] + (ins.pipe,) + row[2:])
-        self.flops += flops
-        return rows
+
+def _gather(positions: list[int]):
+    """A C-level gather of these positions of a sequence, as a tuple (of one or none too)."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    return (lambda seq: (seq[positions[0]],)) if positions else (lambda seq: ())
+
+
+class _GMLayout:
+    """The GM transfers of the tasks of one stream shape (as the first task's `Decoded` has
+    them), read with C-level gathers: the window of each (a load's source, a store's
+    destination), and whether its row is the first task's, which it is when the window has the
+    same buffer, shape and strides (see `Decoder`)."""
+
+    def __init__(self, instrs, first: Decoded):
+        gm_at = first.gm_at.tolist()
+        loads = [j for j, k in enumerate(gm_at) if instrs[k].op == "TLOAD"]
+        stores = [j for j, k in enumerate(gm_at) if instrs[k].op != "TLOAD"]
+        self.n = len(gm_at)
+        self.loads, self.stores = _gather([gm_at[j] for j in loads]), _gather([gm_at[j] for j in stores])
+        # the windows come as the loads' then the stores': back to program order
+        self.order = _gather(np.argsort(loads + stores).tolist()) if loads and stores else None
+        self.bufs, self.shapes, self.strides = _gm_keys(first.windows)
+
+    def windows(self, instrs) -> list:
+        got = (*map(_FIRST, map(_SRCS, self.loads(instrs))), *map(_DST, self.stores(instrs)))
+        return list(self.order(got) if self.order is not None else got)
+
+    def changed(self, windows: list) -> list[int]:
+        """The positions among the GM transfers whose row is not the first task's."""
+        bufs, shapes, strides = _gm_keys(windows)
+        if bufs == self.bufs and shapes == self.shapes and strides == self.strides:
+            return []
+        return [j for j, key in enumerate(zip(bufs, shapes, strides))
+                if key != (self.bufs[j], self.shapes[j], self.strides[j])]
+
+
+def _gm_keys(windows: list) -> tuple[list, list, list]:
+    """What the row of a GM transfer depends on, per window: its buffer (id), shape, strides."""
+    return list(map(id, map(_BUF, windows))), list(map(_SHAPE, windows)), list(map(_STRIDES, windows))
 
 
 class L2Cache:

@@ -7,11 +7,15 @@ times, busy cycles, bytes, L2 statistics, trace and errors.
 Design:
 
 - Encoding.  The program is decoded by the Python engine's `Decoder` (one home for what an
-  instruction costs and does), task by task, and the rows are turned into flat arrays (per
-  instruction: kind, local pipe, cycles, flag key id, bytes, path id, GM window id) without
-  keeping the rows.  Flag keys, paths and GM windows become dense integer ids (equal windows,
-  equal id).  Each task's instructions are grouped per pipe (`qorder`, `qstart`): a pipe runs
-  its queue in order.  The encoding is cached on the program per machine, like `_decode`.
+  instruction costs and does) into forms (its distinct rows) and per task the form of each
+  instruction and its GM windows; the forms become flat columns (kind, cycles, flag key id,
+  bytes, path id, ...).  Each task's instructions are grouped per local pipe (a pipe runs its
+  queue in order) and the columns stored in that queue order, so that a pipe reads its
+  instructions one after the other.  Tasks that decode to the same forms (isomorphic tasks,
+  `Decoded.like`) on one core type share one block of columns (`qlo`, `qhi`: each task's queues
+  in it); only their GM window ids are their own.  Flag keys, paths and GM windows become dense
+  integer ids (equal windows, equal id: `_WindowIds`).  The encoding is cached on the program
+  per machine, like `_decode`.
 - State.  Everything the loop changes lives in arrays of a `_State` (slots = cores, AIC then
   AIV): the event heap, per core the running task and per pipe its queue position, free and
   data-ready times, the pending SET_FLAG times per (core, flag) as FIFO linked lists in a pool
@@ -20,20 +24,25 @@ Design:
   the cores, tasks, GM windows and flag keys, not with the instructions; with trace=False
   nothing is kept per executed instruction.
 - Same order.  Events are (cycle, sequence number, payload) in a binary heap; sequence numbers
-  increase with every push, as in Python, so ties break the same way.  The orders of the
-  Python engine's dicts (busy, bytes per path, task times) and of its unwaited-flag and
-  deadlock reports are rebuilt from "first seen" stamps.
+  increase with every push, as in Python, so ties break the same way (the keys are unique: any
+  correct heap pops them in the same order, whatever its layout).  A pipe step stays on top of
+  the heap while it runs and is replaced by the pipe's next step.  The orders of the Python
+  engine's dicts (busy, bytes per path, task times) and of its unwaited-flag and deadlock
+  reports are rebuilt from "first seen" stamps.
 - Chunks.  `_run` stops after a budget of executed instructions and resumes where it stopped
   (all state is in the arrays), so the progress bar is updated between chunks.
 """
 from __future__ import annotations
 
 from collections import namedtuple
+from itertools import chain
+from operator import attrgetter
 
 import numpy as np
 
 from ..errors import SimulationError
 from ..ir.exec import AIC_PIPES, AIV_PIPES, stream_shape
+from ..ir.gm import GMRef
 from ..progress import stage
 from ..ir.program import Program
 from ..target.machine import Machine
@@ -53,6 +62,7 @@ CORE_TYPES = ("AIC", "AIV")
 PIPES = (AIC_PIPES, AIV_PIPES)          # local pipe index -> name, per core type
 MAXP = max(len(AIC_PIPES), len(AIV_PIPES))
 CHUNK = 1 << 21                         # instructions per call of the compiled loop (~0.1 s)
+_BUF, _OFFSET, _SHAPE, _STRIDES = map(attrgetter, ("buf", "offset", "shape", "strides"))
 
 # event payloads: kind + 4 * data (dispatch: no data; finish: slot; step: slot * MAXP + pipe)
 EV_DISPATCH, EV_FINISH, EV_STEP = 0, 1, 2
@@ -72,13 +82,17 @@ MF_HBM_BPC, MF_L2_BPC = range(2)
 
 # the encoded program (arrays only: what the compiled loop reads)
 _Enc = namedtuple("_Enc", [
-    "kind", "lp", "cyc", "key", "nbytes", "path", "window",   # per instruction
-    "xslot",                     # per instruction: the AIV slot a CROSS_SET_FLAG signals (-1: other)
+    # per instruction of a block (the tasks that decode alike share one), in queue order:
+    "kind", "cyc", "key", "nbytes", "path",
+    "xslot",                     # the AIV slot a CROSS_SET_FLAG signals (-1: other)
+    "gmi",                       # a GM transfer's position among its task's (-1: other)
+    "lorder",                    # its index in its task
+    "window", "woff",            # per task (CSR): the window id of each of its GM transfers
+    "qlo", "qhi",                # per (task, local pipe): the range of its queue in the block columns
     "ioff", "task_ct", "n_deps", "dep_off", "dependents",       # per task (dependents: CSR)
     "pair_task", "pair_slot",    # per task: the cube task an epilogue pairs with (-1: none), AIV slot
     "pin",                       # per task: the core the program assigns it (-1: any free one)
     "x_off",                     # per (cube task, slot): CSR offsets of its cross-core sets
-    "qorder", "qstart",          # per (task, local pipe): instruction indices in pipe order
     "path_bpc", "mi", "mf"])
 # what the compiled loop changes
 _State = namedtuple("_State", [
@@ -147,75 +161,60 @@ class _Ids(dict):
 def _encode(program: Program, machine: Machine) -> Encoding | None:
     tasks = program.tasks
     n = len(tasks)
-    lp_of = {ct: {p: j for j, p in enumerate(pipes)} for ct, pipes in zip(CORE_TYPES, PIPES)}
-    cols: list[list[np.ndarray]] = [[] for _ in range(8)]    # kind lp cyc key nbytes path window xslot
-    x_count = np.zeros(2 * n, np.int64)         # cross-core sets per (cube task, AIV slot)
-    key_ids, path_ids, win_ids = _Ids(), _Ids(), _Ids()
-    ioff = np.zeros(n + 1, np.int64)
-    decoder = Decoder(machine)
-    # isomorphic tasks (one stream shape, `ir.exec.STREAM_SHAPES`) differ only in their GM rows:
-    # the columns of a shape are made once, a task of that shape copies them and fills its GM rows
-    by_shape: dict[int, tuple] = {}
-    # per task: its instructions in pipe order and how many each local pipe has (shared by the
-    # tasks of a shape: their local pipes are the same column)
-    queues: list[tuple] = []
     for i, t in enumerate(tasks):
-        if t.id != i or t.core_type not in lp_of or any(not 0 <= d < n for d in t.deps):
+        if t.id != i or t.core_type not in CORE_TYPES or any(not 0 <= d < n for d in t.deps):
             return None
-        shape = stream_shape(program, t.code)
-        known = by_shape.get((shape, t.core_type)) if shape is not None else None
-        if known is not None:       # the GM windows only: the rest is the first task's
-            n_rows, _, windows, other = decoder.gm_windows(t, program)
-        else:
-            rows = decoder.task(t, program)
-            n_rows = len(rows)
-        ioff[i + 1] = ioff[i] + n_rows
-        if not n_rows:
-            queues.append(None)
-            continue
-        if known is None:
-            task_cols = _task_columns(rows, lp_of[t.core_type], key_ids, path_ids, win_ids)
-            if task_cols is None:
+    decoder, win_ids = Decoder(machine), _WindowIds()
+    # (each task's windows read right after it is decoded: they are still in the CPU's caches)
+    decoded = []
+    for t in tasks:
+        decoded.append(decoder.decoded(t, program))
+        win_ids.add(decoded[-1])
+    task_ct = np.array([CORE_TYPES.index(t.core_type) for t in tasks], np.int8)
+    key_ids, path_ids = _Ids(), _Ids()
+    f_kind, f_pipe, f_cyc, f_key, f_bytes, f_path, f_xslot = _form_columns(decoder.forms, key_ids, path_ids)
+    f_lp = [np.array([local.get(p, -1) for p in f_pipe], np.int8).reshape(-1)       # per core type
+            for local in ({p: j for j, p in enumerate(pipes)} for pipes in PIPES)]
+    # the blocks: the queue-ordered columns of the tasks that decode to one form array (isomorphic
+    # tasks, `Decoded.like`) on one core type, made once
+    blocks: dict[tuple, tuple] = {}
+    cols: list[list[np.ndarray]] = [[] for _ in range(8)]      # kind cyc key nbytes path xslot gmi lorder
+    qlo, qhi = np.zeros((n, MAXP), np.int64), np.zeros((n, MAXP), np.int64)
+    x_count = np.zeros(2 * n, np.int64)         # cross-core sets per (cube task, AIV slot)
+    base = 0
+    for i, (t, d) in enumerate(zip(tasks, decoded)):
+        ct = int(task_ct[i])
+        block = blocks.get((id(d.form), ct))
+        if block is None:
+            lp = f_lp[ct][d.form]
+            if (lp < 0).any():          # an instruction on a pipe its core does not have
                 return None
-            gm_at = np.flatnonzero((task_cols[0] == GM_LOAD) | (task_cols[0] == GM_STORE))
-            cross_wait = bool((task_cols[0] == CROSS_WAIT).any())
-            queue = (np.argsort(task_cols[1], kind="stable").astype(np.int32),
-                     np.bincount(task_cols[1], minlength=MAXP)[:MAXP])
-            if shape is not None:
-                by_shape[(shape, t.core_type)] = (task_cols, gm_at, cross_wait, queue)
-        else:
-            shared, gm_at, cross_wait, queue = known
-            task_cols = list(shared)
-            task_cols[6] = shared[6].copy()
-            if other:                               # (else the first task's columns serve as they are)
-                task_cols[2], task_cols[4], task_cols[5] = shared[2].copy(), shared[4].copy(), shared[5].copy()
-            if len(gm_at):
-                task_cols[6][gm_at] = [win_ids[w] for w in windows]
-                for j, r in other.items():          # another kind of window: its whole row
-                    k = gm_at[j]
-                    task_cols[2][k], task_cols[4][k], task_cols[5][k] = r[2], r[4], path_ids[r[5]]
+            order = np.argsort(lp, kind="stable")
+            form = d.form[order]
+            kind = f_kind[form]
+            gm = (kind == GM_LOAD) | (kind == GM_STORE)
+            gmi = np.full(len(form), -1, np.int32)
+            gmi[gm] = np.searchsorted(d.gm_at, order[gm])        # the window's position in the task's
+            xslot = f_xslot[form]
+            block = blocks[(id(d.form), ct)] = (
+                base, np.concatenate([[0], np.cumsum(np.bincount(lp, minlength=MAXP)[:MAXP])]),
+                bool((kind == CROSS_WAIT).any()), np.bincount(xslot[(xslot == 0) | (xslot == 1)], minlength=2)[:2])
+            for c, a in zip(cols, (kind, f_cyc[form], f_key[form], f_bytes[form], f_path[form], xslot, gmi,
+                                   order.astype(np.int32))):
+                c.append(a)
+            base += len(form)
+        at, qs, cross_wait, x_sets = block
         if cross_wait and t.pair is None:
             return None
-        xs = task_cols[7]
-        if len(xs) and xs.max() >= 0:
-            x_count[2 * i:2 * i + 2] += np.bincount(xs[xs >= 0], minlength=2)[:2]
-        for c, a in zip(cols, task_cols):
-            c.append(a)
-        queues.append(queue)
-    dtypes = (np.int8, np.int8, np.int64, np.int32, np.int64, np.int32, np.int32, np.int8)
-    kind, lp, cyc, key, nbytes, path, window, xslot = (
-        np.concatenate(c).astype(d, copy=False) if c else np.zeros(0, d) for c, d in zip(cols, dtypes))
-    # queues: instructions grouped by (task, local pipe), in program order within a group
-    qorder = np.concatenate([q[0] + np.int32(ioff[i]) for i, q in enumerate(queues) if q is not None]
-                            or [np.zeros(0, np.int32)]).astype(np.int32, copy=False)
-    counts = np.zeros((n, MAXP), np.int64)
-    for i, q in enumerate(queues):
-        if q is not None:
-            counts[i] = q[1]
-    qstart = np.zeros(n * MAXP + 1, np.int64)
-    np.cumsum(counts.reshape(-1), out=qstart[1:])
-    task_ct = np.array([CORE_TYPES.index(t.core_type) for t in tasks], np.int8)
-    n_deps = np.array([len(t.deps) for t in tasks], np.int64)
+        qlo[i], qhi[i] = at + qs[:-1], at + qs[1:]
+        x_count[2 * i:2 * i + 2] += x_sets
+    kind, cyc, key, nbytes, path, xslot, gmi, lorder = (
+        np.concatenate(c).astype(dt, copy=False) if c else np.zeros(0, dt)
+        for c, dt in zip(cols, (np.int8, np.int64, np.int32, np.int64, np.int32, np.int8, np.int32, np.int32)))
+    sizes = np.array([len(d.form) for d in decoded], np.int64)
+    ioff, woff = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
+    np.cumsum(sizes, out=ioff[1:])
+    np.cumsum([len(d.gm_at) for d in decoded], out=woff[1:])
     dependents: list[list[int]] = [[] for _ in tasks]
     for t in tasks:
         for d in t.deps:
@@ -228,32 +227,87 @@ def _encode(program: Program, machine: Machine) -> Encoding | None:
     mi = np.array([machine.n_aic, machine.n_aiv, machine.dispatch_cycles, machine.vec_head, machine.l2_bytes,
                    machine.l2_hit_cycles, machine.l2_hit_cycles + machine.l2_miss_extra_cycles], np.int64)
     mf = np.array([machine.hbm_bytes_per_cycle, machine.l2_bytes_per_cycle], np.float64)
-    arrays = _Enc(kind, lp, cyc, key, nbytes, path, window, xslot, ioff, task_ct, n_deps, dep_off, flat,
+    arrays = _Enc(kind, cyc, key, nbytes, path, xslot, gmi, lorder, win_ids.ids(), woff, qlo.reshape(-1),
+                  qhi.reshape(-1), ioff, task_ct, np.array([len(t.deps) for t in tasks], np.int64), dep_off, flat,
                   np.array([t.pair[0] if t.pair else -1 for t in tasks], np.int64),
                   np.array([t.pair[1] if t.pair else 0 for t in tasks], np.int64),
                   _pins(program),
-                  np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64), qorder, qstart,
+                  np.concatenate([[0], np.cumsum(x_count)]).astype(np.int64),
                   np.array([gm_bpc.get(p, 0.0) for p in paths], np.float64), mi, mf)
-    return Encoding(arrays, key_ids.values_by_id(), paths, len(win_ids) - 1, decoder.flops)
+    return Encoding(arrays, key_ids.values_by_id(), paths, win_ids.n, decoder.flops)
 
 
-def _task_columns(rows, lp_of, key_ids, path_ids, win_ids) -> list[np.ndarray] | None:
-    """The encoded columns of one task's decoded rows (kind, local pipe, cycles, flag key id,
-    bytes, path id, GM window id, the AIV slot of a cross-core set); None when an instruction
-    runs on a pipe its core does not have."""
-    c_kind, c_pipe, c_cyc, c_key, c_bytes, c_path, _, c_win = zip(*rows)
-    try:
-        lp = np.array([lp_of[p] for p in c_pipe], np.int8)
-    except KeyError:
-        return None
-    if CROSS_SET in c_kind or CROSS_WAIT in c_kind:
-        key = [key_ids[k] if kd == SET or kd == WAIT else -1 for kd, k in zip(c_kind, c_key)]
-        xslot = [k if kd == CROSS_SET else -1 for kd, k in zip(c_kind, c_key)]
-    else:
-        key, xslot = [key_ids[k] for k in c_key], [-1] * len(rows)
-    return [np.array(c_kind, np.int8), lp, np.array(c_cyc, np.int64), np.array(key, np.int32),
-            np.array(c_bytes, np.int64), np.array([path_ids[p] for p in c_path], np.int32),
-            np.array([win_ids[w] for w in c_win], np.int32), np.array(xslot, np.int8)]
+def _form_columns(forms: list[tuple], key_ids: _Ids, path_ids: _Ids) -> list:
+    """Per form (`Decoder.forms`): kind, pipe (its name), cycles, flag key id, bytes, path id and
+    the AIV slot of a cross-core set (-1: another instruction)."""
+    if not forms:
+        return [np.zeros(0, d) for d in (np.int8, object, np.int64, np.int32, np.int64, np.int32, np.int8)]
+    c_kind, c_pipe, c_cyc, c_key, c_bytes, c_path, _, _ = zip(*forms)
+    key = [key_ids[k] if kd == SET or kd == WAIT else -1 for kd, k in zip(c_kind, c_key)]
+    xslot = [k if kd == CROSS_SET else -1 for kd, k in zip(c_kind, c_key)]
+    return [np.array(c_kind, np.int8), c_pipe, np.array(c_cyc, np.int64), np.array(key, np.int32),
+            np.array(c_bytes, np.int64), np.array([path_ids[p] for p in c_path], np.int32), np.array(xslot, np.int8)]
+
+
+class _WindowIds:
+    """Dense ids of the GM windows of a program's tasks (`add` each task's, then `ids`), one per
+    distinct window (`GMRef.__eq__`: the same or an equal buffer, offset, shape and strides).
+
+    A window is (its class, its offset), the class the index of its (buffer, shape, strides)
+    among the distinct ones; a task whose windows are its first isomorphic task's but for their
+    offsets (`Decoded.like`) has that task's classes, so only its offsets are read.  The pairs
+    are numbered with numpy, not by hashing tens of thousands of windows in Python."""
+
+    def __init__(self):
+        self.classes: list[np.ndarray] = []
+        self.offsets: list[np.ndarray] = []
+        self.of_first: dict[int, np.ndarray] = {}   # id of a first task's Decoded -> its classes
+        self.keys = _Ids()                          # (buffer index, shape, strides) -> class
+        self.buffers: dict[int, int] = {}           # id of a buffer -> the index of the buffers equal to it
+        self.equal: dict = {}
+        self.windows: list[list] = []
+        self.plain = True                           # all GMRefs (else numbered by the objects)
+        self.n = 0
+
+    def add(self, d) -> None:
+        windows = d.windows
+        self.windows.append(windows)
+        self.plain = self.plain and set(map(type, windows)) <= {GMRef}
+        if self.plain:
+            classes = self.of_first.get(id(d.like)) if d.like is not None else None
+            if classes is None:
+                classes = self.of_first[id(d)] = self._classes(windows)
+            self.classes.append(classes)
+            self.offsets.append(np.fromiter(map(_OFFSET, windows), np.int64, len(windows)))
+
+    def _classes(self, windows: list) -> np.ndarray:
+        bufs = list(map(_BUF, windows))
+        buffers = self.buffers
+        for b in dict(zip(map(id, bufs), bufs)).values():
+            if id(b) not in buffers:
+                buffers[id(b)] = self.equal.setdefault(b, len(self.equal))
+        keys = zip(map(buffers.__getitem__, map(id, bufs)), map(_SHAPE, windows), map(_STRIDES, windows))
+        return np.fromiter(map(self.keys.__getitem__, keys), np.int64, len(windows))
+
+    def ids(self) -> np.ndarray:
+        """The id of every window added, in order (sets `n`, the number of distinct ones)."""
+        if not self.plain:
+            objects = _Ids()
+            ids = np.fromiter(map(objects.__getitem__, chain.from_iterable(self.windows)), np.int32)
+            self.n = len(objects) - 1
+            return ids
+        cls = np.concatenate(self.classes or [np.zeros(0, np.int64)])
+        off = np.concatenate(self.offsets or [np.zeros(0, np.int64)])
+        if not len(cls):
+            return np.zeros(0, np.int32)
+        lo = int(off.min())
+        span = int(off.max()) - lo + 1
+        if int(cls.max() + 1) * span < 1 << 62:
+            _, ids = np.unique(cls * span + (off - lo), return_inverse=True)
+        else:
+            _, ids = np.unique(np.stack([cls, off], 1), axis=0, return_inverse=True)
+        self.n = int(ids.max()) + 1
+        return ids.astype(np.int32).reshape(-1)
 
 
 def _new_state(enc: Encoding, record: bool) -> _State:
@@ -318,26 +372,59 @@ def _push(s, t, val):
 
 @njit(cache=True)
 def _pop(s):
-    """Remove the earliest event; returns (cycle, payload)."""
-    g, htime, hseq, hval = s.g, s.htime, s.hseq, s.hval
-    t0, v0 = htime[0], hval[0]
-    n = g[G_HEAP_N] - 1
-    g[G_HEAP_N] = n
+    """Remove the earliest event."""
+    n = s.g[G_HEAP_N] - 1
+    s.g[G_HEAP_N] = n
     if n > 0:
-        t, q, v = htime[n], hseq[n], hval[n]
-        i = 0
-        while True:
-            c = 2 * i + 1
-            if c >= n:
-                break
-            if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
-                c += 1
-            if t < htime[c] or (t == htime[c] and q < hseq[c]):
-                break
-            htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
-            i = c
-        htime[i], hseq[i], hval[i] = t, q, v
-    return t0, v0
+        _sift_top(s, n, s.htime[n], s.hseq[n], s.hval[n])
+
+
+@njit(cache=True)
+def _replace_top(s, t, val):
+    """Remove the earliest event and push one at cycle t (`_pop` then `_push`, in one pass).  The
+    event moves down from the top while a child is earlier: it is often among the next ones (a
+    pipe's next step after a short instruction), so it stops early."""
+    g, htime, hseq, hval = s.g, s.htime, s.hseq, s.hval
+    q = g[G_SEQ]
+    g[G_SEQ] = q + 1
+    n = g[G_HEAP_N]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
+            c += 1
+        if t < htime[c] or (t == htime[c] and q < hseq[c]):
+            break
+        htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
+        i = c
+    htime[i], hseq[i], hval[i] = t, q, val
+
+
+@njit(cache=True)
+def _sift_top(s, n, t, q, v):
+    """Fill the heap's top (of n events) with the event (t, q, v): bottom-up, the hole moves down
+    along the earlier children to a leaf, then the event up from there (it is usually late:
+    fewer comparisons than moving it down)."""
+    htime, hseq, hval = s.htime, s.hseq, s.hval
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
+            c += 1
+        htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
+        i = c
+    while i > 0:
+        parent = (i - 1) >> 1
+        pt = htime[parent]
+        if pt < t or (pt == t and hseq[parent] < q):
+            break
+        htime[i], hseq[i], hval[i] = pt, hseq[parent], hval[parent]
+        i = parent
+    htime[i], hseq[i], hval[i] = t, q, v
 
 
 @njit(cache=True)
@@ -382,7 +469,6 @@ def _l2_touch(s, w, nbytes, capacity):
 def _run(e, s, budget, checked):
     """Run events until `budget` instructions have executed in total or no event is left."""
     g, f = s.g, s.f
-    qorder, qstart = e.qorder, e.qstart
     n_slot = (e.mi[M_NAIC], e.mi[M_NAIV])
     slot_base = (0, e.mi[M_NAIC])
     dispatch, vec_head, capacity = e.mi[M_DISPATCH], e.mi[M_VEC_HEAD], e.mi[M_L2_CAP]
@@ -395,8 +481,12 @@ def _run(e, s, budget, checked):
             return ST_BUDGET
         if g[G_POOL_FREE] < 0:          # a step takes at most one node: grow before it, not in it
             return ST_POOL_FULL
-        now, val = _pop(s)
+        # the earliest event: a pipe step stays on the heap while it runs, replaced by the pipe's
+        # next step when it ends (events it pushes meanwhile come after it: later sequence numbers)
+        now, val = s.htime[0], s.hval[0]
         ev, data = val & 3, val >> 2
+        if ev != EV_STEP:
+            _pop(s)
         if ev == EV_DISPATCH:
             for c in range(2):
                 j = g[G_RQ_HEAD0 + c]
@@ -442,8 +532,8 @@ def _run(e, s, budget, checked):
                     s.send[slot] = start
                     n_open = 0
                     for p in range(MAXP):
-                        s.qptr[slot, p] = qstart[tid * MAXP + p]
-                        s.qend[slot, p] = qstart[tid * MAXP + p + 1]
+                        s.qptr[slot, p] = e.qlo[tid * MAXP + p]
+                        s.qend[slot, p] = e.qhi[tid * MAXP + p]
                         s.pfree[slot, p] = start
                         s.pready[slot, p] = start
                         if s.qend[slot, p] > s.qptr[slot, p]:
@@ -499,19 +589,20 @@ def _run(e, s, budget, checked):
             continue
         # a pipe step: the next instruction of one pipe of one core
         slot, p = data // MAXP, data % MAXP
-        gi = qorder[s.qptr[slot, p]]
-        kind = e.kind[gi]
-        dur = e.cyc[gi]
+        qi = s.qptr[slot, p]              # in the columns of the task's block
+        kind = e.kind[qi]
+        dur = e.cyc[qi]
         t0 = now if now > s.pfree[slot, p] else s.pfree[slot, p]
         data_ready = 0
         if kind == WAIT:
-            k = e.key[gi]
+            k = e.key[qi]
             node = s.fhead[slot, k]
             if node < 0:                        # blocked until the matching SET_FLAG
                 if s.waiter[slot, k] < 0:
                     s.wstamp[slot, k] = g[G_STAMP]
                     g[G_STAMP] += 1
                 s.waiter[slot, k] = p
+                _pop(s)
                 continue
             st = s.pool_time[node]
             s.fhead[slot, k] = s.pool_next[node]
@@ -522,12 +613,12 @@ def _run(e, s, budget, checked):
         elif kind == SET:
             if s.pready[slot, p] > t0:
                 t0 = s.pready[slot, p]
-            k = e.key[gi]
+            k = e.key[qi]
             if s.ffirst[slot, k] < 0:
                 s.ffirst[slot, k] = g[G_STAMP]
                 g[G_STAMP] += 1
             if checked and s.fhead[slot, k] >= 0:
-                g[G_ERR_G], g[G_ERR_SLOT] = gi, slot
+                g[G_ERR_G], g[G_ERR_SLOT] = qi, slot
                 return ST_EVENT_REUSE
             node = g[G_POOL_FREE]
             g[G_POOL_FREE] = s.pool_next[node]
@@ -547,13 +638,14 @@ def _run(e, s, budget, checked):
             xk = 2 * e.pair_task[tid] + e.pair_slot[tid]
             if s.x_nwait[xk] >= s.x_nset[xk]:   # blocked until the paired AIC sets the flag
                 s.x_waiter[xk] = slot * MAXP + p
+                _pop(s)
                 continue
             st = s.x_time[e.x_off[xk] + s.x_nwait[xk]]
             s.x_nwait[xk] += 1
             if st > t0:
                 t0 = st
         elif kind == CROSS_SET:
-            xk = 2 * s.slot_task[slot] + e.xslot[gi]
+            xk = 2 * s.slot_task[slot] + e.xslot[qi]
             s.x_time[e.x_off[xk] + s.x_nset[xk]] = t0 + dur
             s.x_nset[xk] += 1
             w = s.x_waiter[xk]
@@ -561,10 +653,10 @@ def _run(e, s, budget, checked):
                 s.x_waiter[xk] = -1
                 _push(s, t0 + dur, EV_STEP + 4 * w)
         elif kind == GM_LOAD or kind == GM_STORE:
-            nb = e.nbytes[gi]
+            nb = e.nbytes[qi]
             t1 = t0 + dur                       # the fixed cycles (calibrated DMA startup) first; the
             # shared HBM / L2 are booked from t0 (see timing.py)
-            hit = _l2_touch(s, e.window[gi], nb, capacity)
+            hit = _l2_touch(s, e.window[e.woff[s.slot_task[slot]] + e.gmi[qi]], nb, capacity)
             if kind == GM_LOAD and hit:
                 s0 = f[F_L2_FREE] if f[F_L2_FREE] > t0 else float(t0)
                 f[F_L2_FREE] = s0 + nb / l2_bpc
@@ -582,7 +674,7 @@ def _run(e, s, budget, checked):
                     g[G_MISS_BYTES] += nb
                 else:
                     latency = 0                 # stores are posted
-            pid = e.path[gi]
+            pid = e.path[qi]
             path_end = t1 + nb / e.path_bpc[pid]
             dur = np.int64(np.ceil(path_end if path_end > served else served)) - t0
             if dur < 1:
@@ -598,11 +690,11 @@ def _run(e, s, budget, checked):
                 if s.lve[slot] == t0:           # shares the startup of the vector op before it
                     dur = dur - vec_head if dur > vec_head else 1
                 s.lve[slot] = t0 + dur
-            pid = e.path[gi]
+            pid = e.path[qi]
             if pid >= 0:
                 if s.path_first[pid] < 0:
                     s.path_first[pid] = g[G_EXEC]
-                s.path_bytes[pid] += e.nbytes[gi]
+                s.path_bytes[pid] += e.nbytes[qi]
         end = t0 + dur
         s.pfree[slot, p] = end
         done_at = data_ready if kind == GM_LOAD else end
@@ -613,13 +705,14 @@ def _run(e, s, budget, checked):
         s.busy[slot, p] += dur
         if record:
             x = g[G_EXEC]
-            s.ex_g[x], s.ex_t0[x], s.ex_end[x] = gi, t0, end
+            s.ex_g[x], s.ex_t0[x], s.ex_end[x] = e.ioff[s.slot_task[slot]] + e.lorder[qi], t0, end
             s.ex_ready[x] = done_at if kind == GM_LOAD else -1
         g[G_EXEC] += 1
         s.qptr[slot, p] += 1
         if s.qptr[slot, p] < s.qend[slot, p]:
-            _push(s, end, EV_STEP + 4 * data)
+            _replace_top(s, end, val)
         else:
+            _pop(s)
             s.n_open[slot] -= 1
             if s.n_open[slot] == 0:
                 _push(s, s.send[slot], EV_FINISH + 4 * slot)
@@ -651,10 +744,9 @@ def run_compiled(program: Program, machine: Machine, trace: bool = True, record_
         bar.close(int(s.g[G_EXEC]))
     cores = _cores(machine)
     if status == ST_EVENT_REUSE:
-        gi, slot = int(s.g[G_ERR_G]), int(s.g[G_ERR_SLOT])
-        tid = int(np.searchsorted(a.ioff, gi, "right") - 1)
-        raise SimulationError(event_reuse_message(program.tasks[tid], gi - int(a.ioff[tid]),
-                                                  enc.keys[a.key[gi]], cores[slot][0]))
+        qi, slot = int(s.g[G_ERR_G]), int(s.g[G_ERR_SLOT])
+        raise SimulationError(event_reuse_message(program.tasks[int(s.slot_task[slot])], int(a.lorder[qi]),
+                                                  enc.keys[a.key[qi]], cores[slot][0]))
     n, done = len(program.tasks), int(s.g[G_DONE])
     if done < n:
         raise SimulationError(deadlock_report(_waiting(s, enc, cores), n, done))
