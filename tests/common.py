@@ -8,6 +8,8 @@ import sys
 
 import pytest
 
+import pypto
+
 from pypto.ir.exec import TileRef
 from pypto.ir.gm import GMRef
 
@@ -68,3 +70,23 @@ def line_of(fn, text: str) -> int:
     """The line number of the first line of `fn`'s source containing `text`."""
     lines, first = inspect.getsourcelines(fn)
     return first + next(k for k, ln in enumerate(lines) if text in ln)
+
+
+@pypto.jit(level="tile")
+def tile_matmul(a, b, c, *, TM: int = 128, TN: int = 128, TK: int = 128, K0: int = 64):
+    """C = A @ B: per output tile, K in 128-deep chunks staged in L1, each extracted to L0A /
+    L0B in K0-deep slices and accumulated in L0C, stored through FIX (fp32 -> fp16)."""
+    tl = pypto.tile
+    M, K = a.shape
+    N = b.shape[1]
+    for i in range(0, M, TM):
+        for j in range(0, N, TN):
+            acc = None
+            for k in range(0, K, TK):
+                a1 = tl.tload(a[i:i + TM, k:k + TK], space="L1")
+                b1 = tl.tload(b[k:k + TK, j:j + TN], space="L1")
+                for k0 in range(0, TK, K0):
+                    a0 = tl.textract(a1, "L0A", offsets=(0, k0), shape=(TM, K0))
+                    b0 = tl.textract(b1, "L0B", offsets=(k0, 0), shape=(K0, TN))
+                    acc = tl.tmatmul(a0, b0) if acc is None else tl.tmatmul_acc(acc, a0, b0)
+            tl.tstore(c[i:i + TM, j:j + TN], acc)

@@ -14,6 +14,8 @@ from pypto.compiler.reuse import eliminate_redundant_loads
 from pypto.ir.core import Attrs
 from pypto.target.machine import get_machine
 
+from common import tile_matmul
+
 F16 = pypto.DT_FP16
 T = pypto.Tensor
 
@@ -26,24 +28,6 @@ def mm(a, b, c):
 @pypto.jit
 def mm_bias_relu(a, b, bias, c):
     c[:] = pypto.relu(pypto.matmul(a, b) + bias)
-
-
-@pypto.jit(level="tile")
-def mm_tile(a, b, c, *, TM: int = 64, TN: int = 64, TK: int = 128, K0: int = 64):
-    """A hand-written matmul (pypto.tile): its staged tiles take their slots' copies in turn
-    (`rotate`)."""
-    tl = pypto.tile
-    for i in range(0, a.shape[0], TM):
-        for j in range(0, b.shape[1], TN):
-            acc = None
-            for k in range(0, a.shape[1], TK):
-                a1 = tl.tload(a[i:i + TM, k:k + TK], space="L1")
-                b1 = tl.tload(b[k:k + TK, j:j + TN], space="L1")
-                for k0 in range(0, TK, K0):
-                    a0 = tl.textract(a1, "L0A", offsets=(0, k0), shape=(TM, K0))
-                    b0 = tl.textract(b1, "L0B", offsets=(k0, 0), shape=(K0, TN))
-                    acc = tl.tmatmul(a0, b0) if acc is None else tl.tmatmul_acc(acc, a0, b0)
-            tl.tstore(c[i:i + TM, j:j + TN], acc)
 
 
 def _softmax(x, out):
@@ -87,7 +71,7 @@ def _graphs():
     yield mm.compile(T([512, 384], F16), T([384, 640], F16), T([512, 640], F16)).tile_graph    # tails, L1 ring
     yield mm_bias_relu.compile(T([300, 1024], F16), T([1024, 520], F16), T([1, 520], F16),
                                T([300, 520], F16)).tile_graph                             # persistent bias
-    yield mm_tile.compile(a, b, np.zeros((256, 128), np.float32)).tile_graph              # rotate (pypto.tile)
+    yield tile_matmul.compile(a, b, np.zeros((256, 128), np.float32), TM=64, TN=64).tile_graph    # rotate (pypto.tile)
     x = np.random.default_rng(7).random((256, 1024)).astype(np.float32)
     yield softmax_all_loads.compile(x, np.zeros_like(x)).tile_graph                    # vector groups
 

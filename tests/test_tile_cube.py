@@ -11,7 +11,7 @@ import pytest
 
 import pypto
 from pypto.ir.program import Program
-from common import marker_line
+from common import marker_line, tile_matmul
 
 T = pypto.tile
 THIS = os.path.abspath(__file__)
@@ -24,23 +24,7 @@ def line_of(marker: str) -> int:
 # ---------------------------------------------------------------------------------------
 # the cube path
 
-@pypto.jit(level="tile")
-def mm_tile(a, b, c, *, TM: int = 128, TN: int = 128, TK: int = 128, K0: int = 64):
-    """C = A @ B: per output tile, K in 128-deep chunks staged in L1, each extracted to L0A /
-    L0B in K0-deep slices and accumulated in L0C, stored through FIX (fp32 -> fp16)."""
-    M, K = a.shape
-    N = b.shape[1]
-    for i in range(0, M, TM):
-        for j in range(0, N, TN):
-            acc = None
-            for k in range(0, K, TK):
-                a1 = T.tload(a[i:i + TM, k:k + TK], space="L1")
-                b1 = T.tload(b[k:k + TK, j:j + TN], space="L1")
-                for k0 in range(0, TK, K0):
-                    a0 = T.textract(a1, "L0A", offsets=(0, k0), shape=(TM, K0))
-                    b0 = T.textract(b1, "L0B", offsets=(k0, 0), shape=(K0, TN))
-                    acc = T.tmatmul(a0, b0) if acc is None else T.tmatmul_acc(acc, a0, b0)
-            T.tstore(c[i:i + TM, j:j + TN], acc)
+mm_tile = tile_matmul       # (tests/common.py: test_shared_attrs takes it too)
 
 
 @pypto.jit
