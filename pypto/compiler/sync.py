@@ -10,11 +10,12 @@ of their previous use.
 """
 from __future__ import annotations
 
+import itertools
 import operator
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, accesses,
-                       stream_shape, written_gm)
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, stream_accesses,
+                       stream_shape)
 from .pipeline import PassContext
 
 
@@ -62,8 +63,7 @@ def _synced(instrs, plan=None, made=None):
     instructions are immutable, and the stream's length is the shape's)."""
     instrs = tuple(instrs)
     if plan is None:
-        written = written_gm(instrs)
-        plan = plan_flags([i.pipe for i in instrs], [accesses(i, written) for i in instrs])
+        plan = plan_flags(list(map(_PIPE, instrs)), stream_accesses(instrs))
         made = None
     if made is None:
         made = _flag_layout(plan, len(instrs))
@@ -74,32 +74,40 @@ def _synced(instrs, plan=None, made=None):
 
 
 def _flag_layout(plan, n: int) -> tuple:
-    """(the SET_FLAG / WAIT_FLAG instructions of a plan for a stream of n instructions, a gather
-    of the flagged stream from `stream + flags`, or None when there are no flags).
+    """(the SET_FLAG / WAIT_FLAG instructions of a plan, a gather of the flagged stream of n
+    instructions from `stream + flags`, or None when there are no flags).
 
-    A SET_FLAG and its WAIT_FLAG share their attributes (and their key tuple in the plan).  The
-    gather (an `operator.itemgetter` of positions) builds each stream of a shape in one C-level
-    pass: a shape's tasks are many, its flags the same."""
+    Equal flags are one instruction (immutable: a stream may hold it at many positions): one per
+    distinct operation of the plan, and a SET_FLAG and its WAIT_FLAG share their attributes
+    (and their key tuple in the plan).  The gather (an `operator.itemgetter` of positions) builds
+    each stream of a shape in one C-level pass: a shape's tasks are many, its flags the same."""
     before, after, _ = plan
     if not before and not after:
         return (), None
-    ops: list[tuple] = []           # the plan's sync operations, in stream order
-    at: list[int] = []              # each position of the flagged stream in `stream + flags`
-    for idx, pre, post in zip(range(n), map(before.get, range(n)), map(after.get, range(n))):
-        if pre is not None:
-            k = n + len(ops)
-            at.extend(range(k, k + len(pre)))
-            ops.extend(pre)
-        at.append(idx)
-        if post is not None:
-            k = n + len(ops)
-            at.extend(range(k, k + len(post)))
-            ops.extend(post)
-    attrs = {id(key): key for _, _, key in ops}
-    for k, key in attrs.items():
-        attrs[k] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
+    chain, flat = itertools.chain, itertools.chain.from_iterable
+    # the plan's distinct operations (`plan_flags` hands out shared tuples: by id)
+    ops = list(flat(chain(before.values(), after.values())))
+    distinct = dict(zip(map(id, ops), ops))
+    # the flagged stream as its items (instruction indices, operations) in order, from C-level
+    # maps (nearly every position has flags: a loop over them costs more): per position, its
+    # operations before (none: ()), itself (a 1-tuple) and its operations after
+    idx = list(range(n))
+    pre = dict.fromkeys(idx, ())
+    pre.update(before)
+    post = dict.fromkeys(idx, ())
+    post.update(after)
+    items = flat(flat(zip(pre.values(), zip(idx), post.values())))
+    # then each item's position in `stream + flags` (by id: the indices are the objects of `idx`)
+    slot = dict(zip(map(id, idx), idx))
+    slot.update(zip(distinct, range(n, n + len(distinct))))
+    at = list(map(slot.__getitem__, map(id, items)))
+    attrs = {}
+    for _, _, key in distinct.values():
+        if id(key) not in attrs:
+            attrs[id(key)] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
     make = Instr._make
-    return tuple([make(op, pipe, None, (), attrs[id(key)], None) for op, pipe, key in ops]), operator.itemgetter(*at)
+    return (tuple([make(op, pipe, None, (), attrs[id(key)], None) for op, pipe, key in distinct.values()]),
+            operator.itemgetter(*at))
 
 
 class RangeValues:
@@ -151,6 +159,7 @@ class RangeValues:
 
 
 _FIRST = operator.itemgetter(0)
+_PIPE = operator.attrgetter("pipe")
 
 SET, WAIT = "SET_FLAG", "WAIT_FLAG"     # the op names of a plan's operations (these very strings)
 

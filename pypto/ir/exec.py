@@ -519,6 +519,16 @@ def written_gm(instrs) -> set[str]:
     return {i.dst.buf.name for i, _ in static_instrs(instrs) if isinstance(i.dst, GMRef)}
 
 
+def stream_accesses(instrs) -> list[list[Access]]:
+    """`accesses(i, written_gm(instrs))` of every instruction of a stream without loops, in
+    order.  Worked out once per distinct instruction object: equal instructions are mostly one
+    object, so a position's list may be another's (read them, do not change them)."""
+    distinct = dict(zip(map(id, instrs), instrs))
+    written = written_gm(distinct.values())
+    of = {k: accesses(i, written) for k, i in distinct.items()}
+    return list(map(of.__getitem__, map(id, instrs)))
+
+
 def loops_in(items):
     """Every loop of a sequence of instructions and loops, inner ones included (outer first)."""
     for it in items:
