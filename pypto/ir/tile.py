@@ -190,48 +190,58 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
     # the nodes seen so far -> the space of their tile (a node whose space is None counts as
     # not defined: it is left out, so that a lookup that finds nothing is one that fails)
     space_of: dict[int, str] = {}
-    get = space_of.get
     caps = capacities or {}
     # (op, space, shape, dtype, input spaces) -> [capacity of the space, tile_bytes or None
     # until needed] when the data path is legal, None when no capacity applies: the data path
     # is checked once per such key (`_path_cap`), a program has a handful
     paths: dict[tuple, list | None] = {}
-    unseen = _UNSEEN
+    # the keys of `paths` led by the id of a node's attribute map (its `buf`) that passed
+    # `_check`: a node whose key is here would pass it too.  A few thousand, as the nodes of
+    # different iterations share maps (the graph keeps its maps and dtypes: their ids stay)
+    passed: set[tuple] = set()
     for n in g.nodes:
-        inputs = n.inputs
-        srcs = []
+        valid, shape, space = n.valid, n.shape, n.space
+        key = [id(n.attrs), n.op, space, shape, id(n.dtype)]
         try:                    # (subscripts, not `get` calls: no call per input)
-            for i in inputs:
-                srcs.append(space_of[i])
+            for i in n.inputs:
+                key.append(space_of[i])
         except KeyError:        # an input not defined (yet): which one
-            srcs = []
-            for i in inputs:
-                src = get(i)
-                if src is None:
-                    _fail(n, f"input %{i} is not defined before use")
-                srcs.append(src)
-        valid, shape = n.valid, n.shape
-        if valid != shape and (len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
+            _undefined(n, space_of)
+        if valid is not shape and valid != shape and (
+                len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
             _fail(n, "valid shape exceeds the tile", expected=f"<= {fmt_shape(shape)}", got=fmt_shape(valid))
-        space = n.space
-        key = (n.op, space, shape, id(n.dtype), *srcs)  # (the graph keeps its dtypes: their ids stay)
-        limit = paths.get(key, unseen)
-        if limit is unseen:
-            cap = _path_cap(n, space, srcs, caps)
-            limit = paths[key] = None if cap is None else [cap, None]
-        if limit is not None:
-            a = n.attrs
-            buf = a._dict.get("buf") if type(a) is Attrs else a.get("buf")
-            if buf is not None:
-                cap, size = limit
-                if size is None:
-                    size = limit[1] = tile_bytes(shape, n.dtype)
-                if buf + size > cap:
-                    _fail(n, f"tile overflows {space}", expected=f"<= {cap} bytes", got=buf + size)
+        key = tuple(key)
+        if key not in passed:
+            _check(n, key[1:], paths, caps)
+            passed.add(key)
         if space is not None:
             space_of[n.id] = space
         else:
             space_of.pop(n.id, None)
+
+
+def _undefined(n: TileNode, space_of: dict[int, str]):
+    """Fail on the first input of node `n` that is not defined before it."""
+    for i in n.inputs:
+        if i not in space_of:
+            _fail(n, f"input %{i} is not defined before use")
+
+
+def _check(n: TileNode, key: tuple, paths: dict, caps: dict) -> None:
+    """Check the data path of node `n` (once per `key` of `paths`, see `verify`: its op,
+    space, shape, dtype id and input spaces) and that its tile, at its `buf`, fits its space."""
+    limit = paths.get(key, _UNSEEN)
+    if limit is _UNSEEN:
+        cap = _path_cap(n, n.space, list(key[4:]), caps)
+        limit = paths[key] = None if cap is None else [cap, None]
+    if limit is not None:
+        buf = n.attrs.get("buf")
+        if buf is not None:
+            cap, size = limit
+            if size is None:
+                size = limit[1] = tile_bytes(n.shape, n.dtype)
+            if buf + size > cap:
+                _fail(n, f"tile overflows {n.space}", expected=f"<= {cap} bytes", got=buf + size)
 
 
 _UNSEEN = object()
