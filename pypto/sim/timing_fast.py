@@ -355,37 +355,19 @@ def _new_state(enc: Encoding, record: bool) -> _State:
 @njit(cache=True)
 def _push(s, t, val):
     """Push an event at cycle t; ties are broken by the sequence number (order of pushing)."""
-    g = s.g
+    g, htime, hseq, hval = s.g, s.htime, s.hseq, s.hval
     seq = g[G_SEQ]
     g[G_SEQ] = seq + 1
     i = g[G_HEAP_N]
     g[G_HEAP_N] = i + 1
-    _sift_up(s, i, t, seq, val)
-
-
-@njit(cache=True)
-def _earlier_child(htime, hseq, i, n):
-    """The earlier of heap node i's children (of n events), -1 when it has none."""
-    c = 2 * i + 1
-    if c >= n:
-        return -1
-    if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
-        c += 1
-    return c
-
-
-@njit(cache=True)
-def _sift_up(s, i, t, q, v):
-    """Put the event (t, q, v) in the heap's hole i, moving it up while its parent is later."""
-    htime, hseq, hval = s.htime, s.hseq, s.hval
     while i > 0:
         parent = (i - 1) >> 1
         pt = htime[parent]
-        if pt < t or (pt == t and hseq[parent] < q):
+        if pt < t or (pt == t and hseq[parent] < seq):
             break
         htime[i], hseq[i], hval[i] = pt, hseq[parent], hval[parent]
         i = parent
-    htime[i], hseq[i], hval[i] = t, q, v
+    htime[i], hseq[i], hval[i] = t, seq, val
 
 
 @njit(cache=True)
@@ -408,8 +390,12 @@ def _replace_top(s, t, val):
     n = g[G_HEAP_N]
     i = 0
     while True:
-        c = _earlier_child(htime, hseq, i, n)
-        if c < 0 or t < htime[c] or (t == htime[c] and q < hseq[c]):
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
+            c += 1
+        if t < htime[c] or (t == htime[c] and q < hseq[c]):
             break
         htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
         i = c
@@ -424,12 +410,21 @@ def _sift_top(s, n, t, q, v):
     htime, hseq, hval = s.htime, s.hseq, s.hval
     i = 0
     while True:
-        c = _earlier_child(htime, hseq, i, n)
-        if c < 0:
+        c = 2 * i + 1
+        if c >= n:
             break
+        if c + 1 < n and (htime[c + 1] < htime[c] or (htime[c + 1] == htime[c] and hseq[c + 1] < hseq[c])):
+            c += 1
         htime[i], hseq[i], hval[i] = htime[c], hseq[c], hval[c]
         i = c
-    _sift_up(s, i, t, q, v)
+    while i > 0:
+        parent = (i - 1) >> 1
+        pt = htime[parent]
+        if pt < t or (pt == t and hseq[parent] < q):
+            break
+        htime[i], hseq[i], hval[i] = pt, hseq[parent], hval[parent]
+        i = parent
+    htime[i], hseq[i], hval[i] = t, q, v
 
 
 @njit(cache=True)
