@@ -8,9 +8,9 @@ machine may be shared), microseconds per instruction, the instructions in the pr
 `loops` pass writes what repeats once), the peak memory tracemalloc sees during the compile (a
 separate compile: tracing slows it down) and the Python objects the compiled kernel keeps; then
 the per-pass times of the 4096^3 compile (the pass log) and the targets of the compile-time issue,
-each "met" or "not met".  Those targets (4096^3 within twice the 1024^3 compile, under 1 s;
-4096x8192x4096 under 1.5 s and 150 MiB) need the passes to work on loops: as long as every tile
-is an instruction until the last pass, the work grows with the tiles.
+each "met" or "not met".  Those targets: 4096^3 within twice the 1024^3 compile, under 1 s;
+4096x8192x4096 under 1.5 s and 150 MiB.  The first needs the passes to work on loops: as long as
+every tile is an instruction until the last pass, the work grows with the tiles.
 
 Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
 `pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
@@ -114,7 +114,7 @@ def main(argv=None) -> None:
         if r.ms >= 1:
             print(f"  {r.name:<26} {r.ms:>9.1f} ms")
     print(f"  {'sum of the passes':<26} {sum(r.ms for r in logs[big]):>9.1f} ms")
-    print("\ntargets (compile-time issue; they need loops in the IR, not every tile unrolled)")
+    print("\ntargets (compile-time issue; the ratio needs loops in the IR, not every tile unrolled)")
 
     def target(what, ok, detail):
         print(f"  {what:<52} {detail:<34} {'met' if ok else 'not met'}")
