@@ -12,7 +12,7 @@ import math
 from operator import attrgetter
 from typing import NamedTuple
 
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, accesses, written_gm
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, stream_accesses
 from ..ir.gm import GMRef
 from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
@@ -119,8 +119,7 @@ def dependences(instrs, acc=None) -> list[dict[int, bool]]:
     Transitively implied edges are mostly left out (a read depends on the last writer only).
     """
     if acc is None:
-        written = written_gm(instrs)
-        acc = [accesses(i, written) for i in instrs]
+        acc = stream_accesses(instrs)
     # per range (of a space, of a GM buffer): [last writer or -1, readers since], the overlapping
     # ones found in O(log n + hits) and taken in the order they were added (a list scanned per
     # access made a task of 31,000 windows of one written buffer quadratic: 50 s)
@@ -327,8 +326,7 @@ class _Stream:
         streams' load latencies and transfer cycles."""
         self.instrs = instrs
         if same is None:
-            written = written_gm(instrs)
-            self.acc = [accesses(i, written) for i in instrs]
+            self.acc = stream_accesses(instrs)
             self.pipe = list(map(_PIPE, instrs))
             self.vector = _vector(instrs)
             self.preds = dependences(instrs, self.acc)
