@@ -16,7 +16,7 @@ overlaps the compute on the one before).
 """
 from __future__ import annotations
 
-from collections import Counter
+from itertools import groupby
 from operator import attrgetter
 
 from ..errors import TileShapeError
@@ -59,7 +59,7 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
                     space = fixed[op] = "L0C" if op.startswith("TMATMUL") else "UB"
             n = with_space(n, space)
         append(n)
-    return g.replace(nodes)
+    return g.replace(nodes).noted(g.facts())     # (the spaces are all it changes)
 
 
 def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
@@ -67,15 +67,8 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     want_nbuf = 2 if ctx.options.get("double_buffer", True) else 1
     # group -> key -> (the offsets of its slot's copies, how many, its turn and the slot's turns)
     placement: dict[int, dict[str, tuple[tuple[int, ...], int, int, int]]] = {}
-    by_group: dict[int, list[TileNode]] = {}
-    for n in g.nodes:
-        nodes = by_group.get(n.group)
-        if nodes is None:
-            nodes = by_group[n.group] = []
-        nodes.append(n)
-    for info in g.groups:
-        nodes = by_group.get(info.id, [])
-        keys = _Keys(nodes, _longest_iteration(nodes))
+    for info, nodes, template in _groups(g):
+        keys = _Keys(nodes, template)
         slots = _slots(keys)
         chunks, asked = keys.chunks, keys.asked
         for space in sorted({s["space"] for s in slots}):
@@ -135,6 +128,27 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
     return g.replace(out)
 
 
+def _groups(g: TileGraph):
+    """(GroupInfo, its nodes, its `_longest_iteration`) per group of g, where the lowering
+    noted them (TileGraph.facts), else found by walking the nodes."""
+    spans = g.facts().get("groups")
+    if spans is not None:
+        for info in g.groups:
+            start, end, first, last = spans[info.id]
+            yield info, g.nodes[start:end], list(g.nodes[first:last])
+        return
+    by_group: dict[int, list[TileNode]] = {}
+    for gid, run in groupby(g.nodes, _group):     # (a group's nodes mostly follow each other)
+        nodes = by_group.get(gid)
+        if nodes is None:
+            by_group[gid] = list(run)
+        else:
+            nodes.extend(run)
+    for info in g.groups:
+        nodes = by_group.get(info.id, [])
+        yield info, nodes, _longest_iteration(nodes)
+
+
 class _Keys:
     """What the tiles of one group say about their keys, in one walk over them: per key its
     size (its largest tile), space and whether it is `persistent`; the K chunks (`par`) of each
@@ -153,33 +167,65 @@ class _Keys:
         chunks: dict[str, set] = {}
         asked: dict[str, int] = {}
         shape_of: dict[str, tuple] = {}     # the (shape, dtype) a key's size was last worked out for
+        mixed: set[str] = set()             # keys with tiles in several spaces (a pass of the user's)
+        # id of a map -> (shape, dtype, space, its key's K chunks if a ring key) of its last node:
+        # what a node says about its key follows from its map and those (the nodes of different
+        # iterations share map, shape and dtype), so a node whose fields are those very objects
+        # says nothing new but its K chunk.  Not kept for maps with a GM window: a vector group's
+        # loads and stores have one each (the group keeps its maps: their ids stay)
+        seen: dict[int, tuple] = {}
         for n in nodes:                     # (`in` tests of the attrs: cheaper than get calls)
-            d = n.attrs._dict
-            sp = n.space
-            if sp and sp != "?":
-                k = d["key"]
+            a = n.attrs
+            e = seen.get(id(a))
+            if e is not None and e[0] is n.shape and e[1] is n.dtype and e[2] is n.space:
+                if e[3] is not None:
+                    e[3].add(n.par)
+            else:
+                d = a._dict
+                sp = n.space
                 shape, dtype = n.shape, n.dtype
-                seen = shape_of.get(k)
-                if seen is None or (seen[0] is not shape and seen[0] != shape) or (
-                        seen[1] is not dtype and seen[1] != dtype):
-                    shape_of[k] = (shape, dtype)
-                    b = tile_bytes(shape, dtype)
-                    if b > size.get(k, 0):
-                        size[k] = b
-                    elif k not in size:
-                        size[k] = b
-                space[k] = sp
-                if "persistent" in d and d["persistent"]:
-                    persistent.add(k)
-            if "ring" in d and d["ring"]:
-                chunks.setdefault(d["key"], set()).add(n.par)
-            if "buffers" in d and d["buffers"]:
-                k = d["key"]
-                asked[k] = max(asked.get(k, 0), d["buffers"])
-            if n.id in outside:
-                key_of[n.id] = d["key"]
+                if sp and sp != "?":
+                    k = d["key"]
+                    was = shape_of.get(k)
+                    if was is None or (was[0] is not shape and was[0] != shape) or (
+                            was[1] is not dtype and was[1] != dtype):
+                        shape_of[k] = (shape, dtype)
+                        b = tile_bytes(shape, dtype)
+                        if b > size.get(k, 0):
+                            size[k] = b
+                        elif k not in size:
+                            size[k] = b
+                    if space.setdefault(k, sp) != sp:
+                        mixed.add(k)
+                    if "persistent" in d and d["persistent"]:
+                        persistent.add(k)
+                ring = None
+                if "ring" in d and d["ring"]:
+                    ring = chunks.setdefault(d["key"], set())
+                    ring.add(n.par)
+                if "buffers" in d and d["buffers"]:
+                    k = d["key"]
+                    asked[k] = max(asked.get(k, 0), d["buffers"])
+                if "gm" not in d:
+                    seen[id(a)] = (shape, dtype, sp, ring)
+            if outside and n.id in outside:
+                key_of[n.id] = a._dict["key"]
         self.size, self.space, self.persistent = size, space, persistent
         self.chunks, self.asked, self.key_of = chunks, asked, key_of
+        if mixed:
+            self._last_spaces(nodes, mixed)
+
+    def _last_spaces(self, nodes: list[TileNode], mixed: set[str]) -> None:
+        """The space of each key of `mixed`, whose tiles are in several: its last tile's (a node
+        `seen` skipped may be that one)."""
+        for n in reversed(nodes):
+            sp = n.space
+            if sp and sp != "?" and n.attrs._dict["key"] in mixed:
+                k = n.attrs._dict["key"]
+                self.space[k] = sp
+                mixed.discard(k)
+                if not mixed:
+                    break
 
 
 def _ring_copies(slots: list[dict], chunks: dict[str, set], nbuf: int, spare: int,
@@ -212,16 +258,29 @@ def buffers_that_fit(nodes: list[TileNode], caps: dict[str, int], want: int = 2)
 
 
 def _longest_iteration(nodes: list[TileNode]) -> list[TileNode]:
-    """The tile nodes of the group's iteration with the most (the first such in node order)."""
-    count = Counter(map(_iteration, nodes))       # (no Python call per node)
+    """The tile nodes of the group's iteration with the most (the first such in node order).
+    Counted per run of nodes of one iteration (an iteration's nodes mostly follow each other),
+    not per node."""
+    count: dict[tuple, int] = {}
+    runs = []                                       # (iteration, first position, end)
+    at = 0
+    for it, run in groupby(nodes, _iteration):
+        end = at + len(list(run))
+        runs.append((it, at, end))
+        count[it] = count.get(it, 0) + end - at
+        at = end
     if not count:
         return []
     best = max(count, key=count.__getitem__)      # the first of the longest, as dicts keep order
-    outer, inner = best
-    return [n for n in nodes if n.outer == outer and n.inner == inner]
+    out = []
+    for it, at, end in runs:
+        if it == best:
+            out.extend(nodes[at:end])
+    return out
 
 
 _iteration = attrgetter("outer", "inner")
+_group = attrgetter("group")
 
 
 def _slots(keys: _Keys) -> list[dict]:

@@ -42,7 +42,10 @@ def find_redundant_loads(g: TileGraph) -> dict[int, int]:
     window, so a store looks only at the loads whose spans meet its own (an outer iteration of
     31,000 inner ones made this quadratic: 31 s).  An index is built when a store first meets
     the loads of its (group, outer iteration, buffer), and kept up to date from then on: the
-    loads of a buffer no store of the iteration writes (a matmul's operands) need none."""
+    loads of a buffer no store of the iteration writes (a matmul's operands) need none.  None
+    when the lowering noted that no iteration loads a window twice (TileGraph.facts)."""
+    if g.facts().get("distinct_loads"):
+        return {}
     seen: dict[tuple, dict[tuple, tuple]] = {}      # (group, outer, buffer) -> load key -> (first id, window)
     spans: dict[tuple, Intervals] = {}              # (group, outer, buffer) -> span -> its keys
     dup: dict[int, int] = {}

@@ -57,6 +57,16 @@ class _Emitter:
         self.outer = self.inner = self.lin = 0
         self.start = None
         self.recorded = None
+        # the group's iteration with the most nodes (the first such): (how many, first position,
+        # end), for the graph's "groups" fact (TileGraph.facts); `distinct_loads`: the group's
+        # outer iterations load no GM window twice (as far as its lowering knows)
+        self.longest = (0, len(nodes), len(nodes))
+        self.distinct_loads = False
+
+    def iteration_done(self, first: int) -> None:
+        """Note an iteration, whose nodes are those from position `first` on."""
+        if len(self.nodes) - first > self.longest[0]:
+            self.longest = (len(self.nodes) - first, first, len(self.nodes))
 
     def emit(self, op, inputs, shape, valid, dtype, space, key, loc, persistent=False, **attrs) -> int:
         """Append a node; its `par` is the outer index if `persistent` (one tile per outer
@@ -74,17 +84,6 @@ class _Emitter:
         nodes.append(node)
         if self.recorded is not None:
             self.recorded.append((node, varying, persistent))
-        return nid
-
-    def add(self, op, inputs: tuple, shape: tuple, valid: tuple, dtype, space, attrs: Attrs, par: int,
-            loc) -> int:
-        """`emit` of ready parts, for the matmul's hot loop: `attrs` an Attrs equal to the map
-        emit would make (in its order: the keywords, then key, persistent), shared by the nodes
-        that have that map."""
-        nodes = self.nodes
-        nid = len(nodes)
-        nodes.append(_make_node(nid, op, inputs, shape, valid, dtype, space, self.group, self.outer,
-                                self.inner, attrs, loc, par))
         return nid
 
     def node(self, i) -> TileNode:
@@ -168,17 +167,22 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     nodes: list[TileNode] = []
     infos = []
     cube_tile_of: dict[int, tuple[int, int]] = {}     # value a cube group stores -> its (mL0, nL0)
+    spans: dict[int, tuple[int, int, int, int]] = {}  # the "groups" fact (TileGraph.facts)
+    distinct = True
     for gid in sorted(members):
         ms = members[gid]
+        em = _Emitter(nodes, gid)
+        start = len(nodes)
         if ms[0].op == "matmul":
-            info = _lower_matmul(g, ms, homes, extra_stores, _Emitter(nodes, gid), ctx.machine,
-                                 ctx.options.get("l1_reuse", True))
+            info = _lower_matmul(g, ms, homes, extra_stores, em, ctx.machine, ctx.options.get("l1_reuse", True))
             cube_tile_of[ms[-1].id] = (info.tile[0], info.tile[2])
         else:
-            info = _lower_vector(g, gid, ms, homes, extra_stores, _Emitter(nodes, gid),
-                                 _epilogue_order(g, ms, cube_tile_of))
+            info = _lower_vector(g, gid, ms, homes, extra_stores, em, _epilogue_order(g, ms, cube_tile_of))
         infos.append(info)
-    return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes))
+        spans[gid] = (start, len(nodes), *em.longest[1:])
+        distinct = distinct and em.distinct_loads
+    facts = {"groups": spans, "distinct_loads": True} if distinct else {"groups": spans}
+    return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes)).noted(facts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -347,16 +351,18 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
             start = tuple([i * t for i, t in zip(idx, tile)])
             shape_of = (tuple([i == n - 1 for i, n in zip(idx, ntiles)]), k == 0)
             plan = plans.get(shape_of)
+            base = len(em.nodes)
             if plan is not None:
                 plan.replay(em, start, acc)
-                continue
-            extent = tuple([min(t, d - s) for t, d, s in zip(tile, domain, start)])
-            em.start, em.recorded, base, acc_before = start, [], len(em.nodes), dict(acc)
-            _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles, tile,
-                              idx, start, extent, em, acc, k, n_inner, pd)
-            if shape_of not in plans:
-                plans[shape_of] = _Plan.of(em.recorded, base, acc_before, acc)
-            em.recorded = None
+            else:
+                extent = tuple([min(t, d - s) for t, d, s in zip(tile, domain, start)])
+                em.start, em.recorded, acc_before = start, [], dict(acc)
+                _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles,
+                                  tile, idx, start, extent, em, acc, k, n_inner, pd)
+                if shape_of not in plans:
+                    plans[shape_of] = _Plan.of(em.recorded, base, acc_before, acc)
+                em.recorded = None
+            em.iteration_done(base)
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
 
 
@@ -732,7 +738,9 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     # the tile shapes, one tuple each for every node (and the valid shape of a full tile)
     s_a1, s_b1, s_a0, s_b0, s_c = (ml0, kl1), (kl1, nl0), (ml0, kl0), (kl0, nl0), (ml0, nl0)
     s_bias = (1, nl0)
-    add, loc = em.add, m.loc
+    loc, group = m.loc, em.group
+    nodes = em.nodes
+    append, make = nodes.append, _make_node     # (the hot loop builds its nodes itself, as emit would)
     chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
     # the attribute maps, in the order emit gives them (its keywords first), one Attrs for all
     # the nodes that have it: an extract's per kL0 step, the accumulator's
@@ -740,25 +748,39 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     x_a0 = [Attrs.of({"offsets": (0, k0 * kl0), "key": "a0"}) for k0 in range(n_k0)]
     x_b0 = [Attrs.of({"offsets": (k0 * kl0, 0), "key": "b0"}) for k0 in range(n_k0)]
     acc = Attrs.of({"key": "c", "persistent": True})
+    # (mv, nv, kv1) -> per kL0 step of a K chunk of kv1 of an output tile of valid extents (mv, nv):
+    # the map and valid shape of its A extract, then its B extract's
+    extracts: dict[tuple, list] = {}
+    a_ring, b_ring = shared == "a1", shared == "b1"
+    # for the graph's facts (TileGraph.facts): whether no outer iteration loads a window twice
+    # (an outer iteration loads the bias row and the A and B panels of its output tile: none
+    # does when the three are in buffers of their own and no panel has a window twice), and
+    # the group's iteration with the most nodes (the first such): `most` nodes at `longest`
+    parts = [{t[0].buf.name for t in terms}, {t[1].buf.name for t in terms}] + ([{bias.buf.name}] if bias else [])
+    distinct = sum(map(len, parts)) == len(set().union(*parts))
+    first, most = len(nodes), 0
+    longest = (first, first)
 
-    def loads(key, windows):
+    def loads(key, windows, full):
         """(Attrs, valid shape) of the loads of `windows`, one per K chunk: the shared panel's
-        picks its L1 copy by K chunk (a ring), the other by iteration."""
-        if shared == key:
-            return [(Attrs.of({"gm": w, "ring": True, "key": key}), w.shape) for w in windows]
-        return [(Attrs.of({"gm": w, "key": key}), w.shape) for w in windows]
+        picks its L1 copy by K chunk (a ring), the other by iteration.  A whole tile's valid
+        shape is its tile shape `full` (one tuple for all)."""
+        nonlocal distinct
+        distinct = distinct and len(set(windows)) == len(windows)
+        ring = {"ring": True} if shared == key else {}
+        return [(Attrs.of({"gm": w, **ring, "key": key}), full if w.shape == full else w.shape) for w in windows]
 
     for bi in itertools.product(*[range(s) for s in batch]):
         leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
         # the operand loads of an output row (A) or column (B) of tiles, one each per K chunk:
         # every output tile of the row (column) loads the same windows
         b_loads = [loads("b1", [_sub2d(terms[t][1], leads[t][1], k1 * kl1, ni * nl0, min(kl1, K - k1 * kl1),
-                                       min(nl0, N - ni * nl0)) for t, k1 in chunks]) for ni in range(nn)]
+                                       min(nl0, N - ni * nl0)) for t, k1 in chunks], s_b1) for ni in range(nn)]
         for mi in range(nm):
             m0 = mi * ml0
             mv = min(ml0, M - m0)
             a_loads = loads("a1", [_sub2d(terms[t][0], leads[t][0], m0, k1 * kl1, mv, min(kl1, K - k1 * kl1))
-                                   for t, k1 in chunks])
+                                   for t, k1 in chunks], s_a1)
             for ni in range(nn):
                 em.outer = o
                 n0 = ni * nl0
@@ -770,6 +792,10 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                     order = reversed(order)
                 bl = b_loads[ni]
                 for step, chunk in enumerate(order):
+                    at = len(nodes)
+                    if at - first > most:       # the iteration before this one
+                        most, longest = at - first, (first, at)
+                    first = at
                     em.inner, em.lin = step, lin
                     kv1 = min(kl1, K - chunks[chunk][1] * kl1)
                     bt = None
@@ -780,32 +806,47 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
                                           persistent=True, gm=_bias_row(bias, n0, nv))
                         bt = em.emit("TMOV", [bias_l1], s_bias, (1, nv), bias.dtype, "BT", "bt", loc,
                                      persistent=True)
+                    nid = len(nodes)
                     attrs, valid = a_loads[chunk]
-                    a1 = (add("TLOAD", (), s_a1, s_a1 if valid == s_a1 else valid, dtype, "?", attrs,
-                              chunk if shared == "a1" else lin, loc),)
+                    append(make(nid, "TLOAD", (), s_a1, valid, dtype, "?", group, o, step, attrs, loc,
+                                chunk if a_ring else lin))
                     attrs, valid = bl[chunk]
-                    b1 = (add("TLOAD", (), s_b1, s_b1 if valid == s_b1 else valid, dtype, "?", attrs,
-                              chunk if shared == "b1" else lin, loc),)
+                    append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, "?", group, o, step, attrs, loc,
+                                chunk if b_ring else lin))
+                    a1, b1 = (nid,), (nid + 1,)
+                    nid += 2
                     lin += 1
-                    for k0 in range(ceil_div(kv1, kl0)):
-                        kv = min(kl0, kv1 - k0 * kl0)
+                    xs = extracts.get((mv, nv, kv1))
+                    if xs is None:
+                        xs = extracts[(mv, nv, kv1)] = []
+                        for k0 in range(ceil_div(kv1, kl0)):
+                            kv = min(kl0, kv1 - k0 * kl0)
+                            xs.append((x_a0[k0], s_a0 if (mv, kv) == s_a0 else (mv, kv),
+                                       x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
+                    for xa, va, xb, vb in xs:
                         # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
-                        a0 = add("TEXTRACT", a1, s_a0, s_a0 if (mv, kv) == s_a0 else (mv, kv), dtype, "?",
-                                 x_a0[k0], steps, loc)
-                        b0 = add("TEXTRACT", b1, s_b0, s_b0 if (kv, nv) == s_b0 else (kv, nv), dtype, "?",
-                                 x_b0[k0], steps, loc)
+                        append(make(nid, "TEXTRACT", a1, s_a0, va, dtype, "?", group, o, step, xa, loc, steps))
+                        append(make(nid + 1, "TEXTRACT", b1, s_b0, vb, dtype, "?", group, o, step, xb, loc, steps))
                         steps += 1
-                        if c is None and bt is not None:
-                            c = add("TMATMUL_BIAS", (bt, a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
-                        elif c is None:
-                            c = add("TMATMUL", (a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
+                        if c is not None:
+                            append(make(nid + 2, "TMATMUL_ACC", (c, nid, nid + 1), s_c, v_c, acc_dtype, "?", group,
+                                        o, step, acc, loc, o))
+                        elif bt is not None:
+                            append(make(nid + 2, "TMATMUL_BIAS", (bt, nid, nid + 1), s_c, v_c, acc_dtype, "?", group,
+                                        o, step, acc, loc, o))
                         else:
-                            c = add("TMATMUL_ACC", (c, a0, b0), s_c, v_c, acc_dtype, "?", acc, o, loc)
+                            append(make(nid + 2, "TMATMUL", (nid, nid + 1), s_c, v_c, acc_dtype, "?", group, o,
+                                        step, acc, loc, o))
+                        c = nid + 2
+                        nid += 3
                 lead = bi
                 for ref in outs:
                     em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,
                             gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act)
                 o += 1
+    if len(nodes) - first > most:
+        most, longest = len(nodes) - first, (first, len(nodes))
+    em.longest, em.distinct_loads = (most, *longest), distinct
     return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, len(terms) * nk1, m.loc)
 
 

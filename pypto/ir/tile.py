@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
@@ -120,9 +122,31 @@ class TileGraph(TextForm):
             object.__setattr__(self, "_by_id", cache)
         return cache
 
+    def facts(self) -> Mapping:
+        """What the pass that built this graph knew of its nodes, for the passes after it that
+        would otherwise walk every node to work it out (the lowering knows where it put each
+        group's nodes): {name: value}, empty when none were noted.  Facts hold for this graph
+        object (its nodes never change); a pass that builds a new graph hands on those its
+        change keeps true (`noted`), and a graph made any other way (a pass of the user's) has
+        none: the passes then walk its nodes.
+        - "groups": {group: (start, end, first, last)}: the group's nodes are nodes[start:end]
+          and its iteration with the most nodes (the first such) nodes[first:last];
+        - "distinct_loads": True when no outer iteration of a group loads one GM window twice
+          (there are no redundant loads to find).
+        """
+        return self.__dict__.get("_facts", _NO_FACTS)
+
+    def noted(self, facts: dict) -> "TileGraph":
+        """This graph, with `facts` (see `facts`) noted."""
+        if facts:
+            object.__setattr__(self, "_facts", facts)
+        return self
+
     def text(self, full: bool = False) -> str:
         return print_graph(self, full)
 
+
+_NO_FACTS = MappingProxyType({})
 
 
 def node_text(n: TileNode) -> str:
@@ -195,29 +219,82 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
     # until needed] when the data path is legal, None when no capacity applies: the data path
     # is checked once per such key (`_path_cap`), a program has a handful
     paths: dict[tuple, list | None] = {}
-    # the keys of `paths` led by the id of a node's attribute map (its `buf`) that passed
-    # `_check`: a node whose key is here would pass it too.  A few thousand, as the nodes of
-    # different iterations share maps (the graph keeps its maps and dtypes: their ids stay)
+    # the keys of `paths` led by a node's `buf` (all `_check` reads of its attributes) that
+    # passed `_check`: a node whose key is here would pass it too.  A handful per slot copy
+    # (the graph keeps its dtypes: their ids stay)
     passed: set[tuple] = set()
+    # id of a map -> (op, space, shape, dtype, input spaces) of the last node with that map:
+    # a node with the same map whose fields are those very objects (the nodes of different
+    # iterations share them) and whose inputs are in the same spaces has the same key, so that
+    # neither the key nor its lookup need be made for it.  Not kept for maps with a GM window:
+    # a vector group's loads and stores have one each (the graph keeps its maps: ids stay)
+    last: dict[int, tuple] = {}
     for n in g.nodes:
-        valid, shape, space = n.valid, n.shape, n.space
-        key = [id(n.attrs), n.op, space, shape, id(n.dtype)]
-        try:                    # (subscripts, not `get` calls: no call per input)
-            for i in n.inputs:
-                key.append(space_of[i])
+        ins = n.inputs
+        try:                    # (subscripts, not calls: most nodes read one or three tiles)
+            k = len(ins)
+            srcs = ((space_of[ins[0]],) if k == 1 else (space_of[ins[0]], space_of[ins[1]], space_of[ins[2]])
+                    if k == 3 else (space_of[ins[0]], space_of[ins[1]]) if k == 2 else ()
+                    if not k else tuple([space_of[i] for i in ins]))
         except KeyError:        # an input not defined (yet): which one
             _undefined(n, space_of)
+        valid, shape, where = n.valid, n.shape, n.space
         if valid is not shape and valid != shape and (
                 len(valid) != len(shape) or any(v > s for v, s in zip(valid, shape))):
             _fail(n, "valid shape exceeds the tile", expected=f"<= {fmt_shape(shape)}", got=fmt_shape(valid))
-        key = tuple(key)
-        if key not in passed:
-            _check(n, key[1:], paths, caps)
-            passed.add(key)
-        if space is not None:
-            space_of[n.id] = space
+        a = n.attrs
+        seen = last.get(id(a))
+        if (seen is None or seen[0] is not n.op or seen[1] is not where or seen[2] is not shape
+                or seen[3] is not n.dtype or seen[4] != srcs):
+            key = (a._dict.get("buf"), n.op, where, shape, id(n.dtype), *srcs)
+            if key not in passed:
+                _check(n, key[1:], paths, caps)
+                passed.add(key)
+            if "gm" not in a._dict:
+                last[id(a)] = (n.op, where, shape, n.dtype, srcs)
+        if where is not None:
+            space_of[n.id] = where
         else:
             space_of.pop(n.id, None)
+    if g.facts():
+        _check_facts(g)
+
+
+def _check_facts(g: TileGraph) -> None:
+    """Check the facts noted on `g` (TileGraph.facts) against its nodes: the passes after the
+    one that noted them trust them instead of walking the nodes.  (Only a graph that carries
+    facts pays: the lowering's and assign_spaces' outputs, checked when verify="each".)"""
+    facts = g.facts()
+    spans = facts.get("groups")
+    if spans is not None:
+        counted: dict[int, int] = {}
+        for n in g.nodes:
+            counted[n.group] = counted.get(n.group, 0) + 1
+        for info in g.groups:
+            start, end, first, last = spans.get(info.id, (0, 0, 0, 0))
+            mine = g.nodes[start:end]
+            if end - start != counted.get(info.id, 0) or any(n.group != info.id for n in mine):
+                raise VerificationError(f"tile graph {g.name}: the \"groups\" fact puts group {info.id} at "
+                                        f"nodes [{start}:{end}], which are not its nodes",
+                                        expected=f"its {counted.get(info.id, 0)} nodes", got=f"{end - start} nodes")
+            sizes: dict[tuple, int] = {}
+            for n in mine:
+                sizes[n.outer, n.inner] = sizes.get((n.outer, n.inner), 0) + 1
+            longest = max(sizes, key=sizes.__getitem__) if sizes else None
+            if longest is not None and (last - first != sizes[longest] or not start <= first <= last <= end
+                                        or any((n.outer, n.inner) != longest for n in g.nodes[first:last])):
+                raise VerificationError(f"tile graph {g.name}: the \"groups\" fact's longest iteration of group "
+                                        f"{info.id} is not nodes [{first}:{last}]",
+                                        expected=f"iteration {longest}, {sizes[longest]} nodes")
+    if facts.get("distinct_loads"):
+        loaded: set = set()
+        for n in g.nodes:
+            if n.op == "TLOAD":
+                key = (n.group, n.outer, n.attrs["gm"])
+                if key in loaded:
+                    _fail(n, "loads a GM window its outer iteration loaded already, against the "
+                             "graph's \"distinct_loads\" fact")
+                loaded.add(key)
 
 
 def _undefined(n: TileNode, space_of: dict[int, str]):
