@@ -12,7 +12,7 @@ import math
 from operator import attrgetter
 from typing import NamedTuple
 
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, stream_accesses
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, stream_accesses, stream_shape
 from ..ir.gm import GMRef
 from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
@@ -61,9 +61,22 @@ class DynamicScheduler(OptimizationPass):
         tasks, changed, shapes = [], False, {}
         # each task's shape key, as the first stream of its shape gave it (equal keys: the same
         # object, so that the dicts keyed by it compare them by identity, and only one key per
-        # shape is kept alive); None for a stream that is not scheduled (sync, < 2 instructions)
+        # shape is kept alive); None for a stream that is not scheduled (sync, < 2 instructions).
+        # Streams the graph's side table gives one shape (select's twins: the same stream but for
+        # the GM windows, moved by a fixed offset per buffer) have equal keys: the first one's is
+        # taken, not built again
         keys: dict = {}
-        skeys = [keys.setdefault(k, k) if k is not None else None for k in map(_stream_key, graph.tasks)]
+        by_shape: dict = {}
+        skeys = []
+        for t in graph.tasks:
+            shape = stream_shape(graph, t.instrs)
+            k = by_shape.get(shape, _NO_KEY) if shape is not None else _NO_KEY
+            if k is _NO_KEY:
+                k = _stream_key(t)
+                k = keys.setdefault(k, k) if k is not None else None
+                if shape is not None:
+                    by_shape[shape] = k
+            skeys.append(k)
         latencies = load_latencies(graph, machine, skeys)
         slowdowns = gm_slowdown(graph, machine, latencies, skeys)
         for t, lat, slow, skey in zip(graph.tasks, latencies, slowdowns, skeys):
@@ -640,6 +653,7 @@ def _shape_key(instrs) -> tuple:
 
 
 _SYNC = frozenset(SYNC_OPS)
+_NO_KEY = object()      # (a shape whose key is not known yet: None is the key of an unscheduled stream)
 
 
 def _schedulable(instrs) -> bool:

@@ -2,9 +2,16 @@
 scheduling (listsched.py), sync insertion (sync.py), buffer pressure (pressure.py), codegen."""
 from __future__ import annotations
 
+import itertools
+import operator
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
 from ..ir.block import BlockGraph
 from ..ir.core import Attrs
-from ..ir.exec import ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
+from ..ir.exec import STREAM_SHAPES, ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
+from ..ir.gm import GMRef
 from ..ir.program import Program
 from ..target.isa import ATTRS, SYNC_OPS, gm_access
 from .listsched import DynamicScheduler
@@ -15,6 +22,34 @@ from .sync import insert_sync
 
 def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
     nodes = g.tiles.by_id()
+    select = _selector(nodes)
+    twins = _Twins(nodes)
+    tasks = []
+    shapes: dict[int, tuple] = {}       # the STREAM_SHAPES side table: see below
+    for t in g.tasks:
+        instrs, rep = twins.stream(t)
+        if instrs is None:
+            instrs, moved = select(t)
+            twins.add(t, instrs, moved)
+        elif rep is not None:
+            # a twin whose windows are the representative's moved by one offset per buffer: an
+            # isomorphic stream (same dependences, flags and buffer pressure, the same scheduling
+            # key), which the side table tells the passes after this one (the representative's
+            # entry first)
+            shapes.setdefault(id(rep.instrs), (rep.instrs, rep.shape))
+            shapes[id(instrs)] = (instrs, rep.shape)
+        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
+    out = ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
+    if shapes:
+        out.__dict__[STREAM_SHAPES] = shapes
+    return out
+
+
+def _selector(nodes: dict):
+    """`select(task) -> (its instructions, the positions of those with a GM window)`: the
+    instruction of each tile op of the task, in order (positions None when the task has flags of
+    its own: it is no representative of twins, see `_Twins`).  Equal operands, attribute maps and
+    on-chip instructions are shared by every task the selector sees (see the tables below)."""
     refs: dict[int, TileRef] = {}           # node id -> the tile it produces, as an operand
     interned: dict[tuple, TileRef] = {}     # equal operands share one object (cheap to cache on)
     # space -> buf -> the last operand made there: a node of its shape, valid shape and dtype
@@ -52,83 +87,117 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     # tile to output tile; a 4096x8192x4096 matmul: 228k instructions, 2k distinct), keyed on
     # the identities of their parts, which are interned (`made` keeps them alive)
     made: dict[tuple, Instr] = {}
-    tasks = []
-    for t in g.tasks:
+    # id of an attribute map -> what the instruction of an op with that map takes from it, the
+    # op first (`entry`): tile ops share their maps (a 4096^3 matmul: 1,289 maps for 115k ops),
+    # so the names and values are looked at once per map (the graph keeps its maps alive), and
+    # the ops of one map share the Attrs their instructions keep
+    by_map: dict[int, tuple] = {}
+
+    def entry(op: str, d: dict) -> tuple:
+        """(op, how its GM window is an operand, its pipe, the Attrs the instruction keeps, its
+        scalar operand in a tuple or (), its `buf`, the id of the Attrs) of an op with attribute
+        dict `d`."""
+        plan = plans.get((op, tuple(d)))     # ((op, *d) builds a list first: slower)
+        if plan is None:
+            plan = plans[(op, tuple(d))] = _plan(op, d, keep, shared)
+        kind, pipe, kept, scalar, one, same = plan
+        extra = ()
+        if kind == "flag":      # a tile-level kernel's own flag (pypto.tile.set_flag / wait_flag)
+            pipe = d["src"] if op == "SET_FLAG" else d["dst"]
+            a = Attrs({k: d[k] for k in ("src", "dst", "event")})
+        elif one is not None:
+            v = d[one]
+            c = v.__class__
+            if c is int or c is tuple and _INTS.issuperset(map(type, v)):
+                a = same.get(v)
+                if a is None:
+                    a = same[v] = of({one: v})
+            else:
+                a = of({one: v})
+        elif not kept:
+            a = empty
+        else:
+            a = {k: d[k] for k in kept}
+            if scalar:
+                extra = (a.pop("scalar"),)
+            a = of(a)
+        return op, kind, pipe, a, extra, d.get("buf"), id(a)
+
+    def select(t) -> tuple[tuple, list[int] | None]:
         instrs = []
         append = instrs.append
+        moved = []                      # positions of the instructions with a GM window
+        flags = False
         for i in t.nodes:
             n = nodes[i]
             op = n.op
-            d = n.attrs._dict
-            plan = plans.get((op, tuple(d)))     # ((op, *d) builds a list first: slower)
-            if plan is None:
-                plan = plans[(op, tuple(d))] = _plan(op, d, keep, shared)
-            kind, pipe, kept, scalar, one, same = plan
+            attrs = n.attrs
+            e = by_map.get(id(attrs))
+            if e is None or e[0] != op:
+                e = by_map[id(attrs)] = entry(op, attrs._dict)
+            _, kind, pipe, a, extra, buf, ka = e
             # its tile, made an operand here (a task's ops come in program order: its operands'
             # are made first); None for a store or a flag (`dst or refs[i]`: a KeyError for any
             # other op without a tile, as for a missing operand)
             space = n.space
             if space:
                 at = placed.get(space)
-                dst = None if at is None else at.get(d["buf"])
+                dst = None if at is None else at.get(buf)
                 if dst is None or dst.dtype is not n.dtype or dst.shape != n.shape or dst.valid != n.valid:
                     dst = ref(n)
                 else:
                     refs[i] = dst
             else:
                 dst = None
-            if kind == "flag":      # a tile-level kernel's own flag (pypto.tile.set_flag / wait_flag)
-                append(make(op, d["src"] if op == "SET_FLAG" else d["dst"], None, (),
-                            Attrs({k: d[k] for k in ("src", "dst", "event")}), n.loc))
+            if kind == "flag":
+                append(make(op, pipe, None, (), a, n.loc))
+                flags = True
                 continue
-            # its operands (by count: a tuple of a few subscripts, not of a `map`)
+            # its operands, and the key of an on-chip instruction in `made` (by count: tuples of
+            # a few subscripts and ids, not of a `map`)
             inputs = n.inputs
             try:
                 count = len(inputs)
                 if count == 1:
-                    srcs = (refs[inputs[0]],)
+                    s0 = refs[inputs[0]]
+                    srcs, k = (s0,), (op, ka, id(dst), id(n.loc), id(s0))
                 elif count == 2:
-                    srcs = (refs[inputs[0]], refs[inputs[1]])
+                    s0, s1 = refs[inputs[0]], refs[inputs[1]]
+                    srcs, k = (s0, s1), (op, ka, id(dst), id(n.loc), id(s0), id(s1))
                 elif count == 3:
-                    srcs = (refs[inputs[0]], refs[inputs[1]], refs[inputs[2]])
+                    s0, s1, s2 = refs[inputs[0]], refs[inputs[1]], refs[inputs[2]]
+                    srcs, k = (s0, s1, s2), (op, ka, id(dst), id(n.loc), id(s0), id(s1), id(s2))
                 else:
                     srcs = tuple(map(ref_of, inputs)) if count else ()
+                    k = None
             except KeyError:        # an operand not made yet (its op later in the task)
                 srcs = tuple([refs[j] if j in refs or not nodes[j].space else ref(nodes[j]) for j in inputs])
-            if one is not None:
-                v = d[one]
-                c = v.__class__
-                if c is int or c is tuple and (len(v) == 2 and v[0].__class__ is int and v[1].__class__ is int
-                                               or _INTS.issuperset(map(type, v))):
-                    a = same.get(v)
-                    if a is None:
-                        a = same[v] = of({one: v})
-                else:
-                    a = of({one: v})
-            elif not kept:
-                a = empty
-            else:
-                a = {k: d[k] for k in kept}
-                if scalar:
-                    srcs += (a.pop("scalar"),)
-                a = of(a)
+                k = None
+            if extra:
+                srcs += extra
+                k = None
             if kind == "tile":
                 dst = dst or refs[i]
-                k = (op, id(dst), id(a), id(n.loc), *map(id, srcs))
+                if k is None:
+                    k = (op, ka, id(dst), id(n.loc), *map(id, srcs))
                 ins = made.get(k)
                 if ins is None:
                     ins = made[k] = make(op, pipe, dst, srcs, a, n.loc)
-            elif kind == "load":
-                ins = make("TLOAD", "MTE2", dst or refs[i], (d["gm"],), a, n.loc)
-            elif kind == "store":
-                ins = make("TSTORE", pipe_of("TSTORE", srcs[0].space), d["gm"], srcs, a, n.loc)
-            elif kind == "read":     # MGATHER: dst <- GM window, index tile
-                ins = make(op, pipe, dst or refs[i], (d["gm"],) + srcs, a, n.loc)
-            else:                    # "write", MSCATTER: GM window <- values, index tile
-                ins = make(op, pipe, d["gm"], srcs, a, n.loc)
+            else:
+                moved.append(len(instrs))
+                gm = attrs._dict["gm"]
+                if kind == "load":
+                    ins = make("TLOAD", "MTE2", dst or refs[i], (gm,), a, n.loc)
+                elif kind == "store":
+                    ins = make("TSTORE", pipe_of("TSTORE", srcs[0].space), gm, srcs, a, n.loc)
+                elif kind == "read":     # MGATHER: dst <- GM window, index tile
+                    ins = make(op, pipe, dst or refs[i], (gm,) + srcs, a, n.loc)
+                else:                    # "write", MSCATTER: GM window <- values, index tile
+                    ins = make(op, pipe, gm, srcs, a, n.loc)
             append(ins)
-        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, tuple(instrs), t.pair))
-    return ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
+        return tuple(instrs), None if flags else moved
+
+    return select
 
 
 _INTS = frozenset([int])
@@ -147,6 +216,191 @@ def _plan(op: str, d: dict, keep: set, shared: dict) -> tuple:
     scalar = "scalar" in kept
     one = kept[0] if len(kept) == 1 and not scalar else None
     return kind, pipe, kept, scalar, one, None if one is None else shared.setdefault(one, {})
+
+
+class _Twins:
+    """Tasks whose instructions are an earlier task's but for their GM windows: the twins of
+    that task, which take its instructions and move the windows, not selected op by op.
+
+    Partition cuts a group's iterations into even chunks, so most tasks run the same tile ops
+    on other windows: a 4096^3 matmul's 24 tasks are 3 classes of 8 (they load 21 or 22 output
+    tiles' operands, and `l1_reuse` keeps the same ones).  Telling that a task is a twin costs
+    half of selecting it op by op, as it compares the task with a representative column by
+    column (C-level maps over its tile ops, a Python step per op with a window only), and it
+    compares everything select reads of a tile op:
+      - node ids that differ from the representative's by one constant, and inputs that differ
+        by it too: each input is the op at the same position (the representative's inputs are
+        all its own ops, as the Block level's verifier requires);
+      - per position the same op, space, dtype, shape, valid shape and source location, and the
+        same attribute map object, or for an op with a GM window (known by the representative's
+        instruction) a map alike but for its "gm": the same names in the same order, values of
+        the same type and repr (1 and 1.0 are equal but print otherwise).
+    Then every on-chip operand and every instruction without a window is the representative's,
+    and an instruction with a window is the representative's with the task's own window.
+    """
+
+    MIN_OPS = 64        # a shorter task is selected op by op (its columns would not pay)
+    REPS = 4            # representatives kept per pattern of node ids (tasks alike but for it)
+
+    def __init__(self, nodes: dict):
+        self.nodes = nodes
+        self.reps: dict[bytes, list[_Rep]] = {}     # node ids less the first's -> representatives
+        self.canon: dict[int, tuple] = {}           # id of a map with "gm" -> its other items (`canons`)
+        self.pattern: bytes | None = None           # that of the task `stream` saw last
+        self.made = 0                               # representatives made (their shape ids)
+
+    def stream(self, t) -> tuple:
+        """(the instructions of task `t`, its representative when the task's windows are the
+        representative's moved by one offset per buffer, else None) when it is the twin of a
+        representative, else (None, None)."""
+        ids = t.nodes
+        self.pattern = None
+        if len(ids) < self.MIN_OPS:
+            return None, None
+        pattern = np.fromiter(ids, np.int64, len(ids))
+        pattern -= ids[0]
+        self.pattern = pattern = pattern.tobytes()
+        reps = self.reps.get(pattern)
+        if not reps:
+            return None, None
+        cols = _columns(itemgetter(*ids)(self.nodes), ids[0])
+        for rep in reps:
+            got = rep.twin(cols, self)
+            if got is not None:
+                instrs, uniform = got
+                return instrs, rep if uniform else None
+        return None, None
+
+    def add(self, t, instrs: tuple, moved: list[int] | None) -> None:
+        """Task `t`, just selected op by op (`stream` saw it last), becomes a representative of
+        its pattern; not one with flags (`moved` None): their sync is the task's own."""
+        if self.pattern is not None and moved is not None:
+            reps = self.reps.setdefault(self.pattern, [])
+            if len(reps) < self.REPS:
+                self.made += 1
+                reps.append(_Rep(t, instrs, moved, self.pattern, self.made))
+
+    def canons(self, maps: list) -> list[tuple]:
+        """The items of each map but its "gm", in order, each as (name, type, repr) (worked out
+        once per map): equal for maps select takes the same from, whatever their windows."""
+        ids = list(map(id, maps))
+        out = list(map(self.canon.get, ids))
+        if None in out:
+            canon = self.canon
+            for k, c in enumerate(out):
+                if c is None:
+                    c = canon.get(ids[k])
+                    if c is None:
+                        c = canon[ids[k]] = tuple((name, v.__class__, repr(v))
+                                                  for name, v in maps[k]._dict.items() if name != "gm")
+                    out[k] = c
+        return out
+
+
+_SIG = attrgetter("op", "space", "dtype", "shape", "valid", "loc")
+_ATTRS, _INPUTS, _DICT = attrgetter("attrs"), attrgetter("inputs"), attrgetter("_dict")
+_GM = itemgetter("gm")
+
+
+def _columns(ops: tuple, base: int) -> tuple:
+    """Of a task's tile ops: (per op its `_SIG`, its attribute map, its input count; all their
+    inputs in order less `base`, an int64 array)."""
+    inputs = list(map(_INPUTS, ops))
+    counts = list(map(len, inputs))
+    flat = np.fromiter(itertools.chain.from_iterable(inputs), np.int64, sum(counts))
+    flat -= base
+    return list(map(_SIG, ops)), list(map(_ATTRS, ops)), counts, flat
+
+
+class _Rep:
+    """A task selected op by op, which its twins copy (`_Twins`)."""
+
+    def __init__(self, t, instrs: tuple, moved: list[int], pattern: bytes, shape: int):
+        self.task, self.instrs, self.pattern = t, instrs, pattern
+        self.shape = shape          # the stream shape id of it and of its uniformly moved twins
+        # the positions of its instructions with a GM window: those reading it (a load, a
+        # gather), then those writing it (a store, a scatter)
+        reads = [k for k in moved if not isinstance(instrs[k].dst, GMRef)]
+        self.moved = reads + [k for k in moved if isinstance(instrs[k].dst, GMRef)]
+        self.n_reads = len(reads)
+        self.cols = None            # its columns, when a task of its pattern first comes; False: no twins
+
+    def twin(self, cols: tuple, twins: _Twins) -> tuple | None:
+        """(the instructions of the task of columns `cols` (of the same pattern of node ids),
+        whether its windows are this one's moved by one offset per buffer (`_uniform`)) when it is
+        a twin of this one, else None."""
+        if self.cols is None:
+            self.cols = self._columns(twins)
+        if not self.cols:
+            return None
+        sig, maps, counts, inputs = cols
+        mine_sig, mine_maps, mine_counts, mine_inputs, mine_canons, parts = self.cols
+        if sig != mine_sig or counts != mine_counts or inputs.tobytes() != mine_inputs:
+            return None
+        moved = list(map(maps.__getitem__, self.moved))
+        if twins.canons(moved) != mine_canons:
+            return None
+        # where the window moves, the maps are as good as the representative's: with those in
+        # their place, every map must be the representative's, the very object (an equal map
+        # may hold 1.0 where it holds 1, which prints differently)
+        maps = maps.copy()              # (the task's own: other representatives may look at it)
+        for k in self.moved:
+            maps[k] = mine_maps[k]
+        if not all(map(operator.is_, maps, mine_maps)):
+            return None
+        # the instructions with a window: fresh ones with the task's windows and the
+        # representative's other parts, by a C-level `make` over columns
+        gms = list(map(_GM, map(_DICT, moved)))
+        ops, pipes, dsts, srcs, attrs, locs = parts
+        n = self.n_reads
+        made = itertools.chain(
+            map(Instr._make, ops[:n], pipes[:n], dsts[:n], map(operator.add, zip(gms[:n]), srcs[:n]),
+                attrs[:n], locs[:n]),
+            map(Instr._make, ops[n:], pipes[n:], gms[n:], srcs[n:], attrs[n:], locs[n:]))
+        out = list(self.instrs)
+        for k, ins in zip(self.moved, made):
+            out[k] = ins
+        return tuple(out), self._uniform(gms)
+
+    def _uniform(self, gms: list) -> bool:
+        """Whether the windows `gms` (a twin's, at the positions of `moved`) are this one's
+        moved by one offset per buffer: same buffers, shapes and strides, by C-level compares,
+        and the offsets by numpy (a twin has a window per load: thousands)."""
+        bufs, shapes, strides, offsets, first = self.windows
+        if (list(map(_BUF, gms)) != bufs or list(map(_SHAPE, gms)) != shapes
+                or list(map(_STRIDES, gms)) != strides):
+            return False
+        delta = np.fromiter(map(_OFFSET, gms), np.int64, len(gms)) - offsets
+        return bool((delta == delta[first]).all())
+
+    def _columns(self, twins: _Twins):
+        """What `twin` compares with: its `_columns` (the inputs as bytes), the other items of
+        the maps where the window moves, and the parts of those instructions but the window, by
+        column (op, pipe, dst, the sources after the window (all for a write), attributes, loc);
+        False when an op reads a tile of another task."""
+        ids = self.task.nodes
+        sig, maps, counts, inputs = _columns(itemgetter(*ids)(twins.nodes), ids[0])
+        if not np.isin(inputs, np.frombuffer(self.pattern, np.int64)).all():
+            return False
+        instrs = list(map(self.instrs.__getitem__, self.moved))
+        n = self.n_reads
+        srcs = [ins.srcs[1:] for ins in instrs[:n]] + [ins.srcs for ins in instrs[n:]]
+        parts = (list(map(_OP, instrs)), list(map(_PIPE, instrs)), list(map(_DST, instrs)), srcs,
+                 list(map(_ATTRS, instrs)), list(map(_LOC, instrs)))
+        # its windows, by column, for `_uniform`: buffers, shapes, strides, offsets, and per
+        # window the position of its buffer's first window (the offset every one of the buffer's
+        # must move by as that one does)
+        gms = [ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]]
+        bufs = list(map(_BUF, gms))
+        where: dict[int, int] = {}
+        first = np.fromiter((where.setdefault(id(b), k) for k, b in enumerate(bufs)), np.int64, len(bufs))
+        self.windows = (bufs, list(map(_SHAPE, gms)), list(map(_STRIDES, gms)),
+                        np.fromiter(map(_OFFSET, gms), np.int64, len(gms)), first)
+        return (sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved))), parts)
+
+
+_OP, _PIPE, _DST, _LOC = attrgetter("op"), attrgetter("pipe"), attrgetter("dst"), attrgetter("loc")
+_BUF, _SHAPE, _STRIDES, _OFFSET = attrgetter("buf"), attrgetter("shape"), attrgetter("strides"), attrgetter("offset")
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:

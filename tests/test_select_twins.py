@@ -1,0 +1,164 @@
+"""`select_instructions`' twins (`schedule._Twins`): a task whose tile ops are an earlier task's
+but for their GM windows takes that task's instructions with its own windows, not selected op
+by op.  Checked against the op-by-op selection (the twins turned off) on compiled kernels that
+take the shortcut, and on hand-built tasks that are twins or differ from one in a single thing
+select reads: any difference in the instructions fails.
+"""
+import pytest
+
+import pypto
+from pypto.compiler import schedule
+from pypto.compiler.schedule import select_instructions
+from pypto.ir.block import BlockGraph, Task
+from pypto.ir.core import Attrs
+from pypto.ir.exec import TileRef
+from pypto.ir.gm import GMBuffer, GMRef
+from pypto.ir.tile import GroupInfo, TileGraph, TileNode
+
+T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
+
+
+@pypto.jit
+def mm(a, b, c):
+    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
+    c[:] = pypto.matmul(a, b)
+
+
+@pypto.jit
+def mm_bias_gelu(a, b, bias, c):
+    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
+    pypto.set_vec_tile_shapes(32, 128)
+    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
+
+
+@pypto.jit
+def softmax(x, out):
+    pypto.set_vec_tile_shapes(16, 128)
+    m = pypto.amax(x, dim=-1, keepdim=True)
+    e = pypto.exp(x - m)
+    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
+
+
+def _selected(g, monkeypatch, twins: bool):
+    """(the exec graph, how many tasks were twins) of `select_instructions` on `g`."""
+    found = []
+    stream = schedule._Twins.stream
+
+    def counted(self, t):
+        got = stream(self, t)
+        found.append(got[0] is not None)
+        return got
+
+    with monkeypatch.context() as m:
+        m.setattr(schedule._Twins, "stream", counted)
+        if not twins:
+            m.setattr(schedule._Twins, "MIN_OPS", 1 << 60)
+        return select_instructions(g), sum(found)
+
+
+def _same(fast, plain):
+    assert fast.text() == plain.text()
+    one = {}
+    for ta, tb in zip(fast.tasks, plain.tasks, strict=True):
+        assert ta.instrs == tb.instrs
+        for ins in ta.instrs:           # equal on-chip operands are one object, as selected
+            for r in (ins.dst, *ins.srcs):
+                if isinstance(r, TileRef):
+                    assert one.setdefault(r, r) is r
+
+
+CASES = [
+    (mm, (T([2048, 1024], F16), T([1024, 2048], F16), T([2048, 2048], F16))),
+    (mm_bias_gelu, (T([1024, 512], F16), T([512, 1536], F16), T([1, 1536], F16), T([1024, 1536], F16))),
+    (softmax, (T([1000, 700], F32), T([1000, 700], F32))),
+]
+
+
+@pytest.mark.parametrize("kernel,specs", CASES, ids=lambda c: getattr(c, "name", ""))
+def test_twins_select_what_op_by_op_selection_does(kernel, specs, monkeypatch):
+    g = dict(kernel.compile(*specs, snapshots=True).snapshots)["wavefronts"]
+    fast, n = _selected(g, monkeypatch, twins=True)
+    plain, none = _selected(g, monkeypatch, twins=False)
+    assert n > 0 and none == 0          # the kernel takes the shortcut
+    _same(fast, plain)
+
+
+# hand-built: per task, `N` iterations of load -> exp -> store of one row block of x
+
+N = 30
+X = GMBuffer("x", (2 * N * 16, 128), F32, "inout")
+WHOLE = GMRef.whole(X)
+EXP_MAP = Attrs({"buf": 8192})          # (one object, as the tile level shares equal maps)
+
+
+def _task_ops(first: int, row: int, change: dict | None = None) -> list[TileNode]:
+    """The ops of a task from node id `first`, on row blocks from `row`; `change`: at iteration
+    -> what that iteration does differently ("map": another exp map, "buf": a load map with
+    another slot, "shape": another valid shape, "input": the store reads the load, "atomic": a
+    store map holding True where the others hold 1 (equal, printed otherwise), "outside": the
+    exp reads the exp two ids before the task (another task's tile), "far": the load and the
+    store on the next row block: a twin still, but not one moved by one offset)."""
+    change = change or {}
+    ops = []
+    for it in range(N):
+        i = first + 3 * it
+        how = change.get(it)
+        w = WHOLE.window((((row + it + (how == "far")) % (2 * N)) * 16, 0), (16, 128))
+        load = Attrs({"gm": w, "buf": 4096 if how == "buf" else 0})
+        valid = (8, 128) if how == "shape" else (16, 128)
+        ops.append(TileNode(i, "TLOAD", (), (16, 128), (16, 128), F32, "UB", 0, it, 0, load))
+        ops.append(TileNode(i + 1, "TEXP", (first - 2,) if how == "outside" else (i,), (16, 128), valid, F32, "UB",
+                            0, it, 0, Attrs({"buf": 8192}) if how == "map" else EXP_MAP))
+        ops.append(TileNode(i + 2, "TSTORE", (i if how == "input" else i + 1,), (16, 128), (16, 128), F32, "", 0, it, 0,
+                            Attrs({"gm": w, "atomic": True if how == "atomic" else 1})))
+    return ops
+
+
+def _graph(*changes) -> BlockGraph:
+    """A task per change (None: none), each on the next `N` row blocks."""
+    nodes, tasks = [], []
+    for k, change in enumerate(changes):
+        nodes += _task_ops(3 * N * k, N * k, change)
+        tasks.append(Task(k, 0, "AIV", tuple(range(N * k, N * (k + 1))), tuple(range(3 * N * k, 3 * N * (k + 1)))))
+    group = GroupInfo(0, "vector", X.shape, (16, 128), N * len(changes), 1)
+    return BlockGraph("k", TileGraph("k", (X,), (group,), tuple(nodes)), tuple(tasks))
+
+
+@pytest.mark.parametrize("changes,twins", [
+    ((None, None), 1),
+    ((None, {7: "map"}), 0),        # an equal map, not the same object
+    ((None, {7: "buf"}), 0),        # a load to another slot
+    ((None, {7: "shape"}), 0),      # another valid shape
+    ((None, {7: "input"}), 0),      # an input at another position
+    ((None, {7: "atomic"}), 0),     # a moved map whose other items are equal, not alike
+    # the last two read the last exp of the task before them, the first of those exps of
+    # another valid shape: alike but for what they read outside themselves
+    (({N - 1: "shape"}, {0: "outside"}, {0: "outside"}), 0),
+])
+def test_hand_built_twins_and_near_twins(changes, twins, monkeypatch):
+    g = _graph(*changes)
+    fast, n = _selected(g, monkeypatch, twins=True)
+    plain, _ = _selected(g, monkeypatch, twins=False)
+    assert n == twins
+    _same(fast, plain)
+
+
+def test_twins_moved_by_one_offset_per_buffer_share_a_stream_shape():
+    # the side table select hands on: a twin whose windows all move by one offset per buffer
+    # has its representative's shape (the scheduler takes its key, insert_sync its flags)
+    from pypto.compiler.listsched import _shape_key
+    from pypto.ir.exec import stream_shape
+    g = dict(mm.compile(*CASES[0][1], snapshots=True).snapshots)["wavefronts"]
+    out = select_instructions(g)
+    shapes = [stream_shape(out, t.instrs) for t in out.tasks]
+    assert None not in shapes and len(set(shapes)) < len(shapes)
+    for shape in set(shapes):
+        keys = {_shape_key(t.instrs) for t, s in zip(out.tasks, shapes) if s == shape}
+        assert len(keys) == 1
+    uniform = select_instructions(_graph(None, None))
+    assert stream_shape(uniform, uniform.tasks[1].instrs) == stream_shape(uniform, uniform.tasks[0].instrs) is not None
+    # a twin whose one iteration works on another row block: selected as a twin, no shape
+    moved = _graph(None, {7: "far"})
+    fast, n = _selected(moved, pytest.MonkeyPatch(), twins=True)
+    assert n == 1
+    assert stream_shape(fast, fast.tasks[1].instrs) is None
