@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import pypto
-from pypto.compiler.loops import _candidate_periods, _run_lengths, _Tokens, fold, moved, replay
+from pypto.compiler.loops import _candidate_periods, _long_runs, _Tokens, fold, moved, replay
 from pypto.errors import SourceLoc
 from pypto.ir.core import Attrs
 from pypto.ir.exec import Instr, Loop, TileRef, item_lines, static_instrs, unrolled
@@ -148,14 +148,15 @@ def test_an_isomorphic_task_of_copied_instructions_takes_the_loops_of_the_first(
     assert all(type(o) is float for x in got for o in x.attrs["offsets"])
 
 
-def test_run_lengths_and_candidate_periods():
+def test_long_runs_and_candidate_periods():
     rng = np.random.default_rng(1)
     for _ in range(50):
         same = rng.random(int(rng.integers(1, 200))) < rng.random()
-        at = np.flatnonzero(same)
-        if len(at):
-            want = [next((j for j in range(i, len(same)) if not same[j]), len(same)) - i for i in at]
-            assert _run_lengths(at).tolist() == want
+        p = int(rng.integers(1, 6))
+        run = [next((j for j in range(i, len(same)) if not same[j]), len(same)) - i for i in range(len(same))]
+        at, got = _long_runs(same, p)
+        assert at.tolist() == [i for i in range(len(same)) if run[i] >= p]
+        assert got.tolist() == [run[i] for i in at.tolist()]
     for _ in range(50):
         keys = [int(k) for k in rng.integers(0, int(rng.integers(1, 12)), int(rng.integers(1, 300)))]
         assert _candidate_periods(np.asarray(keys, np.int64)) == _reference_periods(keys)

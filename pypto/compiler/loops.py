@@ -34,10 +34,11 @@ import operator
 from functools import cached_property
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir.core import Attrs
 from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
-                       ExecTask, Instr, Loop, TileRef, n_instrs, static_instrs, stream_shape, tile_operands)
+                       ExecTask, Instr, Loop, TileRef, n_instrs, stream_shape, tile_operands)
 from ..ir.gm import GMRef
 from .pipeline import Pass, PassContext
 
@@ -54,6 +55,9 @@ LEFT, BETTER = 4, 2
 # (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
 # tile): the pass stops looking for other periods beyond it, so it stays linear in the stream
 WORK_PER_TOKEN = 16
+# streams whose tokens times candidate periods are at most this many compare all the periods at
+# once (`_best_periods`), longer ones period by period
+ALL_PERIODS_AT_ONCE = 1 << 16
 
 
 def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
@@ -78,7 +82,7 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                     # few repetitions with the very same tiles: those whose tiles move by
                     # constant steps (a matmul's A panel, one L1 copy per K chunk)
                     moving = _folding(t.instrs, tiles)
-                    tiles.memo.clear()      # (its descriptions of this task's instructions: the
+                    tiles.forget()          # (its descriptions of this task's instructions: the
                                             # ids stay, and `of_base` gives them again at once)
                     if _lines(moving.items) * BETTER < lines:
                         template = moving
@@ -107,7 +111,8 @@ FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instr
 
 def _lines(items) -> int:
     """How many instructions the text of a folded stream has."""
-    return sum(1 for _ in static_instrs(items))
+    loops = [x for x in items if isinstance(x, Loop)]
+    return len(items) - len(loops) + sum(_lines(x.body) for x in loops)
 
 
 def moved(template, first, instrs) -> tuple | None:
@@ -117,7 +122,6 @@ def moved(template, first, instrs) -> tuple | None:
     return _Template(first, template).moved(instrs)
 
 
-_OP, _LOC = operator.attrgetter("op"), operator.attrgetter("loc")
 _KIND, _VALUE = operator.itemgetter(0), operator.itemgetter(1)     # of a moving component
 _INT = frozenset((int,))
 
@@ -132,15 +136,10 @@ class _Template:
 
     def __init__(self, first, items, moving=None):
         self.first, self.items, self.moving = first, items, moving
-
-    @cached_property
-    def _compared(self) -> tuple[list, list, list]:
-        """The ops and source lines of `first`, and its GM operands: (position, operand index,
-        buffer name, strides, offset)."""
-        first = self.first
-        gm = [(pos, j, x.buf.name, x.strides, x.offset) for pos, a in enumerate(first)
-              for j, x in enumerate((a.dst, *a.srcs)) if isinstance(x, GMRef)]
-        return list(map(_OP, first)), list(map(_LOC, first)), gm
+        # the GM operands of instructions of `first` (by position) that some stream `moved` had
+        # otherwise: (operand index, buffer name, strides, offset) of each
+        self._gm: dict[int, list] = {}
+        self._groups: tuple | bool | None = None    # (`_moving_groups` of `moving`, once compared)
 
     @cached_property
     def _plan(self) -> tuple | None:
@@ -150,29 +149,72 @@ class _Template:
     def moved(self, instrs) -> tuple | None:
         """`moved(self.items, self.first, instrs)`.  Streams of one stream shape have the same
         ops, attributes, tiles and window shapes; what is left to compare is each window's
-        buffer, strides and offset, and the source lines, where an instruction is not the very
-        one of `first` (the flags and on-chip ops mostly are: streams of a shape share them)."""
+        buffer, strides and offset, and the ops and source lines, where an instruction is not
+        the very one of `first` (the flags and on-chip ops mostly are: streams of a shape share
+        them)."""
         first = self.first
         if len(first) != len(instrs):
             return None
-        ops, locs, gm = self._compared
-        if list(map(_OP, instrs)) != ops or list(map(_LOC, instrs)) != locs:
-            return None
         same = list(map(operator.is_, first, instrs))
+        gm = self._gm
         delta: dict[str, int] = {}
-        for pos, j, name, strides, offset in gm:
-            if same[pos]:
-                continue
-            b = instrs[pos]
-            if j > len(b.srcs):     # (operands compared pairwise, as far as both have them)
-                continue
-            y = b.srcs[j - 1] if j else b.dst
-            if not isinstance(y, GMRef) or y.buf.name != name or y.strides != strides:
+        for pos in itertools.compress(itertools.count(), map(operator.not_, same)):
+            a, b = first[pos], instrs[pos]
+            # (compared as lists compare their items: the very object, or equal)
+            if not (b.op is a.op or b.op == a.op) or not (b.loc is a.loc or b.loc == a.loc):
                 return None
-            d = delta.setdefault(name, y.offset - offset)
-            if y.offset - offset != d:
-                return None
+            ops = gm.get(pos)
+            if ops is None:
+                ops = gm[pos] = [(j, x.buf.name, x.strides, x.offset) for j, x in enumerate((a.dst, *a.srcs))
+                                 if isinstance(x, GMRef)]
+            for j, name, strides, offset in ops:
+                if j > len(b.srcs):     # (operands compared pairwise, as far as both have them)
+                    continue
+                y = b.srcs[j - 1] if j else b.dst
+                if not isinstance(y, GMRef) or y.buf.name != name or y.strides != strides:
+                    return None
+                d = delta.setdefault(name, y.offset - offset)
+                if y.offset - offset != d:
+                    return None
         return self.taken(instrs, same)
+
+    def moves_alike(self, keys, offs) -> bool:
+        """Whether the moving components `offs` of a stream of tokens with the ids of `first`
+        (`keys`) are those of `first` (`moving`) moved by one step (`_steps`) per id and
+        component, all integers of the same kinds.  What depends on `first` alone is worked out
+        at its first comparison (a template is compared with the bodies of many loops), and
+        only the tokens whose components are not the very ones of `first` are compared one by
+        one (most are: the descriptions of an instruction object are one tuple, and streams
+        share their flags and on-chip instructions): the others move by nothing."""
+        mine = self._groups
+        if mine is None:
+            mine = self._groups = _moving_groups(keys, self.moving)
+        if not mine:
+            return False
+        lengths, order, grouped = mine
+        other = list(map(operator.is_not, offs, self.moving))
+        if not any(other):
+            return True
+        theirs, ours = list(itertools.compress(offs, other)), list(itertools.compress(self.moving, other))
+        if list(map(len, theirs)) != list(map(len, ours)):
+            return False
+        theirs, ours = list(itertools.chain.from_iterable(theirs)), list(itertools.chain.from_iterable(ours))
+        kinds = list(map(_KIND, theirs))
+        if kinds != list(map(_KIND, ours)):
+            return False
+        values = list(map(_VALUE, theirs))
+        if not _INT.issuperset(map(type, values)):
+            return False                # (steps of other numbers could round, or print otherwise: 1.0)
+        try:
+            shift = np.array(list(map(operator.sub, values, map(_VALUE, ours))), np.int64)
+        except OverflowError:
+            return False                # (then folded anew: the same loops, found again)
+        if 1 in kinds:                  # (event ids move modulo their count, as `_steps` has it)
+            shift[np.asarray(kinds) == 1] %= EVENTS_PER_PIPE_PAIR
+        moves = np.zeros(len(order), np.int64)
+        moves[np.repeat(np.asarray(other), lengths)] = shift
+        moves = moves[order]
+        return not (grouped & (moves[1:] != moves[:-1])).any()
 
     def taken(self, instrs, same: list | None = None) -> tuple:
         """`instrs`, a stream that folds as `first` does, with the loops of `items` (`same`:
@@ -181,6 +223,23 @@ class _Template:
         if plan is None:
             return tuple(instrs)
         return _shifted(plan, instrs, list(map(operator.is_, self.first, instrs)) if same is None else same)
+
+
+def _moving_groups(keys, moving) -> tuple | bool:
+    """What `_Template.moves_alike` compares other streams' components with: the number of
+    moving components of each token, and the components in order of (id of their token, index
+    in it), stably, with whether each is of the group of the one before; False when some value
+    is not an int."""
+    comps = list(itertools.chain.from_iterable(moving))
+    if not _INT.issuperset(map(type, map(_VALUE, comps))):
+        return False
+    # the (id, component) of each component, as one number
+    n = np.asarray(list(map(len, moving)), np.int64)
+    slot = np.arange(len(comps), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
+    which = np.repeat(np.asarray(keys, np.int64), n) * (int(n.max(initial=0)) + 1) + slot
+    order = np.argsort(which, kind="stable")
+    which = which[order]
+    return n, order, which[1:] == which[:-1]
 
 
 def _plan(items, pos, first):
@@ -282,8 +341,7 @@ def _rebuild(items, instrs, pos, loops):
         comps = _tile_offsets(x)    # (tiles too: a template of either stage; steps of 0 not written)
         if loops:                   # every iteration: the same instruction, its windows moved
             same = _tile_key(x)
-            per_loop = [tuple(_step(a, b) for a, b in zip(comps, _tile_offsets(instrs[pos + size])))
-                        for _, size in loops]
+            per_loop = [tuple(_steps((comps,), (_tile_offsets(instrs[pos + size]),))) for _, size in loops]
             for idx in itertools.product(*(range(c) for c, _ in loops)):
                 q = pos + sum(i * size for i, (_, size) in zip(idx, loops))
                 if q != pos and _tile_key(instrs[q]) != same:
@@ -331,7 +389,7 @@ def _folding(instrs, known: _Tokens) -> _Template:
     bodies of a matmul's output tiles, a task of another shape but the same instructions)."""
     keys, offs = known.describe_all(instrs)
     like = known.folded.get(tuple(keys))
-    if like is not None and _moves_alike(keys, like.moving, offs):
+    if like is not None and like.moves_alike(keys, offs):
         return _Template(instrs, like.taken(instrs), offs)
     first = keys, offs
     tokens = list(instrs)
@@ -345,29 +403,6 @@ def _folding(instrs, known: _Tokens) -> _Template:
     template = _Template(instrs, tuple(tokens) if len(tokens) != len(instrs) else tuple(instrs), first[1])
     known.folded.setdefault(tuple(first[0]), template)
     return template
-
-
-def _moves_alike(keys, a, b) -> bool:
-    """Whether the moving components `b` of a stream of tokens with ids `keys` are `a` (of
-    another such stream) moved by one step (`_step`) per id and component, all integers of the
-    same kinds."""
-    lengths = list(map(len, a))
-    if lengths != list(map(len, b)):
-        return False
-    ca, cb = list(itertools.chain.from_iterable(a)), list(itertools.chain.from_iterable(b))
-    kinds, va, vb = list(map(_KIND, ca)), list(map(_VALUE, ca)), list(map(_VALUE, cb))
-    if (kinds != list(map(_KIND, cb))
-            or not _INT.issuperset(map(type, va)) or not _INT.issuperset(map(type, vb))):
-        return False                # (steps of other numbers could round, or print otherwise: 1.0)
-    moves = list(map(operator.sub, vb, va))
-    if 1 in kinds:                  # (event ids move modulo their count, as `_step` has it)
-        moves = [m % EVENTS_PER_PIPE_PAIR if kind == 1 else m for kind, m in zip(kinds, moves)]
-    # the (id, component) of each component, as one number
-    n = np.asarray(lengths, np.int64)
-    slot = np.arange(len(ca), dtype=np.int64) - np.repeat(np.cumsum(n) - n, n)
-    which = (np.repeat(np.asarray(keys, np.int64), n) * (int(n.max(initial=0)) + 1) + slot).tolist()
-    last = dict(zip(which, moves))
-    return list(map(last.__getitem__, which)) == moves
 
 
 # ---------------------------------------------------------------------------------------
@@ -388,7 +423,13 @@ class _Tokens:
         self.alike: dict = {}       # an instruction's op, pipe, identity of its operands and
                                     # source line, attributes -> (id, moving, instruction)
         self.stepped: dict = {}     # (id, step attribute, step) -> id of the instruction with it
+        self.given: dict = {}       # (id(instruction), depth, steps) -> `with_step` of it
         self.folded: dict = {}      # the ids of a stream folded -> its `_Template`
+
+    def forget(self) -> None:
+        """Let go of what was worked out per token object (the ids stay)."""
+        self.memo.clear()
+        self.given.clear()      # (keyed by id(): an object let go may give its id to another)
 
     def describe(self, x) -> tuple:
         """(id, moving components `_offsets`, x) of an instruction or loop: equal ids for
@@ -434,9 +475,23 @@ class _Tokens:
         given one step have one id (the loop bodies of a task: thousands of instructions, a few
         ids and steps).  `depth`: the loops around x inside the new loop's body (an `addr_step`
         is written only where some tile moves: x has none when its tiles stayed in those)."""
-        i, moving, _ = self.describe(x)
+        i, moving, _ = self.memo.get(id(x)) or self._new(x)
         if not moving:
             return x
+        # the bodies of a task's loops are mostly the same instruction objects given the same
+        # steps (a matmul's K chunks, the copies of its output tiles): one result per instruction,
+        # depth and steps, shared (equal instructions may stand at several positions)
+        mine = tuple(itertools.islice(steps, len(moving)))
+        key = (id(x), depth, mine)
+        y = self.given.get(key)
+        if y is None:
+            y = self._with_step(x, i, moving, iter(mine), depth)
+            if _INT.issuperset(map(type, mine)):    # (1, 1.0 and True are one key but print otherwise)
+                self.given[key] = y
+        return y
+
+    def _with_step(self, x: Instr, i: int, moving: tuple, steps, depth: int) -> Instr:
+        """`with_step` of an instruction of id i and moving components `moving`."""
         a = x.attrs._dict
         new = {}
         for kind, comps in itertools.groupby(moving, key=_KIND):
@@ -558,9 +613,14 @@ def _tile_offsets(x: Instr) -> tuple[tuple[int, int], ...]:
 _MOVING = {"event", "offsets"}      # attributes that may move from copy to copy (with the GM windows)
 
 
-def _step(a, b) -> int:
-    """The step from component a to component b: GM elements, or event ids modulo their count."""
-    return (b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else b[1] - a[1]
+def _steps(xs, ys) -> list:
+    """The steps from the moving components of the tokens `xs` to those of the tokens `ys`,
+    component by component (`zip`s: as far as both have them): GM elements, event ids modulo
+    their count, extract offsets, tile addresses."""
+    # (one comprehension, not a call per component: a matmul's output tiles are copies of a
+    # thousand tokens, compared copy by copy)
+    return [(b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else b[1] - a[1]
+            for x, y in zip(xs, ys) for a, b in zip(x, y)]
 
 
 def _fold_pass(tokens, keys, offs, known: _Tokens):
@@ -572,19 +632,10 @@ def _fold_pass(tokens, keys, offs, known: _Tokens):
     when its copies also move their GM windows, event ids and offsets by constant steps."""
     n = len(keys)
     k = np.asarray(keys, np.int64)
-    best_saved = np.zeros(n, np.int64)
-    best_p = np.zeros(n, np.int64)
+    if k.max(initial=0) < 1 << 15:     # (ids are few: compared in less memory, sorted by radix)
+        k = k.astype(np.int16)
     periods = _candidate_periods(k, known.tiles)
-    for p in periods:
-        at = np.flatnonzero(k[:-p] == k[p:])    # the i where token i == token i + p (a few, mostly)
-        if len(at) < p:                         # not p of them in a row: no second copy anywhere
-            continue
-        run = _run_lengths(at)                  # how far that holds from each on
-        saved = run - run % p                   # p * (copies - 1): run // p + 1 copies from i
-        better = saved > best_saved[at]
-        at = at[better]
-        best_saved[at] = saved[better]
-        best_p[at] = p
+    best_saved, best_p = _best_periods(k, periods)
     if not (best_saved >= 3).any():
         return None
     out, i, changed, work = [], 0, False, 0
@@ -614,11 +665,50 @@ def _fold_pass(tokens, keys, offs, known: _Tokens):
     return out if changed else None
 
 
-def _run_lengths(at: np.ndarray) -> np.ndarray:
-    """For each of the increasing positions `at`: how many consecutive positions from it on are
-    in `at` (the distance past the last of its run)."""
-    last = np.append(np.flatnonzero(np.diff(at) != 1), len(at) - 1)     # the last of each run
-    return at[last].repeat(np.diff(last, prepend=-1)) + 1 - at
+def _best_periods(k: np.ndarray, periods: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """At each position, the most tokens a period saves by the ids `k` alone (p * (copies - 1)
+    of the copies of the next p tokens that follow one another), and that period: the first of
+    `periods` saving that many, 0 where none saves any."""
+    n = len(k)
+    if periods and n * len(periods) <= ALL_PERIODS_AT_ONCE:
+        # a short stream: every period at once (numpy's cost per call is most of what it costs)
+        p = np.asarray(periods, np.int64)[:, None]
+        # (the ids of the tokens, then of as many past the end, each unlike any other)
+        ahead = np.concatenate((k.astype(np.int64), -1 - np.arange(p.max(), dtype=np.int64)))
+        same = sliding_window_view(ahead, n)[p[:, 0]] == k      # token i == token i + p
+        at = np.arange(n)
+        # how far that holds from each i on: to the next i where it does not
+        run = np.minimum.accumulate(np.where(same, n, at)[:, ::-1], axis=1)[:, ::-1] - at
+        saved = run - run % p                   # p * (copies - 1): run // p + 1 copies from i
+        first = saved.argmax(axis=0)            # (the first period of the most saved)
+        best_saved = saved[first, at]
+        return best_saved, np.where(best_saved > 0, p[first, 0], 0)
+    best_saved = np.zeros(n, np.int64)
+    best_p = np.zeros(n, np.int64)
+    for p in periods:
+        same = k[:-p] == k[p:]                  # token i == token i + p (at a few i, mostly)
+        if np.count_nonzero(same) < p:          # not p of them in a row: no second copy anywhere
+            continue
+        at, run = _long_runs(same, p)           # where that holds p times in a row, how far
+        saved = run - run % p
+        better = saved > best_saved[at]
+        at = at[better]
+        best_saved[at] = saved[better]
+        best_p[at] = p
+    return best_saved, best_p
+
+
+def _long_runs(same: np.ndarray, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """The positions i from which `same` holds at least p times in a row (the others save
+    nothing at period p), and how many times from each (the distance past the end of its run)."""
+    edges = np.flatnonzero(np.diff(same, prepend=False, append=False))    # where runs start and end
+    start, end = edges[::2], edges[1::2]
+    count = end - start - (p - 1)               # the positions of each run with p of it ahead
+    long = count > 0
+    start, end, count = start[long], end[long], count[long]
+    last = np.cumsum(count)
+    at = np.arange(last[-1] if len(last) else 0) + np.repeat(start + count - last, count)
+    return at, np.repeat(end, count) - at
 
 
 def _candidate_periods(k: np.ndarray, doubled: bool = False) -> list[int]:
@@ -662,12 +752,11 @@ def _copies(i, p, n, keys, offs):
     body = keys[i:i + p]
     if keys[i + p:i + 2 * p] != body:
         return 1, None
-    steps = [_step(x, y) for a, b in zip(offs[i:i + p], offs[i + p:i + 2 * p]) for x, y in zip(a, b)]
+    steps = _steps(offs[i:i + p], offs[i + p:i + 2 * p])
     r = 2
     while i + (r + 1) * p <= n and keys[i + r * p:i + (r + 1) * p] == body:
         lo = i + r * p
-        moved = [_step(x, y) for a, b in zip(offs[lo - p:lo], offs[lo:lo + p]) for x, y in zip(a, b)]
-        if moved != steps:
+        if _steps(offs[lo - p:lo], offs[lo:lo + p]) != steps:
             break
         r += 1
     return r, steps
@@ -724,13 +813,13 @@ def _positions(items, first: int, out: list) -> int:
 
 def _with_steps(body, steps, known: _Tokens):
     """The body with each moving instruction's step of the new (outer) loop put before its steps."""
-    it = iter(steps)
-    return tuple(_with_step(x, 0, it, known) for x in body)
+    return _stepped(body, 0, iter(steps), known)
 
 
-def _with_step(x, depth: int, steps, known: _Tokens):
+def _stepped(items, depth: int, steps, known: _Tokens) -> tuple:
+    """`_with_steps` of items inside `depth` loops of the new loop's body (`steps`: an iterator)."""
     # (a function of the module, not a closure calling itself: that would be a reference cycle
     # keeping the pass's descriptions alive until the collector runs, which compiles pause)
-    if isinstance(x, Loop):
-        return Loop(x.count, tuple(_with_step(y, depth + 1, steps, known) for y in x.body))
-    return known.with_step(x, steps, depth)
+    step = known.with_step
+    return tuple([Loop(x.count, _stepped(x.body, depth + 1, steps, known)) if isinstance(x, Loop)
+                  else step(x, steps, depth) for x in items])
