@@ -90,3 +90,26 @@ def tile_matmul(a, b, c, *, TM: int = 128, TN: int = 128, TK: int = 128, K0: int
                     b0 = tl.textract(b1, "L0B", offsets=(k0, 0), shape=(K0, TN))
                     acc = tl.tmatmul(a0, b0) if acc is None else tl.tmatmul_acc(acc, a0, b0)
             tl.tstore(c[i:i + TM, j:j + TN], acc)
+
+
+# kernels of fixed tiles (128x128 output tiles, 64-deep K chunks; 16x128 vector tiles) for the tests
+# of the Block level's and select's fast paths, which compare them with the general paths
+@pypto.jit
+def mm_128(a, b, c):
+    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
+    c[:] = pypto.matmul(a, b)
+
+
+@pypto.jit
+def mm_bias_gelu_128(a, b, bias, c):
+    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
+    pypto.set_vec_tile_shapes(32, 128)
+    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
+
+
+@pypto.jit
+def softmax_16x128(x, out):
+    pypto.set_vec_tile_shapes(16, 128)
+    m = pypto.amax(x, dim=-1, keepdim=True)
+    e = pypto.exp(x - m)
+    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)

@@ -21,28 +21,9 @@ from pypto.ir.gm import Footprint, GMBuffer, GMRef, natural_strides
 from pypto.ir.tile import GroupInfo, TileGraph, TileNode, tile_bytes
 from pypto.target.isa import ATTRS
 
+from common import mm_128 as mm, mm_bias_gelu_128 as mm_bias_gelu, softmax_16x128 as softmax
+
 T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
-
-
-@pypto.jit
-def mm(a, b, c):
-    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
-    c[:] = pypto.matmul(a, b)
-
-
-@pypto.jit
-def mm_bias_gelu(a, b, bias, c):
-    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
-    pypto.set_vec_tile_shapes(32, 128)
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
-
-
-@pypto.jit
-def softmax(x, out):
-    pypto.set_vec_tile_shapes(16, 128)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
 
 
 def _snapshots(kernel, *specs):
