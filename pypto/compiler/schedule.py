@@ -334,7 +334,7 @@ class _Rep:
         if not self.cols:
             return None
         sig, maps, counts, inputs = cols
-        mine_sig, mine_maps, mine_counts, mine_inputs, mine_canons, parts = self.cols
+        mine_sig, mine_maps, mine_counts, mine_inputs, mine_canons, parts, windows = self.cols
         if sig != mine_sig or counts != mine_counts or inputs.tobytes() != mine_inputs:
             return None
         moved = list(map(maps.__getitem__, self.moved))
@@ -360,24 +360,13 @@ class _Rep:
         out = list(self.instrs)
         for k, ins in zip(self.moved, made):
             out[k] = ins
-        return tuple(out), self._uniform(gms)
-
-    def _uniform(self, gms: list) -> bool:
-        """Whether the windows `gms` (a twin's, at the positions of `moved`) are this one's
-        moved by one offset per buffer: same buffers, shapes and strides, by C-level compares,
-        and the offsets by numpy (a twin has a window per load: thousands)."""
-        bufs, shapes, strides, offsets, first = self.windows
-        if (list(map(_BUF, gms)) != bufs or list(map(_SHAPE, gms)) != shapes
-                or list(map(_STRIDES, gms)) != strides):
-            return False
-        delta = np.fromiter(map(_OFFSET, gms), np.int64, len(gms)) - offsets
-        return bool((delta == delta[first]).all())
+        return tuple(out), _uniform(gms, windows)
 
     def _columns(self, twins: _Twins):
         """What `twin` compares with: its `_columns` (the inputs as bytes), the other items of
-        the maps where the window moves, and the parts of those instructions but the window, by
-        column (op, pipe, dst, the sources after the window (all for a write), attributes, loc);
-        False when an op reads a tile of another task."""
+        the maps where the window moves, the parts of those instructions but the window, by
+        column (op, pipe, dst, the sources after the window (all for a write), attributes, loc),
+        and their windows (`_windows`); False when an op reads a tile of another task."""
         ids = self.task.nodes
         sig, maps, counts, inputs = _columns(itemgetter(*ids)(twins.nodes), ids[0])
         if not np.isin(inputs, np.frombuffer(self.pattern, np.int64)).all():
@@ -387,16 +376,32 @@ class _Rep:
         srcs = [ins.srcs[1:] for ins in instrs[:n]] + [ins.srcs for ins in instrs[n:]]
         parts = (list(map(_OP, instrs)), list(map(_PIPE, instrs)), list(map(_DST, instrs)), srcs,
                  list(map(_ATTRS, instrs)), list(map(_LOC, instrs)))
-        # its windows, by column, for `_uniform`: buffers, shapes, strides, offsets, and per
-        # window the position of its buffer's first window (the offset every one of the buffer's
-        # must move by as that one does)
         gms = [ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]]
-        bufs = list(map(_BUF, gms))
-        where: dict[int, int] = {}
-        first = np.fromiter((where.setdefault(id(b), k) for k, b in enumerate(bufs)), np.int64, len(bufs))
-        self.windows = (bufs, list(map(_SHAPE, gms)), list(map(_STRIDES, gms)),
-                        np.fromiter(map(_OFFSET, gms), np.int64, len(gms)), first)
-        return (sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved))), parts)
+        return (sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved))), parts,
+                _windows(gms))
+
+
+def _windows(gms: list) -> tuple:
+    """GM windows by column, for `_uniform`: buffers, shapes, strides, offsets, and per window
+    the position of the first window of its buffer (by name, as `listsched._shape_key` tells
+    buffers apart), whose move every window of the buffer must make."""
+    bufs = list(map(_BUF, gms))
+    where: dict[str, int] = {}
+    first = np.fromiter((where.setdefault(b.name, k) for k, b in enumerate(bufs)), np.int64, len(bufs))
+    return bufs, list(map(_SHAPE, gms)), list(map(_STRIDES, gms)), np.fromiter(map(_OFFSET, gms), np.int64,
+                                                                               len(gms)), first
+
+
+def _uniform(gms: list, windows: tuple) -> bool:
+    """Whether the windows `gms` (a twin's) are those of `windows` (`_windows` of its
+    representative's) moved by one offset per buffer: same buffers, shapes and strides, by
+    C-level compares, and the offsets by numpy (a twin has a window per load: thousands)."""
+    bufs, shapes, strides, offsets, first = windows
+    if (list(map(_BUF, gms)) != bufs or list(map(_SHAPE, gms)) != shapes
+            or list(map(_STRIDES, gms)) != strides):
+        return False
+    delta = np.fromiter(map(_OFFSET, gms), np.int64, len(gms)) - offsets
+    return bool((delta == delta[first]).all())
 
 
 _OP, _PIPE, _DST, _LOC = attrgetter("op"), attrgetter("pipe"), attrgetter("dst"), attrgetter("loc")
