@@ -7,7 +7,7 @@ import pytest
 
 import pypto
 from pypto.compiler import PASSES
-from pypto.compiler.memory import _groups, _longest_iteration, allocate, assign_spaces
+from pypto.compiler.memory import _Keys, _groups, _longest_iteration, allocate, assign_spaces
 from pypto.compiler.pipeline import PassContext
 from pypto.compiler.reuse import eliminate_redundant_loads, find_redundant_loads
 from pypto.dtypes import DT_FP32
@@ -73,6 +73,12 @@ def _tiled(name, options=None):
     return PASSES["tiling"](ck.tensor_graph, ctx), ctx
 
 
+def _summary(nodes, template) -> tuple:
+    """What allocate learns of a group's keys from its nodes and its longest iteration."""
+    k = _Keys(list(nodes), list(template))
+    return k.size, k.space, k.persistent, k.chunks, k.asked, k.key_of
+
+
 def _bare(g):
     """g's nodes in a graph of their own, without facts (as a pass of the user's would make it)."""
     out = g.replace(list(g.nodes))
@@ -86,13 +92,19 @@ def test_the_facts_of_tiling_are_what_the_walks_find(name, options):
     g, ctx = _tiled(name, options)
     assert "groups" in g.facts()
     bare = _bare(g)
-    noted = [(info, list(nodes), template) for info, nodes, template in _groups(g)]
-    walked = [(info, list(nodes), template) for info, nodes, template in _groups(bare)]
-    assert noted == walked
+    noted, walked = list(_groups(g)), list(_groups(bare))
+    assert [info for info, _, _ in noted] == [info for info, _, _ in walked]
+    for (_, nodes, template), (_, all_nodes, all_template) in zip(noted, walked):
+        assert template == all_template
+        # (a matmul group is a loop: its templates stand for its nodes, and say the same of them)
+        assert _summary(nodes, template) == _summary(all_nodes, all_template)
     if g.facts().get("distinct_loads"):
         assert find_redundant_loads(bare) == {}
     spaced = assign_spaces(g, ctx)
     assert spaced.facts() == g.facts()                 # (it changes nothing but spaces)
+    assert spaced.nodes == assign_spaces(bare, ctx).nodes
+    for (_, nodes, template), (_, all_nodes, all_template) in zip(_groups(spaced), _groups(_bare(spaced))):
+        assert _summary(nodes, template) == _summary(all_nodes, all_template)
     for step in ("eliminate_redundant_loads", "allocate"):
         fast, slow = PASSES[step](spaced, ctx), PASSES[step](_bare(spaced), ctx)
         assert fast.nodes == slow.nodes

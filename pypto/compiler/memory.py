@@ -21,16 +21,23 @@ from operator import attrgetter
 
 from ..errors import TileShapeError
 from ..ir.core import fmt_shape
-from ..ir.tile import TileGraph, TileNode, copier, tile_bytes
+from ..ir.tile import LoopPart, LoopTileGraph, TileGraph, TileNode, copier, tile_bytes
 from .pipeline import Pass, PassContext
 from .reuse import ELIMINATE_REDUNDANT_LOADS
 
 
 def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
+    if isinstance(g, LoopTileGraph):
+        return _assign_spaces_loops(g)
+    return g.replace(_spaced(g.nodes)).noted(g.facts())     # (the spaces are all it changes)
+
+
+def _spaced(nodes) -> list[TileNode]:
+    """`nodes` (all the nodes that read any of them) with their spaces assigned."""
     to_l1: set[int] = set()             # loads an extract or a bias move reads
     matmul_of: dict[int, TileNode] = {}  # extract -> the first matmul reading it
     is_matmul: dict[str, bool] = {}     # op -> a TMATMUL* (worked out once per op)
-    for n in g.nodes:
+    for n in nodes:
         op = n.op
         if op == "TEXTRACT" or op == "TMOV":
             to_l1.update(n.inputs)
@@ -44,9 +51,9 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
                     matmul_of[i] = n
     fixed: dict[str, str] = {}          # op -> the space of its tiles, where the op alone decides it
     with_space = copier("space")
-    nodes = []
-    append = nodes.append
-    for n in g.nodes:
+    out = []
+    append = out.append
+    for n in nodes:
         if n.space == "?":
             op = n.op
             if op == "TLOAD":
@@ -59,7 +66,34 @@ def assign_spaces(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
                     space = fixed[op] = "L0C" if op.startswith("TMATMUL") else "UB"
             n = with_space(n, space)
         append(n)
-    return g.replace(nodes).noted(g.facts())     # (the spaces are all it changes)
+    return out
+
+
+def _assign_spaces_loops(g: LoopTileGraph) -> TileGraph:
+    """assign_spaces of a graph with loops: the nodes of its groups that are no loops as on any
+    graph (they read no loop's nodes, nor a loop theirs: each group reads the others' tiles
+    from GM), and each loop's by its templates.  A tile's space follows from its op and the
+    ops that read it, the same in every outer iteration: the templates' spaces, per (op, key),
+    are every node's.  A loop whose templates give one (op, key) two spaces is made and
+    assigned node by node."""
+    plain = _spaced([n for p in g.parts if not isinstance(p, LoopPart) for n in p])
+    at = 0
+    parts = []
+    for p in g.parts:
+        if not isinstance(p, LoopPart):
+            parts.append(tuple(plain[at:at + len(p)]))
+            at += len(p)
+            continue
+        loop, spaces, place = p
+        got = dict(spaces or {})
+        nodes = [n for t in p.templates() for n in t]
+        for n, m in zip(nodes, _spaced(nodes)):
+            if n.space == "?" and got.setdefault((n.op, n.key), m.space) != m.space:
+                parts.append(tuple(_spaced(p.nodes())))
+                break
+        else:
+            parts.append(LoopPart(loop, got, place))
+    return g.with_parts(parts).noted(g.facts())
 
 
 def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
@@ -94,43 +128,83 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                 for i, k in enumerate(s["keys"]):
                     here[k] = (bufs, n_copies, i, len(s["keys"]))
                 off += s["size"] * n_copies
+    if isinstance(g, LoopTileGraph):        # a loop's nodes get theirs when they are made
+        return g.with_parts([LoopPart(p[0], p[1], _Placer(placement[p[0].templates[0][0].group]))
+                             if isinstance(p, LoopPart) else tuple(_placed(p, placement)) for p in g.parts])
+    return g.replace(_placed(g.nodes, placement))
+
+
+def _placed(nodes, placement: dict) -> list[TileNode]:
+    """`nodes`, those in a space with their slot's copy in their map (`_Placer`)."""
     out = []
     append = out.append
     with_attrs = copier("attrs")
-    # per group: id of a node's map -> (its slot's copies, their new maps (made when first
-    # needed), rotate's turns or None): the nodes that shared a map and get the same copy of its
-    # slot share the new one (g keeps the old maps alive: their ids stay theirs while this runs)
-    made: dict[int, dict[int, tuple]] = {}
-    group, here, seen = None, None, None
-    for n in g.nodes:
+    placers: dict[int, _Placer] = {}
+    group, place = None, None
+    for n in nodes:
         space = n.space
         if space and space != "?":
             if n.group != group:            # (a group's nodes mostly follow each other)
                 group = n.group
-                here = placement[group]
-                seen = made.setdefault(group, {})
-            a = n.attrs
-            got = seen.get(id(a))
-            if got is None:
-                d = a._dict
-                bufs, nbuf, turn, turns = here[d["key"]]
-                got = seen[id(a)] = (bufs, [None] * nbuf, (turn, turns) if "rotate" in d and d["rotate"] else None)
-            bufs, maps, rotate = got
-            par = n.par
-            if rotate is not None:
-                par = par * rotate[1] + rotate[0]
-            c = par % len(maps)
-            attrs = maps[c]
-            if attrs is None:
-                attrs = maps[c] = a.replace(buf=bufs[c], nbuf=len(maps))
-            n = with_attrs(n, attrs)
+                place = placers.get(group)
+                if place is None:
+                    place = placers[group] = _Placer(placement[group])
+            n = with_attrs(n, place(n.attrs, n.par))
         append(n)
-    return g.replace(out)
+    return out
+
+
+class _Placer:
+    """fn(attrs, par) -> the map of a node of one group with map `attrs` and counter `par`: with
+    its slot's copy (`buf`, `nbuf`) of its key (`placement`: key -> (the offsets of the slot's
+    copies, how many, the key's turn, the slot's turns)).  The nodes that shared a map and get
+    the same copy of its slot share the new one (remembered per map: the map is kept with it,
+    so that its id stays its own)."""
+
+    __slots__ = ("here", "seen")
+
+    def __init__(self, here: dict):
+        self.here = here
+        self.seen: dict[int, tuple] = {}      # id of a map -> (it, its copies' new maps, rotate's turns or None)
+
+    def __call__(self, a, par: int):
+        got = self.seen.get(id(a))
+        if got is None:
+            d = a._dict
+            bufs, nbuf, turn, turns = self.here[d["key"]]
+            got = self.seen[id(a)] = (a, bufs, [None] * nbuf,
+                                      (turn, turns) if "rotate" in d and d["rotate"] else None)
+        _, bufs, maps, rotate = got
+        if rotate is not None:
+            par = par * rotate[1] + rotate[0]
+        c = par % len(maps)
+        attrs = maps[c]
+        if attrs is None:
+            attrs = maps[c] = a.replace(buf=bufs[c], nbuf=len(maps))
+        return attrs
 
 
 def _groups(g: TileGraph):
     """(GroupInfo, its nodes, its `_longest_iteration`) per group of g, where the lowering
     noted them (TileGraph.facts), else found by walking the nodes."""
+    if isinstance(g, LoopTileGraph):
+        loops = {p[0].templates[0][0].group: p for p in g.parts if isinstance(p, LoopPart)}
+        if loops:
+            plain = {}
+            for p in g.parts:
+                if not isinstance(p, LoopPart) and p:
+                    plain.setdefault(p[0].group, []).extend(p)
+            for info in g.groups:
+                part = loops.get(info.id)
+                if part is not None:    # its templates say of its keys what all its nodes would
+                    first, last = part[0].longest
+                    templates = part.templates()
+                    nodes = [n for t in templates for n in t]
+                    yield info, nodes, [n for n in nodes if first <= n.id < last]
+                else:
+                    nodes = plain.get(info.id, [])
+                    yield info, nodes, _longest_iteration(nodes)
+            return
     spans = g.facts().get("groups")
     if spans is not None:
         for info in g.groups:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 
 from ..dtypes import DT_FP32, DT_INT32
 from ..errors import ShapeError, UnsupportedError
 from ..ir.core import Attrs, ceil_div, prod
 from ..ir.gm import GMBuffer, GMRef
 from ..ir.tensor import OPS, TensorGraph
-from ..ir.tile import GroupInfo, TileGraph, TileNode
+from ..ir.tile import GroupInfo, LoopPart, LoopTileGraph, NodeLoop, TileGraph, TileNode
 from ..target.isa import ATTRS, find, opcodes
 from ..target.isa import row as isa_row
 from .pipeline import PassContext
@@ -168,21 +169,31 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     infos = []
     cube_tile_of: dict[int, tuple[int, int]] = {}     # value a cube group stores -> its (mL0, nL0)
     spans: dict[int, tuple[int, int, int, int]] = {}  # the "groups" fact (TileGraph.facts)
+    loops: dict[int, NodeLoop] = {}     # group -> its loop (a matmul's: made when first read)
     distinct = True
     for gid in sorted(members):
         ms = members[gid]
         em = _Emitter(nodes, gid)
         start = len(nodes)
         if ms[0].op == "matmul":
-            info = _lower_matmul(g, ms, homes, extra_stores, em, ctx.machine, ctx.options.get("l1_reuse", True))
+            info, loop = _lower_matmul(g, ms, homes, extra_stores, start, gid, ctx.machine,
+                                       ctx.options.get("l1_reuse", True))
             cube_tile_of[ms[-1].id] = (info.tile[0], info.tile[2])
+            loops[gid] = loop
+            nodes.extend(itertools.repeat(None, loop.count))    # (its ids: made when read)
+            spans[gid] = (start, len(nodes), *loop.longest)
+            distinct = distinct and loop.distinct_loads
         else:
             info = _lower_vector(g, gid, ms, homes, extra_stores, em, _epilogue_order(g, ms, cube_tile_of))
+            spans[gid] = (start, len(nodes), *em.longest[1:])
+            distinct = distinct and em.distinct_loads
         infos.append(info)
-        spans[gid] = (start, len(nodes), *em.longest[1:])
-        distinct = distinct and em.distinct_loads
     facts = {"groups": spans, "distinct_loads": True} if distinct else {"groups": spans}
-    return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes)).noted(facts)
+    if not loops:
+        return TileGraph(g.name, tuple(buffers), tuple(infos), tuple(nodes)).noted(facts)
+    parts = [LoopPart(loops[info.id]) if info.id in loops else tuple(nodes[spans[info.id][0]:spans[info.id][1]])
+             for info in infos]
+    return LoopTileGraph(g.name, tuple(buffers), tuple(infos), parts).noted(facts)
 
 
 # ---------------------------------------------------------------------------------------
@@ -702,10 +713,12 @@ def _shared_operand(nm: int, nn: int, terms, batch) -> str | None:
     return None if panel is None else panel + "1"
 
 
-def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: bool = True) -> GroupInfo:
+def _lower_matmul(g, ms, homes, extra_stores, start: int, group: int, machine,
+                  l1_reuse: bool = True) -> tuple[GroupInfo, NodeLoop]:
     """`ms`: the matmul, then its cube epilogue (fusion.py): matmuls summed with it (each adds
     its K chunks to the same L0C accumulator: a convolution's kernel positions), a bias add
-    and/or a ReLU.
+    and/or a ReLU.  The group's nodes are ids `start` on; returns its GroupInfo and its loop
+    over output tiles (a `NodeLoop`: the nodes are made when first read, see `_MatmulLoop`).
 
     With `l1_reuse`, K is walked forward in even output tiles and backward in odd ones
     (serpentine), and the operand panel consecutive output tiles share (`_shared_operand`) is
@@ -724,129 +737,223 @@ def _lower_matmul(g, ms, homes, extra_stores, em: _Emitter, machine, l1_reuse: b
     A, B = terms[0]
     M, K = A.shape[-2:]
     N = B.shape[-1]
-    dtype = g.node(m.inputs[0]).dtype
     batch = m.shape[:-2]
     ml0, kl0, nl0, kl1 = matmul_cube_tile(g, m, machine)
-    acc_dtype = DT_INT32 if dtype.name == "int8" else DT_FP32
-    outs = [homes[result.id]] + extra_stores.get(result.id, [])
     nm, nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
-    shared = _shared_operand(nm, nn, terms, batch) if l1_reuse else None
     # per output tile and K chunk: two loads, two extracts per kL0 step and a matmul (about)
-    _check_size(prod(batch) * nm * nn * len(terms) * nk1 * (2 + 3 * ceil_div(kl1, kl0)) + len(em.nodes), m,
+    _check_size(prod(batch) * nm * nn * len(terms) * nk1 * (2 + 3 * ceil_div(kl1, kl0)) + start, m,
                 (*batch, M, N, K), (*(1,) * len(batch), ml0, nl0, kl1))
-    o = lin = steps = 0
-    # the tile shapes, one tuple each for every node (and the valid shape of a full tile)
-    s_a1, s_b1, s_a0, s_b0, s_c = (ml0, kl1), (kl1, nl0), (ml0, kl0), (kl0, nl0), (ml0, nl0)
-    s_bias = (1, nl0)
-    loc, group = m.loc, em.group
-    nodes = em.nodes
-    append, make = nodes.append, _make_node     # (the hot loop builds its nodes itself, as emit would)
-    chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
-    # the attribute maps, in the order emit gives them (its keywords first), one Attrs for all
-    # the nodes that have it: an extract's per kL0 step, the accumulator's
-    n_k0 = ceil_div(kl1, kl0)
-    x_a0 = [Attrs.of({"offsets": (0, k0 * kl0), "key": "a0"}) for k0 in range(n_k0)]
-    x_b0 = [Attrs.of({"offsets": (k0 * kl0, 0), "key": "b0"}) for k0 in range(n_k0)]
-    acc = Attrs.of({"key": "c", "persistent": True})
-    # (mv, nv, kv1) -> per kL0 step of a K chunk of kv1 of an output tile of valid extents (mv, nv):
-    # the map and valid shape of its A extract, then its B extract's
-    extracts: dict[tuple, list] = {}
-    a_ring, b_ring = shared == "a1", shared == "b1"
-    # for the graph's facts (TileGraph.facts): whether no outer iteration loads a window twice
-    # (an outer iteration loads the bias row and the A and B panels of its output tile: none
-    # does when the three are in buffers of their own and no panel has a window twice), and
-    # the group's iteration with the most nodes (the first such): `most` nodes at `longest`
-    parts = [{t[0].buf.name for t in terms}, {t[1].buf.name for t in terms}] + ([{bias.buf.name}] if bias else [])
-    distinct = sum(map(len, parts)) == len(set().union(*parts))
-    first, most = len(nodes), 0
-    longest = (first, first)
+    nest = _MatmulLoop(g, m, result, terms, bias, act, [homes[result.id]] + extra_stores.get(result.id, []),
+                       (ml0, kl0, nl0, kl1), group, _shared_operand(nm, nn, terms, batch) if l1_reuse else None)
+    info = GroupInfo(group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), nest.n_tiles, len(terms) * nk1,
+                     m.loc)
+    return info, nest.loop(start)
 
-    def loads(key, windows, full):
+
+_INNER = operator.attrgetter("inner")
+
+
+class _MatmulLoop:
+    """A matmul group's loop over its output tiles (batch, then M, then N tiles), from which
+    its `NodeLoop` makes the nodes.  Every output tile has the same nodes: the bias row (when
+    the group has a bias), then per K chunk its A and B loads and per kL0 step two extracts and
+    a matmul into the tile's accumulator, then its stores.  What differs from tile to tile is
+    the ids (the same count every tile), the `par` counters (affine in the tile's index), the
+    GM windows, the valid shapes of tail tiles and, with a shared panel (L1 reuse), the
+    direction K is walked in.  So the first tile of each kind (tail in M, tail in N, K
+    backward) is every kind of tile there is (`NodeLoop.templates`)."""
+
+    def __init__(self, g, m, result, terms, bias, act, outs, tile, group: int, shared: str | None):
+        self.terms, self.bias, self.act, self.outs = terms, bias, act, outs
+        self.loc, self.result, self.group, self.shared = m.loc, result, group, shared
+        self.dtype = g.node(m.inputs[0]).dtype
+        self.acc_dtype = DT_INT32 if self.dtype.name == "int8" else DT_FP32
+        ml0, kl0, nl0, kl1 = self.tile = tile
+        A, B = terms[0]
+        self.M, self.K = M, K = A.shape[-2:]
+        self.N = N = B.shape[-1]
+        self.batch = batch = m.shape[:-2]
+        self.nm, self.nn, nk1 = ceil_div(M, ml0), ceil_div(N, nl0), ceil_div(K, kl1)
+        self.n_tiles = prod(batch) * self.nm * self.nn
+        self.chunks = chunks = [(t, k1) for t in range(len(terms)) for k1 in range(nk1)]
+        # the tile shapes, one tuple each for every node (and the valid shape of a full tile)
+        self.s_a1, self.s_b1, self.s_c = (ml0, kl1), (kl1, nl0), (ml0, nl0)
+        s_a0, s_b0 = (ml0, kl0), (kl0, nl0)
+        # the attribute maps, in the order emit gives them (its keywords first), one Attrs for all
+        # the nodes that have it: an extract's per kL0 step, the accumulator's
+        n_k0 = ceil_div(kl1, kl0)
+        x_a0 = [Attrs.of({"offsets": (0, k0 * kl0), "key": "a0"}) for k0 in range(n_k0)]
+        x_b0 = [Attrs.of({"offsets": (k0 * kl0, 0), "key": "b0"}) for k0 in range(n_k0)]
+        self.acc = Attrs.of({"key": "c", "persistent": True})
+        self.bt_attrs = Attrs.of({"key": "bt", "persistent": True})
+        # (mv, nv, kv1) -> per kL0 step of a K chunk of kv1 of an output tile of valid extents (mv, nv):
+        # the map and valid shape of its A extract, then its B extract's (made when first needed)
+        self.extracts: dict[tuple, list] = {}
+        self.x = (x_a0, x_b0, s_a0, s_b0)
+        kvs = [min(kl1, K - k1 * kl1) for _, k1 in chunks]
+        self.kv1 = kvs
+        self.steps_per_tile = sum(ceil_div(kv, kl0) for kv in kvs)
+        self.per_tile = (2 if bias is not None else 0) + 2 * len(chunks) + 3 * self.steps_per_tile + len(outs)
+        # the operand loads of an output row (A) or column (B) of tiles, one each per K chunk: every
+        # output tile of the row (column) loads the same windows; per batch index
+        parts = [{t[0].buf.name for t in terms}, {t[1].buf.name for t in terms}] + ([{bias.buf.name}] if bias else [])
+        self.distinct = sum(map(len, parts)) == len(set().union(*parts))
+        self.bis = list(itertools.product(*[range(s) for s in batch]))
+        self.a_loads, self.b_loads = [], []
+        for bi in self.bis:
+            leads = [(_lead(bi, A_), _lead(bi, B_)) for A_, B_ in terms]
+            self.b_loads.append([self._loads("b1", [_sub2d(terms[t][1], leads[t][1], k1 * kl1, ni * nl0, kvs[c],
+                                                          min(nl0, N - ni * nl0)) for c, (t, k1) in enumerate(chunks)],
+                                             self.s_b1) for ni in range(self.nn)])
+            self.a_loads.append([self._loads("a1", [_sub2d(terms[t][0], leads[t][0], mi * ml0, k1 * kl1,
+                                                          min(ml0, M - mi * ml0), kvs[c])
+                                                    for c, (t, k1) in enumerate(chunks)], self.s_a1)
+                                 for mi in range(self.nm)])
+
+    def _loads(self, key, windows, full):
         """(Attrs, valid shape) of the loads of `windows`, one per K chunk: the shared panel's
         picks its L1 copy by K chunk (a ring), the other by iteration.  A whole tile's valid
         shape is its tile shape `full` (one tuple for all)."""
-        nonlocal distinct
-        distinct = distinct and len(set(windows)) == len(windows)
-        ring = {"ring": True} if shared == key else {}
+        self.distinct = self.distinct and len(set(windows)) == len(windows)
+        ring = {"ring": True} if self.shared == key else {}
         return [(Attrs.of({"gm": w, **ring, "key": key}), full if w.shape == full else w.shape) for w in windows]
 
-    for bi in itertools.product(*[range(s) for s in batch]):
-        leads = [(_lead(bi, A), _lead(bi, B)) for A, B in terms]
-        # the operand loads of an output row (A) or column (B) of tiles, one each per K chunk:
-        # every output tile of the row (column) loads the same windows
-        b_loads = [loads("b1", [_sub2d(terms[t][1], leads[t][1], k1 * kl1, ni * nl0, min(kl1, K - k1 * kl1),
-                                       min(nl0, N - ni * nl0)) for t, k1 in chunks], s_b1) for ni in range(nn)]
-        for mi in range(nm):
-            m0 = mi * ml0
-            mv = min(ml0, M - m0)
-            a_loads = loads("a1", [_sub2d(terms[t][0], leads[t][0], m0, k1 * kl1, mv, min(kl1, K - k1 * kl1))
-                                   for t, k1 in chunks], s_a1)
-            for ni in range(nn):
-                em.outer = o
-                n0 = ni * nl0
-                nv = min(nl0, N - n0)
-                v_c = s_c if (mv, nv) == s_c else (mv, nv)
-                c = None
-                order = range(len(chunks))
-                if shared is not None and o % 2 == 1:
-                    order = reversed(order)
-                bl = b_loads[ni]
-                for step, chunk in enumerate(order):
-                    at = len(nodes)
-                    if at - first > most:       # the iteration before this one
-                        most, longest = at - first, (first, at)
-                    first = at
-                    em.inner, em.lin = step, lin
-                    kv1 = min(kl1, K - chunks[chunk][1] * kl1)
-                    bt = None
-                    if bias is not None and step == 0:
-                        # persistent: slots of their own (per output tile), so the operand loads
-                        # never wait for the bias row to leave L1
-                        bias_l1 = em.emit("TLOAD", [], s_bias, (1, nv), bias.dtype, "?", "bias1", loc,
-                                          persistent=True, gm=_bias_row(bias, n0, nv))
-                        bt = em.emit("TMOV", [bias_l1], s_bias, (1, nv), bias.dtype, "BT", "bt", loc,
-                                     persistent=True)
-                    nid = len(nodes)
-                    attrs, valid = a_loads[chunk]
-                    append(make(nid, "TLOAD", (), s_a1, valid, dtype, "?", group, o, step, attrs, loc,
-                                chunk if a_ring else lin))
-                    attrs, valid = bl[chunk]
-                    append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, "?", group, o, step, attrs, loc,
-                                chunk if b_ring else lin))
-                    a1, b1 = (nid,), (nid + 1,)
-                    nid += 2
-                    lin += 1
-                    xs = extracts.get((mv, nv, kv1))
-                    if xs is None:
-                        xs = extracts[(mv, nv, kv1)] = []
-                        for k0 in range(ceil_div(kv1, kl0)):
-                            kv = min(kl0, kv1 - k0 * kl0)
-                            xs.append((x_a0[k0], s_a0 if (mv, kv) == s_a0 else (mv, kv),
-                                       x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
-                    for xa, va, xb, vb in xs:
-                        # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
-                        append(make(nid, "TEXTRACT", a1, s_a0, va, dtype, "?", group, o, step, xa, loc, steps))
-                        append(make(nid + 1, "TEXTRACT", b1, s_b0, vb, dtype, "?", group, o, step, xb, loc, steps))
-                        steps += 1
-                        if c is not None:
-                            append(make(nid + 2, "TMATMUL_ACC", (c, nid, nid + 1), s_c, v_c, acc_dtype, "?", group,
-                                        o, step, acc, loc, o))
-                        elif bt is not None:
-                            append(make(nid + 2, "TMATMUL_BIAS", (bt, nid, nid + 1), s_c, v_c, acc_dtype, "?", group,
-                                        o, step, acc, loc, o))
-                        else:
-                            append(make(nid + 2, "TMATMUL", (nid, nid + 1), s_c, v_c, acc_dtype, "?", group, o,
-                                        step, acc, loc, o))
-                        c = nid + 2
-                        nid += 3
-                lead = bi
-                for ref in outs:
-                    em.emit("TSTORE", [c], (), (), result.dtype, "", "st", result.loc,
-                            gm=_sub2d(ref, lead[len(lead) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act)
-                o += 1
-    if len(nodes) - first > most:
-        most, longest = len(nodes) - first, (first, len(nodes))
-    em.longest, em.distinct_loads = (most, *longest), distinct
-    return GroupInfo(em.group, "cube", (prod(batch), M, K, N), (ml0, kl0, nl0, kl1), o, len(terms) * nk1, m.loc)
+    def _tiles(self):
+        """(o, batch index, mi, ni) of every output tile, in order."""
+        o = 0
+        for b in range(len(self.bis)):
+            for mi in range(self.nm):
+                for ni in range(self.nn):
+                    yield o, b, mi, ni
+                    o += 1
+
+    def _kind(self, o: int, mi: int, ni: int) -> tuple:
+        """What tells apart the nodes of two output tiles besides ids, `par` and GM windows."""
+        ml0, _, nl0, _ = self.tile
+        return (o % 2 if self.shared is not None else 0, min(ml0, self.M - mi * ml0), min(nl0, self.N - ni * nl0))
+
+    def loop(self, start: int) -> NodeLoop:
+        per = self.per_tile
+        firsts, kinds = [], set()
+        for o, b, mi, ni in self._tiles():
+            k = self._kind(o, mi, ni)
+            if k not in kinds:
+                kinds.add(k)
+                firsts.append((o, b, mi, ni))
+            if len(kinds) == 8:             # (2 directions x tail or not in M and N)
+                break
+        templates = []
+        for o, b, mi, ni in firsts:
+            nodes: list[TileNode] = []
+            self._tile(nodes, start + o * per, o, b, mi, ni, None, None)
+            templates.append(tuple(nodes))
+        # the group's longest iteration (outer, inner), the first such: the steps of a tile differ
+        # by their kL0 steps (a tail chunk has fewer), the first has the bias row and the last the
+        # stores; tiles of one kind alike, so the first of the kind that has it
+        most, longest = 0, (start, start)
+        for t in templates:
+            at = 0
+            for _, run in itertools.groupby(t, _INNER):
+                k = len(list(run))
+                if k > most:
+                    most, longest = k, (t[at].id, t[at].id + k)
+                at += k
+        return NodeLoop(start, per * self.n_tiles, tuple(templates), longest, self.distinct,
+                        lambda spaces, place: self.make(start, spaces, place))
+
+    def make(self, start: int, spaces, place) -> list[TileNode]:
+        nodes: list[TileNode] = []
+        per = self.per_tile
+        for o, b, mi, ni in self._tiles():
+            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place)
+        return nodes
+
+    def _tile(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, spaces, place) -> None:
+        """Append the nodes of output tile `o` (ids from `nid`): the nodes the lowering makes, with
+        the spaces of `spaces` and the maps `place` gives (see `NodeLoop.make`)."""
+        ml0, kl0, nl0, kl1 = self.tile
+        s_a1, s_b1, s_c = self.s_a1, self.s_b1, self.s_c
+        x_a0, x_b0, s_a0, s_b0 = self.x
+        dtype, acc_dtype, loc, group, acc = self.dtype, self.acc_dtype, self.loc, self.group, self.acc
+        sp = spaces.get if spaces is not None else None
+        q = "?"
+        sp_a1 = sp(("TLOAD", "a1"), q) if sp else q
+        sp_b1 = sp(("TLOAD", "b1"), q) if sp else q
+        sp_a0 = sp(("TEXTRACT", "a0"), q) if sp else q
+        sp_b0 = sp(("TEXTRACT", "b0"), q) if sp else q
+        append, make = nodes.append, _make_node     # (the hot loop builds its nodes itself, as emit would)
+        m0, n0 = mi * ml0, ni * nl0
+        mv, nv = min(ml0, self.M - m0), min(nl0, self.N - n0)
+        v_c = s_c if (mv, nv) == s_c else (mv, nv)
+        a_ring, b_ring = self.shared == "a1", self.shared == "b1"
+        chunks, kvs = self.chunks, self.kv1
+        lin = o * len(chunks)
+        steps = o * self.steps_per_tile
+        c = None
+        order = range(len(chunks))
+        if self.shared is not None and o % 2 == 1:
+            order = reversed(order)
+        al, bl = self.a_loads[b][mi], self.b_loads[b][ni]
+        extracts = self.extracts
+        step = 0
+        for step, chunk in enumerate(order):
+            kv1 = kvs[chunk]
+            bt = None
+            if self.bias is not None and step == 0:
+                # persistent: slots of their own (per output tile), so the operand loads never
+                # wait for the bias row to leave L1
+                bias, s_bias = self.bias, (1, nl0)
+                a = Attrs.of({"gm": _bias_row(bias, n0, nv), "key": "bias1", "persistent": True})
+                space = sp(("TLOAD", "bias1"), q) if sp else q
+                append(make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
+                            place(a, o) if place is not None and space != q else a, loc, o))
+                a = self.bt_attrs
+                append(make(nid + 1, "TMOV", (nid,), s_bias, (1, nv), bias.dtype, "BT", group, o, 0,
+                            place(a, o) if place is not None else a, loc, o))
+                bt = nid + 1
+                nid += 2
+            attrs, valid = al[chunk]
+            p = chunk if a_ring else lin
+            append(make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
+                        place(attrs, p) if place is not None and sp_a1 != q else attrs, loc, p))
+            attrs, valid = bl[chunk]
+            p = chunk if b_ring else lin
+            append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
+                        place(attrs, p) if place is not None and sp_b1 != q else attrs, loc, p))
+            a1, b1 = (nid,), (nid + 1,)
+            nid += 2
+            lin += 1
+            xs = extracts.get((mv, nv, kv1))
+            if xs is None:
+                xs = extracts[(mv, nv, kv1)] = []
+                for k0 in range(ceil_div(kv1, kl0)):
+                    kv = min(kl0, kv1 - k0 * kl0)
+                    xs.append((x_a0[k0], s_a0 if (mv, kv) == s_a0 else (mv, kv),
+                               x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
+            for xa, va, xb, vb in xs:
+                # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
+                if place is not None:
+                    xa = place(xa, steps) if sp_a0 != q else xa
+                    xb = place(xb, steps) if sp_b0 != q else xb
+                append(make(nid, "TEXTRACT", a1, s_a0, va, dtype, sp_a0, group, o, step, xa, loc, steps))
+                append(make(nid + 1, "TEXTRACT", b1, s_b0, vb, dtype, sp_b0, group, o, step, xb, loc, steps))
+                steps += 1
+                if c is not None:
+                    op, ins = "TMATMUL_ACC", (c, nid, nid + 1)
+                elif bt is not None:
+                    op, ins = "TMATMUL_BIAS", (bt, nid, nid + 1)
+                else:
+                    op, ins = "TMATMUL", (nid, nid + 1)
+                space = sp((op, "c"), q) if sp else q
+                append(make(nid + 2, op, ins, s_c, v_c, acc_dtype, space, group, o, step,
+                            place(acc, o) if place is not None and space != q else acc, loc, o))
+                c = nid + 2
+                nid += 3
+        bi = self.bis[b]
+        result, act = self.result, self.act
+        for ref in self.outs:
+            a = Attrs.of({"gm": _sub2d(ref, bi[len(bi) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act, "key": "st"})
+            append(make(nid, "TSTORE", (c,), (), (), result.dtype, "", group, o, step, a, result.loc, lin - 1))
+            nid += 1
 
 

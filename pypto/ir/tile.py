@@ -149,6 +149,94 @@ class TileGraph(TextForm):
 _NO_FACTS = MappingProxyType({})
 
 
+class NodeLoop:
+    """One group's loop over its outer iterations, kept as a loop: its nodes are made when a
+    pass first reads them (`make`), not when the lowering runs.  Its outer iterations are alike
+    (the same nodes but for their ids, `par`, valid shapes and GM windows), so the tile passes
+    decide from its `templates` what they would decide from every node.
+
+    - `start`, `count`: its nodes are the graph's nodes start .. start + count - 1, in order;
+    - `templates`: the nodes (real ids) of the first outer iteration of each kind: every kind of
+      iteration the loop has (tail tiles, K walked backward) is among them;
+    - `longest`: (first, last) positions of the group's iteration (outer, inner) with the most
+      nodes, the first such (the "groups" fact, TileGraph.facts);
+    - `distinct_loads`: no outer iteration loads a GM window twice;
+    - `make(spaces, place)`: its nodes, in order.  `spaces`: {(op, key): space} for the nodes
+      whose space is "?" (None: left "?"); `place`: fn(attrs, par) -> the attribute map of a
+      node with a space (buffer allocation; None: the maps as made).
+    """
+
+    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make")
+
+    def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make):
+        self.start, self.count, self.templates = start, count, templates
+        self.longest, self.distinct_loads, self.make = longest, distinct_loads, make
+
+
+class LoopPart(tuple):
+    """A `NodeLoop` of a `LoopTileGraph` with what the tile passes decided for it so far:
+    (loop, spaces, place), see `NodeLoop.make`."""
+
+    __slots__ = ()
+
+    def __new__(cls, loop: NodeLoop, spaces=None, place=None):
+        return tuple.__new__(cls, (loop, spaces, place))
+
+    def nodes(self) -> list[TileNode]:
+        loop, spaces, place = self
+        return loop.make(spaces, place)
+
+    def templates(self) -> list[tuple[TileNode, ...]]:
+        """The loop's templates as the graph's nodes are: with the spaces and maps decided."""
+        loop, spaces, place = self
+        if spaces is None and place is None:
+            return list(loop.templates)
+        out = []
+        for t in loop.templates:
+            made = []
+            for n in t:
+                if spaces is not None and n.space == "?":
+                    n = _WITH["space"](n, spaces.get((n.op, n.key), "?"))
+                if place is not None and n.space and n.space != "?":
+                    n = _WITH["attrs"](n, place(n.attrs, n.par))
+                made.append(n)
+            out.append(tuple(made))
+        return out
+
+
+class LoopTileGraph(TileGraph):
+    """A Tile graph some of whose groups are `NodeLoop`s: `parts` holds, per group in node
+    order, its nodes (a tuple) or its loop (a `LoopPart`).  `nodes` makes the loops' nodes when
+    first read (then kept): the lowering and the tile passes that know loops (assign_spaces,
+    allocate) work on the templates, and the graph that leaves the Tile level is made once,
+    not once per pass.  Anything else reads `nodes` as on any Tile graph, and `replace` gives
+    a plain one."""
+
+    def __init__(self, name: str, buffers: tuple, groups: tuple, parts: tuple):
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "buffers", buffers)
+        object.__setattr__(self, "groups", groups)
+        d = self.__dict__
+        d["parts"] = tuple(parts)
+        d["_count"] = sum(p[0].count if isinstance(p, LoopPart) else len(p) for p in d["parts"])
+
+    @property
+    def nodes(self) -> tuple:
+        got = self.__dict__.get("_nodes")
+        if got is None:
+            out: list[TileNode] = []
+            for p in self.parts:
+                out.extend(p.nodes() if isinstance(p, LoopPart) else p)
+            got = self.__dict__["_nodes"] = tuple(out)
+        return got
+
+    def __len__(self):
+        return self.__dict__["_count"]
+
+    def with_parts(self, parts) -> "LoopTileGraph":
+        return LoopTileGraph(self.name, self.buffers, self.groups, parts)
+
+
 def node_text(n: TileNode) -> str:
     args = ", ".join(f"%{i}" for i in n.inputs)
     a = dict(n.attrs)
