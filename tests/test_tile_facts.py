@@ -86,7 +86,8 @@ def _bare(g):
     return out
 
 
-@pytest.mark.parametrize("options", [None, {"l1_reuse": False}], ids=["default", "no_l1_reuse"])
+@pytest.mark.parametrize("options", [None, {"l1_reuse": False}, {"double_buffer": False}],
+                         ids=["default", "no_l1_reuse", "single_buffer"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_the_facts_of_tiling_are_what_the_walks_find(name, options):
     g, ctx = _tiled(name, options)

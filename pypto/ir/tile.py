@@ -15,6 +15,8 @@ hundreds of thousands of nodes).
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -299,6 +301,43 @@ def _rule(op: str) -> int:
 
 
 def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
+    if isinstance(g, LoopTileGraph) and "_nodes" not in g.__dict__:
+        _verify_loops(g, capacities)
+    else:
+        _verify_nodes(g.nodes, capacities)
+    if g.facts():
+        _check_facts(g)
+
+
+def _verify_loops(g: LoopTileGraph, capacities: dict[str, int] | None) -> None:
+    """`verify` of a graph whose loops were not made yet: the nodes of its other groups as on any
+    graph (no group reads another's tiles), and each loop by its templates, the first outer
+    iteration of every kind it has (its other iterations are those but for ids, `par`, valid
+    shapes and GM windows): each template on its own, and the tiles of each template node in
+    every copy of its slot (`par` + k takes copy k along).  A loop's nodes are made when first
+    read; `verify="each"` checks the facts against them."""
+    _verify_nodes([n for p in g.parts if not isinstance(p, LoopPart) for n in p], capacities)
+    caps = capacities or {}
+    with_attrs = _WITH["attrs"]
+    for p in g.parts:
+        if not isinstance(p, LoopPart):
+            continue
+        loop, _, place = p
+        for raw, template in zip(loop.templates, p.templates()):
+            _verify_nodes(template, capacities)
+            if place is None:
+                continue
+            for r, n in zip(raw, template):
+                nbuf = n.attrs._dict.get("nbuf", 1) if n.space and n.space != "?" else 1
+                for k in range(1, nbuf):
+                    m = with_attrs(n, place(r.attrs, r.par + k))
+                    limit = caps.get(m.space)
+                    if limit is not None and m.attrs["buf"] + tile_bytes(m.shape, m.dtype) > limit:
+                        _fail(m, f"tile overflows {m.space}", expected=f"<= {limit} bytes",
+                              got=m.attrs["buf"] + tile_bytes(m.shape, m.dtype))
+
+
+def _verify_nodes(nodes, capacities: dict[str, int] | None = None) -> None:
     # the nodes seen so far -> the space of their tile (a node whose space is None counts as
     # not defined: it is left out, so that a lookup that finds nothing is one that fails)
     space_of: dict[int, str] = {}
@@ -317,7 +356,7 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
     # neither the key nor its lookup need be made for it.  Not kept for maps with a GM window:
     # a vector group's loads and stores have one each (the graph keeps its maps: ids stay)
     last: dict[int, tuple] = {}
-    for n in g.nodes:
+    for n in nodes:
         ins = n.inputs
         try:                    # (subscripts, not calls: most nodes read one or three tiles)
             k = len(ins)
@@ -344,14 +383,49 @@ def verify(g: TileGraph, capacities: dict[str, int] | None = None) -> None:
             space_of[n.id] = where
         else:
             space_of.pop(n.id, None)
-    if g.facts():
-        _check_facts(g)
+
+
+def _check_loops(g: LoopTileGraph) -> None:
+    """Check what each loop of `g` claims (NodeLoop): its nodes are its ids, and each of its
+    outer iterations is one of its templates but for ids, `par` and GM windows (the same ops,
+    inputs relative to the iteration's first id, shapes, valid shapes, dtypes, spaces, inner
+    steps and attribute names), so that what the tile passes decide on the templates holds
+    for every node."""
+    at = 0
+    for p in g.parts:
+        if not isinstance(p, LoopPart):
+            at += len(p)
+            continue
+        loop = p[0]
+        made = g.nodes[at:at + loop.count]
+        if loop.start != at or any(n.id != at + k for k, n in enumerate(made)):
+            raise VerificationError(f"tile graph {g.name}: a loop of group {made[0].group if made else '?'} "
+                                    f"does not make nodes {at}..{at + loop.count - 1}")
+        kinds = {_shape_of(t) for t in p.templates()}
+        for _, it in itertools.groupby(made, _OUTER):
+            it = tuple(it)
+            if _shape_of(it) not in kinds:
+                _fail(it[0], f"outer iteration {it[0].outer} of its loop is none of the loop's templates",
+                      expected=f"one of {len(kinds)} kinds of iteration", got="another")
+        at += loop.count
+
+
+_OUTER = operator.attrgetter("outer")
+
+
+def _shape_of(nodes) -> tuple:
+    """An outer iteration's nodes without what moves from one iteration to the next."""
+    base = nodes[0].id
+    return tuple((n.op, tuple(i - base for i in n.inputs), n.shape, n.valid, n.dtype, n.space, n.inner,
+                  tuple(n.attrs._dict)) for n in nodes)
 
 
 def _check_facts(g: TileGraph) -> None:
     """Check the facts noted on `g` (TileGraph.facts) against its nodes: the passes after the
     one that noted them trust them instead of walking the nodes.  (Only a graph that carries
     facts pays: the lowering's and assign_spaces' outputs, checked when verify="each".)"""
+    if isinstance(g, LoopTileGraph):
+        _check_loops(g)
     facts = g.facts()
     spans = facts.get("groups")
     if spans is not None:
