@@ -240,6 +240,47 @@ def test_estimates_and_flag_batching_exactly():
     assert schedule_task(synced, A2).instrs == synced and not schedule_task(synced, A2).reordered
 
 
+def test_a_long_stream_is_scheduled_tile_by_tile(monkeypatch):
+    from pypto.compiler import listsched
+    _, s = _tiny_matmul()
+    L = A2.l2_hit_cycles + A2.l2_miss_extra_cycles
+    tile_lat = (L, L, 0, 0, 0, 0)
+    one = schedule_task(s, A2, {}, tile_lat)
+    assert one.how == "original+batched"
+    # three tiles in a row (each ending with its store): above REGION_MIN each tile is decided on
+    # its own, alike tiles share that decision, and the tiles keep their order
+    monkeypatch.setattr(listsched, "REGION_MIN", 10)
+    three = s * 3
+    cache = {}
+    res = schedule_task(three, A2, cache, tile_lat * 3)
+    assert res.instrs == one.instrs * 3
+    assert res.how == "by tile (3 of 3 reordered)" and res.before is None and res.shape is not None
+    assert len(cache) == 2                  # the tile's decision and the stream's
+    perm = [6 * t + k for t in range(3) for k in (0, 1, 3, 2, 4, 5)]
+    assert res.instrs == tuple(three[k] for k in perm) and _Stream(three, A2).valid(perm)
+    assert schedule_task(three, A2, cache, tile_lat * 3) == res      # (cached whole)
+    # one region (no store before the end): the whole stream, as below REGION_MIN
+    assert schedule_task(s, A2, {}, tile_lat).how == "original+batched"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tile_by_tile_scheduling_gives_bit_identical_outputs(kind, rng, monkeypatch):
+    from pypto.compiler import listsched
+    monkeypatch.setattr(listsched, "REGION_MIN", 40)        # (every task here is tile by tile)
+    kernel, args, consts = _data(rng, kind)
+    base = kernel.compile(*args, options=OFF, **consts)
+    ck = kernel.compile(*args, options={"loops": False}, **consts)
+    r0, r1 = base.simulate(*args), ck.simulate(*args, checked=True)     # checked: races, event reuse
+    assert r0.ok and r1.ok
+    for name, v in r0.outputs.items():
+        assert v.tobytes() == r1.outputs[name].tobytes(), f"{kind}: output {name} differs"
+    for t in ck.exec_graph.tasks:
+        assert _happens_before_violations(t.instrs) == [], f"task {t.id}"
+    if kind in ("matmul", "matmul_bias_gelu"):  # (the scheduler did reorder tiles)
+        assert any(t0.instrs != t1.instrs for t0, t1 in zip(_unsynced(base.exec_graph).tasks,
+                                                             _unsynced(ck.exec_graph).tasks))
+
+
 def test_load_latencies_predict_l2_hits():
     bufs, s = _tiny_matmul()
     again = Instr("TLOAD", "MTE2", s[0].dst, s[0].srcs)      # the window of a again: an L2 hit
