@@ -123,8 +123,8 @@ def test_a_debug_verify_checks_each_outer_iteration_is_one_of_the_templates():
     verify(g)                                           # (carries facts: the loop is checked too)
     loop = g.parts[0][0]
 
-    def make(spaces, place):                            # tile 3's first node with another valid shape
-        nodes = loop.make(spaces, place)
+    def make(spaces, place, *rest):                     # tile 3's first node with another valid shape
+        nodes = loop.make(spaces, place, *rest)
         at = next(k for k, n in enumerate(nodes) if n.outer == 3)
         nodes[at] = nodes[at].replace(valid=(1, 1))
         return nodes
@@ -134,6 +134,34 @@ def test_a_debug_verify_checks_each_outer_iteration_is_one_of_the_templates():
     with pytest.raises(VerificationError, match="outer iteration 3 of its loop is none of the loop's templates"):
         verify(bad)
     short = NodeLoop(loop.start, loop.count, loop.templates, loop.longest, loop.distinct_loads,
-                     lambda spaces, place: loop.make(spaces, place)[1:] + loop.make(spaces, place)[:1])
+                     lambda *args: loop.make(*args)[1:] + loop.make(*args)[:1])
     with pytest.raises(VerificationError, match="does not make nodes"):
         verify(g.with_parts([LoopPart(short)]).noted(g.facts()))
+
+
+@pytest.mark.parametrize("sizes,options", [((640, 520, 1030), None), ((640, 520, 1030), {"l1_reuse": False}),
+                                           ((1024, 512, 1024), None)], ids=["tails", "no_l1_reuse", "even"])
+@pytest.mark.parametrize("kern", [mm, mm_bias_relu], ids=["matmul", "bias_relu"])
+def test_the_block_passes_read_the_loop_as_they_read_the_nodes(kern, sizes, options):
+    from pypto.compiler.l1reuse import reused_loads
+    m, k, n = sizes
+    args = (T([m, k], F16), T([k, n], F16)) + ((T([n], F16),) if kern is mm_bias_relu else ()) + (T([m, n], F16),)
+    graphs, ctx = _tile_level(kern, args, options)
+    fast = [PASSES["partition"](graphs[-1], ctx)]
+    for name in ("l1_reuse", "dependencies"):
+        fast.append(PASSES[name](fast[-1], ctx))
+    # partition, l1_reuse and dependencies made no node of the loop: the tasks say which they hold
+    assert "_nodes" not in fast[-1].tiles.__dict__ and isinstance(fast[-1].tiles, LoopTileGraph)
+    dup = reused_loads(fast[0])
+    slow = [PASSES["partition"](_plain(_tile_level(kern, args, options)[0][-1]), ctx)]
+    for name in ("l1_reuse", "dependencies"):
+        slow.append(PASSES[name](slow[-1], ctx))
+    assert dup == reused_loads(slow[0])
+    if options is None:
+        assert dup                              # (a matmul of several output tiles a task reuses panels)
+    for f, s in zip(fast, slow):
+        assert f.tasks == s.tasks
+    # the nodes made at last, without the loads l1_reuse dropped, are the node-by-node graph's
+    assert fast[-1].tiles.nodes == slow[-1].tiles.nodes
+    assert len(fast[-1].tiles) == len(slow[-1].tiles.nodes)
+    assert [x.attrs._dict for x in fast[-1].tiles.nodes] == [x.attrs._dict for x in slow[-1].tiles.nodes]

@@ -21,31 +21,48 @@ import dataclasses
 import itertools
 
 from ..ir.block import BlockGraph
-from ..ir.tile import tile_bytes
+from ..ir.tile import LoopPart, LoopTileGraph, tile_bytes
 from .pipeline import Pass, PassContext
 from .reuse import load_key, without_loads
 
 
 def reused_loads(g: BlockGraph) -> dict[int, int]:
-    """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}."""
-    nodes = g.tiles.by_id()
+    """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}.
+
+    A task of a loop (`LoopTileGraph.loop_of`) whose loads go to spaces no other node of the
+    loop writes replays its loads and stores alone (`gm_only`): the other nodes change no slot
+    a load could find its window in.  Its nodes are not made."""
+    tiles = g.tiles
+    nodes = None
     dup: dict[int, int] = {}
     # tile shape -> (the dtype object of its last tile, tile_bytes): tile_bytes hashes the dtype
     # in Python, and a matmul's tiles are of a few shapes of one dtype
     sizes: dict[tuple, tuple] = {}
+    apart: dict[int, bool] = {}         # id of a loop -> its loads' spaces are only theirs
     for t in g.tasks:
-        # per space: slot address -> (end, load key, load id) of the window it holds; the slots
-        # of a space never meet (a load clears whatever its own slot meets)
-        held: dict[str, dict[int, tuple[int, tuple, int]]] = {}
-        for i in t.nodes:
-            n = nodes[i]
+        part = tiles.loop_of(t) if isinstance(tiles, LoopTileGraph) else None
+        if part is not None:
+            ok = apart.get(id(part[0]))
+            if ok is None:
+                ok = apart[id(part[0])] = _loads_apart(part)
+            if not ok:
+                part = None
+        if part is not None:
+            ops = part.nodes(t.outer, gm_only=True)
+        else:
+            if nodes is None:
+                nodes = tiles.by_id()
+            ops = map(nodes.__getitem__, t.nodes)
+        # per space: slot address -> (end, load key, load id, its window) of the window it holds;
+        # the slots of a space never meet (a load clears whatever its own slot meets)
+        held: dict[str, dict[int, tuple[int, tuple, int, object]]] = {}
+        for n in ops:
             op = n.op
             if op == "TSTORE":
                 w = n.attrs._dict["gm"]
                 name = w.buf.name
                 for slots in held.values():
-                    gone = [a for a, (_, key, ld) in slots.items()
-                            if key[0] == name and nodes[ld].attrs["gm"].overlaps(w)]
+                    gone = [a for a, (_, key, _, gm) in slots.items() if key[0] == name and gm.overlaps(w)]
                     for a in gone:
                         del slots[a]
                 continue
@@ -69,17 +86,25 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
             if op == "TLOAD":
                 key = load_key(n)
                 if have is not None and have[0] == hi and have[1] == key:
-                    dup[i] = have[2]
+                    dup[n.id] = have[2]
                     continue
             if have is not None and have[0] == hi > lo:
                 del slots[lo]           # (the only slot its bytes meet: slots never meet)
             elif slots:
-                gone = [a for a, (b, _, _) in slots.items() if a < hi and lo < b]
+                gone = [a for a, (b, _, _, _) in slots.items() if a < hi and lo < b]
                 for a in gone:
                     del slots[a]
             if op == "TLOAD":
-                slots[lo] = (hi, key, i)
+                slots[lo] = (hi, key, n.id, d["gm"])
     return dup
+
+
+def _loads_apart(part: LoopPart) -> bool:
+    """Whether no node of the loop but its loads writes a space its loads go to (its templates
+    say it of every iteration)."""
+    templates = part.templates()
+    loads = {n.space for t in templates for n in t if n.op == "TLOAD"}
+    return not any(n.space in loads for t in templates for n in t if n.op != "TLOAD" and n.op != "TSTORE")
 
 
 def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
@@ -89,7 +114,25 @@ def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     if not dup:
         return g
     tasks = [dataclasses.replace(t, nodes=tuple(itertools.filterfalse(dup.__contains__, t.nodes))) for t in g.tasks]
-    return BlockGraph(g.name, g.tiles.replace(list(without_loads(g.tiles.nodes, dup))), tuple(tasks))
+    return BlockGraph(g.name, _without(g.tiles, dup), tuple(tasks))
+
+
+def _without(tiles, dup: dict[int, int]):
+    """The tile graph without the loads of `dup` (their readers reading the loads kept): a
+    loop's nodes made without them when they are made (`NodeLoop.make`'s `dropped`)."""
+    if not isinstance(tiles, LoopTileGraph) or "_nodes" in tiles.__dict__:
+        return tiles.replace(list(without_loads(tiles.nodes, dup)))
+    parts = []
+    for p in tiles.parts:
+        if isinstance(p, LoopPart):
+            lo, hi = p[0].start, p[0].start + p[0].count
+            mine = {d: k for d, k in dup.items() if lo <= d < hi}
+            if p[3]:
+                mine.update(p[3])
+            parts.append(LoopPart(p[0], p[1], p[2], mine or None))
+        else:
+            parts.append(tuple(without_loads(p, dup)))
+    return tiles.with_parts(parts)
 
 
 L1_REUSE = Pass("l1_reuse", "block", l1_reuse,

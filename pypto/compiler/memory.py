@@ -84,7 +84,7 @@ def _assign_spaces_loops(g: LoopTileGraph) -> TileGraph:
             parts.append(tuple(plain[at:at + len(p)]))
             at += len(p)
             continue
-        loop, spaces, place = p
+        loop, spaces, place, dropped = p
         got = dict(spaces or {})
         nodes = [n for t in p.templates() for n in t]
         for n, m in zip(nodes, _spaced(nodes)):
@@ -92,7 +92,7 @@ def _assign_spaces_loops(g: LoopTileGraph) -> TileGraph:
                 parts.append(tuple(_spaced(p.nodes())))
                 break
         else:
-            parts.append(LoopPart(loop, got, place))
+            parts.append(LoopPart(loop, got, place, dropped))
     return g.with_parts(parts).noted(g.facts())
 
 
@@ -129,7 +129,7 @@ def allocate(g: TileGraph, ctx: PassContext) -> TileGraph:
                     here[k] = (bufs, n_copies, i, len(s["keys"]))
                 off += s["size"] * n_copies
     if isinstance(g, LoopTileGraph):        # a loop's nodes get theirs when they are made
-        return g.with_parts([LoopPart(p[0], p[1], _Placer(placement[p[0].templates[0][0].group]))
+        return g.with_parts([LoopPart(p[0], p[1], _Placer(placement[p[0].templates[0][0].group]), p[3])
                              if isinstance(p, LoopPart) else tuple(_placed(p, placement)) for p in g.parts])
     return g.replace(_placed(g.nodes, placement))
 

@@ -17,7 +17,7 @@ import operator
 
 from ..ir.block import BlockGraph, Task
 from ..ir.gm import Footprint, GMRef
-from ..ir.tile import TileGraph
+from ..ir.tile import LoopPart, LoopTileGraph, TileGraph
 from ..target.isa import gm_access
 from .pipeline import Pass, PassContext
 
@@ -26,17 +26,18 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
     """Split each group's outer iterations into contiguous chunks, one task per core of its type;
     epilogues of mixed kernels pair with their cube tiles (see the module docstring)."""
     m = ctx.machine
-    by_outer: dict[tuple[int, int], list[int]] = {}
+    by_outer: dict[tuple[int, int], list[int] | range] = {}
     # (the nodes of a group iteration come in consecutive runs, mostly a single one: grouped by
     # C-level steps per node, by group then by outer iteration: no key tuple per node)
-    for group, of_group in itertools.groupby(g.nodes, _GROUP):
-        for outer, run in itertools.groupby(of_group, _OUTER):
-            k = (group, outer)
-            ids = by_outer.get(k)
-            if ids is None:
-                by_outer[k] = list(map(_ID, run))
-            else:
-                ids.extend(map(_ID, run))
+    for nodes in _parts(g, by_outer):
+        for group, of_group in itertools.groupby(nodes, _GROUP):
+            for outer, run in itertools.groupby(of_group, _OUTER):
+                k = (group, outer)
+                ids = by_outer.get(k)
+                if ids is None:
+                    by_outer[k] = list(map(_ID, run))
+                else:
+                    ids.extend(map(_ID, run))
     pairs = epilogue_pairs(g) if ctx.options.get("pairing", True) and m.n_aiv >= 2 * m.n_aic else {}
     tasks = []
     task_of: dict[tuple[int, int], int] = {}       # (group, outer) -> its task, for the pairs
@@ -76,6 +77,24 @@ def partition(g: TileGraph, ctx: PassContext) -> BlockGraph:
 
 
 _GROUP, _OUTER, _ID = operator.attrgetter("group"), operator.attrgetter("outer"), operator.attrgetter("id")
+
+
+def _parts(g: TileGraph, by_outer: dict):
+    """The nodes of g to walk, in runs: a loop whose outer iterations all have as many nodes
+    (`NodeLoop.per`) puts the ids of each in `by_outer` itself (a range: its nodes are not
+    made); the nodes of the other groups are walked."""
+    if not isinstance(g, LoopTileGraph) or not any(isinstance(p, LoopPart) for p in g.parts):
+        yield g.nodes
+        return
+    for p in g.parts:
+        if not isinstance(p, LoopPart) or p[0].per is None or p[3]:
+            yield p.nodes() if isinstance(p, LoopPart) else p
+            continue
+        loop = p[0]
+        group = loop.templates[0][0].group
+        for o in range(loop.count // loop.per):
+            at = loop.start + o * loop.per
+            by_outer[(group, o)] = range(at, at + loop.per)
 
 
 def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
@@ -232,13 +251,23 @@ class _Access(dict):
 
 
 def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
-    """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes."""
-    tile_nodes = g.tiles.by_id()
+    """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes.
+    (A task of a loop, `LoopTileGraph.loop_of`, has its windows from the loop's loads and stores
+    alone, made for its iterations: its nodes are not made.)"""
+    tiles = g.tiles
+    tile_nodes = None
     access = _Access()                  # op -> 1: reads GM, 2: writes GM, 0: neither
     reads, writes = [], []
     for t in g.tasks:
         both = ([], [])                 # the windows the task reads, writes
-        for n in map(tile_nodes.__getitem__, t.nodes):
+        part = tiles.loop_of(t) if isinstance(tiles, LoopTileGraph) else None
+        if part is not None:
+            ops = part.nodes(t.outer, gm_only=True)
+        else:
+            if tile_nodes is None:
+                tile_nodes = tiles.by_id()
+            ops = map(tile_nodes.__getitem__, t.nodes)
+        for n in ops:
             k = access[n.op]
             if k:
                 both[k - 1].append(n.attrs._dict["gm"])

@@ -827,6 +827,18 @@ class _MatmulLoop:
                     yield o, b, mi, ni
                     o += 1
 
+    def _extracts(self, mv: int, nv: int, kv1: int) -> list:
+        """Per kL0 step of a K chunk of kv1 of an output tile of valid extents (mv, nv): the map
+        and valid shape of its A extract, then its B extract's (made once, `self.extracts`)."""
+        _, kl0, _, _ = self.tile
+        x_a0, x_b0, s_a0, s_b0 = self.x
+        xs = self.extracts[(mv, nv, kv1)] = []
+        for k0 in range(ceil_div(kv1, kl0)):
+            kv = min(kl0, kv1 - k0 * kl0)
+            xs.append((x_a0[k0], s_a0 if (mv, kv) == s_a0 else (mv, kv),
+                       x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
+        return xs
+
     def _kind(self, o: int, mi: int, ni: int) -> tuple:
         """What tells apart the nodes of two output tiles besides ids, `par` and GM windows."""
         ml0, _, nl0, _ = self.tile
@@ -859,21 +871,32 @@ class _MatmulLoop:
                     most, longest = k, (t[at].id, t[at].id + k)
                 at += k
         return NodeLoop(start, per * self.n_tiles, tuple(templates), longest, self.distinct,
-                        lambda spaces, place: self.make(start, spaces, place))
+                        lambda spaces, place, dropped=None, outer=None, gm_only=False:
+                        self.make(start, spaces, place, dropped, outer, gm_only), per)
 
-    def make(self, start: int, spaces, place) -> list[TileNode]:
+    def make(self, start: int, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
         nodes: list[TileNode] = []
         per = self.per_tile
-        for o, b, mi, ni in self._tiles():
-            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place)
+        if outer is None:
+            for o, b, mi, ni in self._tiles():
+                self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
+            return nodes
+        nn, nm = self.nn, self.nm
+        for o in outer:
+            bm, ni = divmod(o, nn)
+            b, mi = divmod(bm, nm)
+            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
         return nodes
 
-    def _tile(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, spaces, place) -> None:
+    def _tile(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, spaces, place, dropped=None,
+              gm_only=False) -> None:
         """Append the nodes of output tile `o` (ids from `nid`): the nodes the lowering makes, with
-        the spaces of `spaces` and the maps `place` gives (see `NodeLoop.make`)."""
-        ml0, kl0, nl0, kl1 = self.tile
+        the spaces of `spaces` and the maps `place` gives, without the loads of `dropped` (their
+        readers reading the loads `dropped` names instead), only the loads and stores if
+        `gm_only` (see `NodeLoop.make`)."""
+        ml0, _, nl0, _ = self.tile
         s_a1, s_b1, s_c = self.s_a1, self.s_b1, self.s_c
-        x_a0, x_b0, s_a0, s_b0 = self.x
+        s_a0, s_b0 = self.x[2:]
         dtype, acc_dtype, loc, group, acc = self.dtype, self.acc_dtype, self.loc, self.group, self.acc
         sp = spaces.get if spaces is not None else None
         q = "?"
@@ -905,31 +928,40 @@ class _MatmulLoop:
                 bias, s_bias = self.bias, (1, nl0)
                 a = Attrs.of({"gm": _bias_row(bias, n0, nv), "key": "bias1", "persistent": True})
                 space = sp(("TLOAD", "bias1"), q) if sp else q
-                append(make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
-                            place(a, o) if place is not None and space != q else a, loc, o))
-                a = self.bt_attrs
-                append(make(nid + 1, "TMOV", (nid,), s_bias, (1, nv), bias.dtype, "BT", group, o, 0,
-                            place(a, o) if place is not None else a, loc, o))
+                if dropped is None or nid not in dropped:
+                    append(make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
+                                place(a, o) if place is not None and space != q else a, loc, o))
+                if not gm_only:
+                    a = self.bt_attrs
+                    src = (nid,) if dropped is None else (dropped.get(nid, nid),)
+                    append(make(nid + 1, "TMOV", src, s_bias, (1, nv), bias.dtype, "BT", group, o, 0,
+                                place(a, o) if place is not None else a, loc, o))
                 bt = nid + 1
                 nid += 2
             attrs, valid = al[chunk]
             p = chunk if a_ring else lin
-            append(make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
-                        place(attrs, p) if place is not None and sp_a1 != q else attrs, loc, p))
+            a1, b1 = (nid,), (nid + 1,)
+            if dropped is None or nid not in dropped:
+                append(make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
+                            place(attrs, p) if place is not None and sp_a1 != q else attrs, loc, p))
+            else:
+                a1 = (dropped[nid],)
             attrs, valid = bl[chunk]
             p = chunk if b_ring else lin
-            append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
-                        place(attrs, p) if place is not None and sp_b1 != q else attrs, loc, p))
-            a1, b1 = (nid,), (nid + 1,)
+            if dropped is None or nid + 1 not in dropped:
+                append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
+                            place(attrs, p) if place is not None and sp_b1 != q else attrs, loc, p))
+            else:
+                b1 = (dropped[nid + 1],)
             nid += 2
             lin += 1
-            xs = extracts.get((mv, nv, kv1))
-            if xs is None:
-                xs = extracts[(mv, nv, kv1)] = []
-                for k0 in range(ceil_div(kv1, kl0)):
-                    kv = min(kl0, kv1 - k0 * kl0)
-                    xs.append((x_a0[k0], s_a0 if (mv, kv) == s_a0 else (mv, kv),
-                               x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
+            if gm_only:             # (the extracts and matmuls of the chunk: ids and counters only)
+                n_x = len(extracts.get((mv, nv, kv1)) or self._extracts(mv, nv, kv1))
+                nid += 3 * n_x
+                steps += n_x
+                c = nid - 1
+                continue
+            xs = extracts.get((mv, nv, kv1)) or self._extracts(mv, nv, kv1)
             for xa, va, xb, vb in xs:
                 # L0A/L0B alternate per k0 step, so MTE1 fills one while the cube reads the other
                 if place is not None:

@@ -11,6 +11,10 @@ Attribute maps hold what a node's op and slot need, not where the node sits in t
 is `outer`, `inner`, `par`): the nodes of different iterations that do the same have equal maps,
 and the passes that make or rebuild nodes give them one shared `Attrs` (a tile graph holds
 hundreds of thousands of nodes).
+
+A group's loop may stay a loop (`NodeLoop`, in a `LoopTileGraph`): the first outer iteration of
+each kind, and a builder that makes the nodes when a pass first reads them.  The tile passes
+that know loops decide on those templates; every other reader sees the nodes as above.
 """
 from __future__ import annotations
 
@@ -163,34 +167,46 @@ class NodeLoop:
     - `longest`: (first, last) positions of the group's iteration (outer, inner) with the most
       nodes, the first such (the "groups" fact, TileGraph.facts);
     - `distinct_loads`: no outer iteration loads a GM window twice;
-    - `make(spaces, place)`: its nodes, in order.  `spaces`: {(op, key): space} for the nodes
-      whose space is "?" (None: left "?"); `place`: fn(attrs, par) -> the attribute map of a
-      node with a space (buffer allocation; None: the maps as made).
+    - `per`: the nodes of each outer iteration, when all have as many (ids start + o * per on),
+      else None;
+    - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
+      `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
+      fn(attrs, par) -> the attribute map of a node with a space (buffer allocation; None: the
+      maps as made); `dropped`: {id of a load: id of the load its readers read instead}, loads
+      left out (l1_reuse); `outer`: only these outer iterations, in this order; `gm_only`: only
+      the nodes that move data between GM and the chip (loads, stores), ids as in the whole.
     """
 
-    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make")
+    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per")
 
-    def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make):
+    def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
+                 per: int | None = None):
         self.start, self.count, self.templates = start, count, templates
-        self.longest, self.distinct_loads, self.make = longest, distinct_loads, make
+        self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
 
 
 class LoopPart(tuple):
-    """A `NodeLoop` of a `LoopTileGraph` with what the tile passes decided for it so far:
-    (loop, spaces, place), see `NodeLoop.make`."""
+    """A `NodeLoop` of a `LoopTileGraph` with what the passes decided for it so far:
+    (loop, spaces, place, dropped), see `NodeLoop.make`."""
 
     __slots__ = ()
 
-    def __new__(cls, loop: NodeLoop, spaces=None, place=None):
-        return tuple.__new__(cls, (loop, spaces, place))
+    def __new__(cls, loop: NodeLoop, spaces=None, place=None, dropped=None):
+        return tuple.__new__(cls, (loop, spaces, place, dropped))
 
-    def nodes(self) -> list[TileNode]:
-        loop, spaces, place = self
-        return loop.make(spaces, place)
+    def nodes(self, outer=None, gm_only: bool = False) -> list[TileNode]:
+        loop, spaces, place, dropped = self
+        return loop.make(spaces, place, dropped, outer, gm_only)
+
+    @property
+    def count(self) -> int:
+        """How many nodes it makes."""
+        return self[0].count - (len(self[3]) if self[3] else 0)
 
     def templates(self) -> list[tuple[TileNode, ...]]:
-        """The loop's templates as the graph's nodes are: with the spaces and maps decided."""
-        loop, spaces, place = self
+        """The loop's templates as the graph's nodes are: with the spaces and maps decided (the
+        loads l1_reuse drops, from the Block level on, are not in them)."""
+        loop, spaces, place, _ = self
         if spaces is None and place is None:
             return list(loop.templates)
         out = []
@@ -220,7 +236,7 @@ class LoopTileGraph(TileGraph):
         object.__setattr__(self, "groups", groups)
         d = self.__dict__
         d["parts"] = tuple(parts)
-        d["_count"] = sum(p[0].count if isinstance(p, LoopPart) else len(p) for p in d["parts"])
+        d["_count"] = sum(p.count if isinstance(p, LoopPart) else len(p) for p in d["parts"])
 
     @property
     def nodes(self) -> tuple:
@@ -237,6 +253,22 @@ class LoopTileGraph(TileGraph):
 
     def with_parts(self, parts) -> "LoopTileGraph":
         return LoopTileGraph(self.name, self.buffers, self.groups, parts)
+
+    def loop_of(self, task) -> LoopPart | None:
+        """The loop whose nodes a Block-level task holds (its group's, all the nodes of its outer
+        iterations, in order), when the loop can make them for those iterations alone, else
+        None: the task's nodes are then read from `nodes`."""
+        for p in self.parts:
+            if isinstance(p, LoopPart) and p[0].templates[0][0].group == task.group:
+                loop = p[0]
+                per, ids, outer = loop.per, task.nodes, task.outer
+                if per is None or not ids or not outer:
+                    return None
+                # (its first node and its last, a store, are never dropped)
+                if ids[0] == loop.start + outer[0] * per and ids[-1] == loop.start + (outer[-1] + 1) * per - 1:
+                    return p
+                return None
+        return None
 
 
 def node_text(n: TileNode) -> str:
@@ -322,7 +354,7 @@ def _verify_loops(g: LoopTileGraph, capacities: dict[str, int] | None) -> None:
     for p in g.parts:
         if not isinstance(p, LoopPart):
             continue
-        loop, _, place = p
+        loop, _, place, _ = p
         for raw, template in zip(loop.templates, p.templates()):
             _verify_nodes(template, capacities)
             if place is None:
@@ -397,7 +429,7 @@ def _check_loops(g: LoopTileGraph) -> None:
             at += len(p)
             continue
         loop = p[0]
-        made = g.nodes[at:at + loop.count]
+        made = g.nodes[at:at + p.count]
         if loop.start != at or any(n.id != at + k for k, n in enumerate(made)):
             raise VerificationError(f"tile graph {g.name}: a loop of group {made[0].group if made else '?'} "
                                     f"does not make nodes {at}..{at + loop.count - 1}")
@@ -407,7 +439,7 @@ def _check_loops(g: LoopTileGraph) -> None:
             if _shape_of(it) not in kinds:
                 _fail(it[0], f"outer iteration {it[0].outer} of its loop is none of the loop's templates",
                       expected=f"one of {len(kinds)} kinds of iteration", got="another")
-        at += loop.count
+        at += p.count
 
 
 _OUTER = operator.attrgetter("outer")
