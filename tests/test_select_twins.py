@@ -21,17 +21,20 @@ T, F16, F32 = pypto.Tensor, pypto.DT_FP16, pypto.DT_FP32
 
 
 def _selected(g, monkeypatch, twins: bool):
-    """(the exec graph, how many tasks were twins) of `select_instructions` on `g`."""
+    """(the exec graph, how many tasks were twins) of `select_instructions` on `g` (twins told
+    by comparing columns, `_Twins`, or from a Tile-level loop, `_LoopTwins`)."""
     found = []
-    stream = schedule._Twins.stream
 
-    def counted(self, t):
-        got = stream(self, t)
-        found.append(got[0] is not None)
-        return got
+    def counted(stream):
+        def count(self, *args):
+            got = stream(self, *args)
+            found.append(got[0] is not None)
+            return got
+        return count
 
     with monkeypatch.context() as m:
-        m.setattr(schedule._Twins, "stream", counted)
+        m.setattr(schedule._Twins, "stream", counted(schedule._Twins.stream))
+        m.setattr(schedule._LoopTwins, "stream", counted(schedule._LoopTwins.stream))
         if not twins:
             m.setattr(schedule._Twins, "MIN_OPS", 1 << 60)
         return select_instructions(g), sum(found)
@@ -61,6 +64,33 @@ def test_twins_select_what_op_by_op_selection_does(kernel, specs, monkeypatch):
     fast, n = _selected(g, monkeypatch, twins=True)
     plain, none = _selected(g, monkeypatch, twins=False)
     assert n > 0 and none == 0          # the kernel takes the shortcut
+    _same(fast, plain)
+
+
+LOOP_CASES = [
+    # tails in M and N, L1 reuse: tasks of several kinds of tile, phases and dropped loads
+    (mm, (T([1000, 520], F16), T([520, 1400], F16), T([1000, 1400], F16)), None),
+    (mm, (T([2048, 1024], F16), T([1024, 2048], F16), T([2048, 2048], F16)), {"double_buffer": False}),
+    (mm, (T([2048, 1024], F16), T([1024, 2048], F16), T([2048, 2048], F16)), {"l1_reuse": False}),
+    (mm_bias_gelu, (T([1024, 512], F16), T([512, 1536], F16), T([1, 1536], F16), T([1024, 1536], F16)), None),
+]
+
+
+@pytest.mark.parametrize("kernel,specs,options", LOOP_CASES, ids=["tails", "single_buffer", "no_l1_reuse", "mixed"])
+def test_twins_of_a_loop_select_what_op_by_op_selection_does(kernel, specs, options, monkeypatch):
+    from pypto.ir.tile import LoopTileGraph
+    g = dict(kernel.compile(*specs, snapshots=True, options=options).snapshots)["wavefronts"]
+    assert isinstance(g.tiles, LoopTileGraph) and "_nodes" not in g.tiles.__dict__
+    loop_twins = []
+    add = schedule._LoopTwins.stream
+    monkeypatch.setattr(schedule._LoopTwins, "stream",
+                        lambda self, t, part: loop_twins.append(add(self, t, part)) or loop_twins[-1])
+    fast = select_instructions(g)
+    monkeypatch.undo()
+    assert any(got[0] is not None for got in loop_twins)      # the loop's twins were taken
+    assert "_nodes" not in g.tiles.__dict__                   # and the loop's nodes were not all made
+    plain, none = _selected(g, monkeypatch, twins=False)
+    assert none == 0
     _same(fast, plain)
 
 

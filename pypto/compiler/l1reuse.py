@@ -51,7 +51,7 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
             ops = part.nodes(t.outer, gm_only=True)
         else:
             if nodes is None:
-                nodes = tiles.by_id()
+                nodes = tiles.plain_by_id() if isinstance(tiles, LoopTileGraph) else tiles.by_id()
             ops = map(nodes.__getitem__, t.nodes)
         # per space: slot address -> (end, load key, load id, its window) of the window it holds;
         # the slots of a space never meet (a load clears whatever its own slot meets)

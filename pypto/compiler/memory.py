@@ -16,6 +16,7 @@ overlaps the compute on the one before).
 """
 from __future__ import annotations
 
+import math
 from itertools import groupby
 from operator import attrgetter
 
@@ -152,6 +153,22 @@ def _placed(nodes, placement: dict) -> list[TileNode]:
             n = with_attrs(n, place(n.attrs, n.par))
         append(n)
     return out
+
+
+def copy_period(part: LoopPart) -> int:
+    """How many outer iterations of a loop apart two of one kind take the same copies of their
+    slots: the lcm of the copies of its keys whose tiles pick theirs by their `par` counter,
+    affine in the iteration (a ring key's tiles pick by K chunk: the same in every iteration).
+    1 before allocation."""
+    place = part[2]
+    if not isinstance(place, _Placer):
+        return 1 if place is None else 0     # (0: a placement of the user's, which this cannot tell)
+    period = 1
+    for t in part.templates():
+        for n in t:
+            if n.space and n.space != "?" and not n.attrs._dict.get("ring"):
+                period = math.lcm(period, place.here[n.key][1])
+    return period
 
 
 class _Placer:

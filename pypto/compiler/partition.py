@@ -112,7 +112,7 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
     # are all known (loads and stores of the vector groups, indexed DMAs), kept in their order
     later = []
     indexed: dict[str, bool] = {}       # op -> an indexed DMA (MGATHER, MSCATTER)
-    for n in g.nodes:
+    for n in _gm_walk(g):
         op = n.op
         if op == "TSTORE":
             if kind[n.group] == "cube":
@@ -159,6 +159,15 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
             paired |= cubes
             out[info.id] = (cubes.pop(), {o: co for o, (_, co) in tiles.items()})
     return out
+
+
+def _gm_walk(g: TileGraph):
+    """g's nodes in order, a loop's (not made yet) its loads and stores alone: all that
+    `epilogue_pairs` looks at of a loop (a matmul's)."""
+    if not isinstance(g, LoopTileGraph) or "_nodes" in g.__dict__:
+        return g.nodes
+    return itertools.chain.from_iterable(p.nodes(gm_only=True, placed=False) if isinstance(p, LoopPart) else p
+                                         for p in g.parts)
 
 
 class _TileGrid:
@@ -262,10 +271,10 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
         both = ([], [])                 # the windows the task reads, writes
         part = tiles.loop_of(t) if isinstance(tiles, LoopTileGraph) else None
         if part is not None:
-            ops = part.nodes(t.outer, gm_only=True)
+            ops = part.nodes(t.outer, gm_only=True, placed=False)
         else:
             if tile_nodes is None:
-                tile_nodes = tiles.by_id()
+                tile_nodes = tiles.plain_by_id() if isinstance(tiles, LoopTileGraph) else tiles.by_id()
             ops = map(tile_nodes.__getitem__, t.nodes)
         for n in ops:
             k = access[n.op]

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ..ir.exec import Intervals
 from ..ir.core import Attrs
-from ..ir.tile import TileGraph, TileNode, copier
+from ..ir.tile import LoopPart, LoopTileGraph, TileGraph, TileNode, copier
 from .pipeline import Pass, PassContext
 
 
@@ -100,6 +100,9 @@ def _index_load(index: Intervals, w, k: tuple) -> None:
 
 def eliminate_redundant_loads(g: TileGraph, ctx: PassContext | None = None) -> TileGraph:
     """Within one outer iteration of a group, load each GM window once (see the module doc)."""
+    if isinstance(g, LoopTileGraph) and "_nodes" not in g.__dict__ and all(
+            p[0].distinct_loads for p in g.parts if isinstance(p, LoopPart)):
+        return _without_loops(g, ctx)
     dup = find_redundant_loads(g)
     if not dup:
         return g
@@ -125,6 +128,22 @@ def eliminate_redundant_loads(g: TileGraph, ctx: PassContext | None = None) -> T
             pinned = {p for p in pinned if p[0] not in worse}
             out = _rebuild(g, dup, pinned) if dup else g       # (none left: g as it was)
     return out
+
+
+def _without_loops(g: LoopTileGraph, ctx: PassContext | None) -> TileGraph:
+    """The pass on a graph whose loops load no window twice in an iteration (their own fact):
+    on the nodes of its other groups alone (a group's loads are its own), the loops as they
+    are."""
+    plain = [p for p in g.parts if not isinstance(p, LoopPart)]
+    sub = TileGraph(g.name, g.buffers, g.groups, tuple(n for p in plain for n in p))
+    out = eliminate_redundant_loads(sub, ctx)
+    if out is sub:
+        return g
+    by_group: dict[int, list] = {}
+    for n in out.nodes:
+        by_group.setdefault(n.group, []).append(n)
+    return g.with_parts([p if isinstance(p, LoopPart) else tuple(by_group.get(p[0].group, ())) if p else p
+                         for p in g.parts])
 
 
 def _keys_with_two_tiles(g: TileGraph, dup: dict[int, int], pinned: set) -> set:

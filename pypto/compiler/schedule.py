@@ -9,29 +9,44 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from ..ir.block import BlockGraph
+from ..ir.tile import LoopPart, LoopTileGraph
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from ..target.isa import ATTRS, SYNC_OPS, gm_access
 from .listsched import DynamicScheduler
+from .memory import copy_period
 from .pipeline import Pass, PassContext
 from .pressure import BUFFER_PRESSURE
 from .sync import insert_sync
 
 
 def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
-    nodes = g.tiles.by_id()
+    tiles = g.tiles
+    looped = isinstance(tiles, LoopTileGraph) and "_nodes" not in tiles.__dict__
+    # node id -> node: of a graph with loops not made yet, the nodes of its other groups, and
+    # those of a loop's task when it is selected op by op (its twins need none, `_LoopTwins`)
+    nodes = dict(tiles.plain_by_id()) if looped else tiles.by_id()
     select = _selector(nodes)
     twins = _Twins(nodes)
+    loop_twins = _LoopTwins(twins)
     tasks = []
     shapes: dict[int, tuple] = {}       # the STREAM_SHAPES side table: see below
     for t in g.tasks:
-        instrs, rep = twins.stream(t)
-        if instrs is None:
-            instrs, moved = select(t)
-            twins.add(t, instrs, moved)
-        elif rep is not None:
+        part = tiles.loop_of(t) if looped else None
+        if part is not None:
+            instrs, rep = loop_twins.stream(t, part)
+            if instrs is None:
+                nodes.update((n.id, n) for n in part.nodes(t.outer))
+                instrs, moved = select(t)
+                loop_twins.add(instrs, moved)
+        else:
+            instrs, rep = twins.stream(t)
+            if instrs is None:
+                instrs, moved = select(t)
+                twins.add(t, instrs, moved)
+        if rep is not None:
             # a twin whose windows are the representative's moved by one offset per buffer: an
             # isomorphic stream (same dependences, flags and buffer pressure, the same scheduling
             # key), which the side table tells the passes after this one (the representative's
@@ -295,6 +310,75 @@ class _Twins:
                                                   for name, v in maps[k]._dict.items() if name != "gm")
                     out[k] = c
         return out
+
+
+class _LoopTwins:
+    """Twins known from a loop (`LoopTileGraph.loop_of`), without their tile ops compared or even
+    made: two tasks of one loop whose outer iterations are, in order, of the same kinds
+    (`NodeLoop.kind`) and in the same phase of their slots' copies (`memory.copy_period`), and
+    which hold their iterations' nodes at the same relative ids (L1 reuse dropped the same
+    loads, and their readers read loads in the same slots), run the same tile ops on the same
+    on-chip tiles: their instructions are the same but for the GM windows, which the loop's
+    loads and stores give (made for the twin's iterations alone, `gm_only`).  What `_Twins`
+    tells by comparing columns, from what made the columns."""
+
+    def __init__(self, twins: _Twins):
+        self.twins = twins                      # (their shape ids count on, `_Twins.made`)
+        self.reps: dict[tuple, _LoopRep] = {}   # (id of the loop, `_key`) -> its representative
+        self.periods: dict[int, int] = {}       # id of a loop -> its `copy_period`
+        self.key = None                         # that of the task `stream` saw last
+
+    def _key(self, t, part) -> tuple | None:
+        loop = part[0]
+        period = self.periods.get(id(loop))
+        if period is None:
+            period = self.periods[id(loop)] = copy_period(part)
+        if not period or loop.kind is None or len(t.nodes) < _Twins.MIN_OPS:
+            return None
+        kind = loop.kind
+        ids = np.fromiter(t.nodes, np.int64, len(t.nodes))
+        ids -= ids[0]
+        return id(loop), tuple([(kind(o), o % period) for o in t.outer]), ids.tobytes()
+
+    def stream(self, t, part) -> tuple:
+        """(the instructions of task `t`, its representative when its windows are the
+        representative's moved by one offset per buffer, else None) when a task of the loop
+        `part` like it was selected already, else (None, None)."""
+        self.key = key = self._key(t, part)
+        rep = self.reps.get(key) if key is not None else None
+        if rep is None:
+            return None, None
+        gms = [n.attrs._dict["gm"] for n in part.nodes(t.outer, gm_only=True, placed=False)]
+        if len(gms) != len(rep.moved):
+            return None, None
+        instrs = list(rep.instrs)
+        for k, gm in zip(rep.moved, gms):
+            ins = instrs[k]
+            if ins.op == "TLOAD":
+                instrs[k] = Instr._make("TLOAD", ins.pipe, ins.dst, (gm,) + ins.srcs[1:], ins.attrs, ins.loc)
+            else:
+                instrs[k] = Instr._make(ins.op, ins.pipe, gm, ins.srcs, ins.attrs, ins.loc)
+        return tuple(instrs), rep if _uniform(gms, rep.windows) else None
+
+    def add(self, instrs: tuple, moved: list[int] | None) -> None:
+        """The task `stream` saw last, just selected op by op, represents its key; `moved`: its
+        instructions with a GM window (None: it has flags of its own, no twins)."""
+        if self.key is not None and moved is not None and self.key not in self.reps:
+            if all(instrs[k].op in ("TLOAD", "TSTORE") for k in moved):
+                self.twins.made += 1
+                windows = _windows([instrs[k].srcs[0] if instrs[k].op == "TLOAD" else instrs[k].dst for k in moved])
+                self.reps[self.key] = _LoopRep(instrs, moved, self.twins.made, windows)
+
+
+class _LoopRep:
+    """A loop's task selected op by op, which its twins copy (`_LoopTwins`): its instructions,
+    the positions of those with a GM window (a load's or a store's, in order), its stream shape
+    id and its windows (`_windows`)."""
+
+    __slots__ = ("instrs", "moved", "shape", "windows")
+
+    def __init__(self, instrs: tuple, moved: list[int], shape: int, windows: tuple):
+        self.instrs, self.moved, self.shape, self.windows = instrs, moved, shape, windows
 
 
 _SIG = attrgetter("op", "space", "dtype", "shape", "valid", "loc")

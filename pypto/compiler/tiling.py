@@ -839,6 +839,10 @@ class _MatmulLoop:
                        x_b0[k0], s_b0 if (kv, nv) == s_b0 else (kv, nv)))
         return xs
 
+    def kind_of(self, o: int) -> tuple:
+        """`_kind` of output tile o."""
+        return self._kind(o, (o // self.nn) % self.nm, o % self.nn)
+
     def _kind(self, o: int, mi: int, ni: int) -> tuple:
         """What tells apart the nodes of two output tiles besides ids, `par` and GM windows."""
         ml0, _, nl0, _ = self.tile
@@ -872,7 +876,7 @@ class _MatmulLoop:
                 at += k
         return NodeLoop(start, per * self.n_tiles, tuple(templates), longest, self.distinct,
                         lambda spaces, place, dropped=None, outer=None, gm_only=False:
-                        self.make(start, spaces, place, dropped, outer, gm_only), per)
+                        self.make(start, spaces, place, dropped, outer, gm_only), per, self.kind_of)
 
     def make(self, start: int, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
         nodes: list[TileNode] = []

@@ -7,12 +7,13 @@ another reads or writes; `level` is the task's wavefront (longest dependency cha
 from __future__ import annotations
 
 from dataclasses import dataclass
+import itertools
 from itertools import chain
 from operator import attrgetter, itemgetter
 
 from ..errors import VerificationError
 from .core import TextForm, pair_problem, quick_init
-from .tile import TileGraph
+from .tile import LoopTileGraph, TileGraph
 
 
 @quick_init
@@ -61,7 +62,8 @@ def verify(g: BlockGraph) -> None:
     covered: set[int] = set()
     core_of: dict[int, str] = {}
     kinds = {i.id: i.core_type for i in g.tiles.groups}
-    tiles = g.tiles.by_id()
+    looped = isinstance(g.tiles, LoopTileGraph) and "_nodes" not in g.tiles.__dict__
+    tiles = None
     for t in g.tasks:
         if any(d not in seen for d in t.deps):
             raise VerificationError(f"block graph task {t.id}: depends on a later or unknown task",
@@ -78,6 +80,12 @@ def verify(g: BlockGraph) -> None:
             raise VerificationError(f"block graph task {t.id}: tile ops assigned to two tasks")
         covered |= mine
         seen.add(t.id)
+        part = g.tiles.loop_of(t) if looped else None
+        if part is not None:
+            _own_loop_tiles(t, part, mine)
+            continue
+        if tiles is None:
+            tiles = g.tiles.plain_by_id() if looped else g.tiles.by_id()
         # every tile a task's ops read is its own: all their inputs at once (C-level: the ops
         # by one itemgetter call, not a lookup call per op), and only when one is not, the op
         # that reads it
@@ -89,9 +97,27 @@ def verify(g: BlockGraph) -> None:
                 if stray:
                     raise VerificationError(f"block graph task {t.id}: tile op {i} reads tile {stray[0]} "
                                             "of another task (tasks do not share on-chip buffers)")
-    if len(covered) != len(g.tiles.nodes):
+    if len(covered) != len(g.tiles):
         raise VerificationError(f"block graph {g.name}: tile ops left out of every task",
-                                expected=len(g.tiles.nodes), got=len(covered))
+                                expected=len(g.tiles), got=len(covered))
+
+
+def _own_loop_tiles(t: Task, part, mine: set) -> None:
+    """That task `t`, which holds the nodes of some outer iterations of a loop (`loop_of`), reads
+    only its own tiles, without making them: a loop's nodes read only nodes of their own outer
+    iteration (its templates do, and each iteration is one of them: the Tile level's verifier
+    checks both), so what is left to check is that the task holds every node of its iterations
+    but the loads dropped by L1 reuse, and that their readers read a load the task holds."""
+    loop, _, _, dropped = part
+    per = loop.per
+    whole = set(itertools.chain.from_iterable(range(loop.start + o * per, loop.start + (o + 1) * per)
+                                              for o in t.outer))
+    gone = whole - mine
+    if mine - whole or any(dropped is None or dropped.get(i) not in mine for i in gone):
+        raise VerificationError(f"block graph task {t.id}: its tile ops are not those of its iterations "
+                                f"{t.outer[0]}..{t.outer[-1]} of group {t.group}'s loop",
+                                expected=f"{len(whole)} tile ops, less loads dropped for one it keeps",
+                                got=f"{len(mine)}, {len(mine - whole)} from elsewhere")
 
 
 _INPUTS = attrgetter("inputs")

@@ -169,6 +169,9 @@ class NodeLoop:
     - `distinct_loads`: no outer iteration loads a GM window twice;
     - `per`: the nodes of each outer iteration, when all have as many (ids start + o * per on),
       else None;
+    - `kind`: fn(o) -> what tells outer iteration o's nodes from another's besides ids, `par`
+      and GM windows (which template it is like), or None.  A node's `par` is affine in o;
+      two iterations of one kind whose `par` agree modulo a slot's copies get the same copies;
     - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
       `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
       fn(attrs, par) -> the attribute map of a node with a space (buffer allocation; None: the
@@ -177,12 +180,13 @@ class NodeLoop:
       the nodes that move data between GM and the chip (loads, stores), ids as in the whole.
     """
 
-    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per")
+    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind")
 
     def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
-                 per: int | None = None):
+                 per: int | None = None, kind=None):
         self.start, self.count, self.templates = start, count, templates
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
+        self.kind = kind
 
 
 class LoopPart(tuple):
@@ -194,9 +198,11 @@ class LoopPart(tuple):
     def __new__(cls, loop: NodeLoop, spaces=None, place=None, dropped=None):
         return tuple.__new__(cls, (loop, spaces, place, dropped))
 
-    def nodes(self, outer=None, gm_only: bool = False) -> list[TileNode]:
+    def nodes(self, outer=None, gm_only: bool = False, placed: bool = True) -> list[TileNode]:
+        """Its nodes (see `NodeLoop.make`); `placed=False`: their maps as the lowering made them
+        (without `buf`: for a reader of GM windows only)."""
         loop, spaces, place, dropped = self
-        return loop.make(spaces, place, dropped, outer, gm_only)
+        return loop.make(spaces, place if placed else None, dropped, outer, gm_only)
 
     @property
     def count(self) -> int:
@@ -253,6 +259,17 @@ class LoopTileGraph(TileGraph):
 
     def with_parts(self, parts) -> "LoopTileGraph":
         return LoopTileGraph(self.name, self.buffers, self.groups, parts)
+
+    def plain_by_id(self) -> dict[int, TileNode]:
+        """`by_id` of the nodes of its groups that are no loops (its loops not made): what a pass
+        that reads a loop's tasks from the loop (`loop_of`) looks the other tasks' nodes up in."""
+        if "_nodes" in self.__dict__:
+            return self.by_id()
+        got = self.__dict__.get("_plain_by_id")
+        if got is None:
+            got = self.__dict__["_plain_by_id"] = {n.id: n for p in self.parts if not isinstance(p, LoopPart)
+                                                   for n in p}
+        return got
 
     def loop_of(self, task) -> LoopPart | None:
         """The loop whose nodes a Block-level task holds (its group's, all the nodes of its outer
