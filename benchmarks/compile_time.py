@@ -1,9 +1,9 @@
 """Compile time and memory of large programs: the fp16 matmul (`kernels.matmul_auto`, pypto's
 default cube tile for a2a3) at 1024^3, 2048^3, 4096^3 and M=4096, K=8192, N=4096.
 
-The matmul group is a loop at the Tile level (its nodes made once, when the Block level first
-reads them); from the Block level down every tile is unrolled into the program, so compile time
-and memory grow with the PTO instruction count.  Printed per size: output tiles (of the cube
+The matmul group is a loop at the Tile level, which the Block level reads as a loop too; from the
+Execution level down every tile is unrolled into the program, so compile time and memory grow
+with the PTO instruction count.  Printed per size: output tiles (of the cube
 group) and PTO instructions, the compile time
 (median of 3 compiles for the two small sizes, one for the big ones; CPU time beside it, since the
 machine may be shared), microseconds per instruction, the instructions in the program's text (the
@@ -11,9 +11,8 @@ machine may be shared), microseconds per instruction, the instructions in the pr
 separate compile: tracing slows it down) and the Python objects the compiled kernel keeps; then
 the per-pass times of the 4096^3 compile (the pass log) and the targets of the compile-time issue,
 each "met" or "not met".  Those targets: 4096^3 within twice the 1024^3 compile, under 1 s;
-4096x8192x4096 under 1.5 s and 150 MiB.  The first needs the passes below the Tile level to work
-on loops too: as long as every tile is an instruction from the Block level on, the work grows with
-the tiles.
+4096x8192x4096 under 1.5 s and 150 MiB.  The first needs the Execution level to work on loops
+too: as long as every tile is an instruction there, the work grows with the tiles.
 
 Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
 `pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
@@ -90,7 +89,7 @@ def main(argv=None) -> None:
     warm_up()
     rows = {}
     logs = {}
-    print("compile time of matmul_auto (fp16, a2a3), every tile unrolled from the Block level down")
+    print("compile time of matmul_auto (fp16, a2a3), every tile unrolled from the Execution level down")
     print(f"  {'size (MxKxN)':<16} {'out tiles':>9} {'PTO instrs':>10} {'compile s':>9} {'cpu s':>7} "
           f"{'us/instr':>8} {'text lines':>10} {'peak MiB':>8} {'kept MiB':>8}")
     for name, m, k, n in SIZES:
@@ -117,7 +116,7 @@ def main(argv=None) -> None:
         if r.ms >= 1:
             print(f"  {r.name:<26} {r.ms:>9.1f} ms")
     print(f"  {'sum of the passes':<26} {sum(r.ms for r in logs[big]):>9.1f} ms")
-    print("\ntargets (compile-time issue; the ratio needs the loops of the Tile level kept down to the program)")
+    print("\ntargets (compile-time issue; the ratio needs the loops kept through the Execution level)")
 
     def target(what, ok, detail):
         print(f"  {what:<52} {detail:<34} {'met' if ok else 'not met'}")
