@@ -164,3 +164,35 @@ def test_epilogue_instructions_round_trip_and_bad_text(rng):
     for old, (new, message) in bad.items():
         with pytest.raises(PTOSyntaxError, match=re.escape(message)):
             Program.parse(text.replace(old, new, 1))
+
+
+@pypto.jit
+def int8_mm_plus_row(a, b, bias, c):
+    c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_FP32) + bias
+
+
+@pypto.jit
+def int8_mm_plus_int_row(a, b, bias, c):
+    c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_INT32) + bias
+
+
+def test_a_float_bias_row_is_not_added_to_an_int8_accumulator(rng):
+    """The cube sums int8 products in int32: a float bias row in the bias table would lose its
+    fraction there (a fuzzed int8 matmul + fp32 bias came out whole numbers: 16 of 16 elements
+    wrong).  It is added by a vector group, in fp32; an int32 bias row still joins the cube."""
+    a = rng.integers(-4, 5, (64, 48)).astype(np.int8)
+    b = rng.integers(-4, 5, (48, 32)).astype(np.int8)
+    exact = a.astype(np.int32) @ b.astype(np.int32)
+    bias = rng.uniform(-2, 2, (1, 32)).astype(np.float32)
+    c = np.zeros((64, 32), np.float32)
+    ck = int8_mm_plus_row.compile(a, b, bias, c, machine="teach")
+    assert "TMATMUL_BIAS" not in _ops(ck)
+    res = ck.simulate(a, b, bias, c)
+    assert res.ok
+    np.testing.assert_allclose(res.outputs["c"], exact + bias, rtol=1e-6, atol=1e-6)
+    ibias = rng.integers(-9, 10, (1, 32)).astype(np.int32)
+    ic = np.zeros((64, 32), np.int32)
+    ck = int8_mm_plus_int_row.compile(a, b, ibias, ic, machine="teach")
+    assert "TMATMUL_BIAS" in _ops(ck)
+    res = ck.simulate(a, b, ibias, ic)
+    assert res.ok and (res.outputs["c"] == exact + ibias).all()

@@ -581,10 +581,25 @@ def _epilogue_of(g, n, epilogue, group_of, users) -> tuple[int, str] | None:
         other = [i for i in n.inputs if i != tail]
         if tail is not None and len(other) == 1 and epilogue[tail] in ("", "sum"):
             kind = ("sum" if group_of.get(other[0]) == group_of[tail]
-                    else "bias" if _is_bias_row(g, other[0], n) else None)
+                    else "bias" if _is_bias_row(g, other[0], n) and not _truncated(g, tail, other[0]) else None)
     if kind is None or len(users[tail]) != 1 or g.node(tail).dtype != n.dtype or g.node(tail).shape != n.shape:
         return None
     return tail, kind
+
+
+def _truncated(g, tail, bias) -> bool:
+    """Whether a bias row `bias` would lose its fraction in the accumulator of the matmul that
+    `tail` ends with: the cube sums int8 products in int32 (tiling), which a float bias row in
+    the bias table would start from (a fuzzed int8 matmul + fp32 bias came out whole numbers).
+    Such a bias is added by a vector group, in its own dtype."""
+    m = g.node(tail)
+    for _ in range(64):                 # (a sum of matmuls: its first input is one of them)
+        if m.op == "matmul":
+            return g.node(m.inputs[0]).dtype.name == "int8" and not g.node(bias).dtype.name.startswith("int")
+        if not m.inputs:
+            break
+        m = g.node(m.inputs[0])
+    return False
 
 
 def _made_before(g, n, tail, group_of, floating) -> bool:
