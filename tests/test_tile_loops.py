@@ -165,3 +165,14 @@ def test_the_block_passes_read_the_loop_as_they_read_the_nodes(kern, sizes, opti
     assert fast[-1].tiles.nodes == slow[-1].tiles.nodes
     assert len(fast[-1].tiles) == len(slow[-1].tiles.nodes)
     assert [x.attrs._dict for x in fast[-1].tiles.nodes] == [x.attrs._dict for x in slow[-1].tiles.nodes]
+
+
+def test_the_text_of_a_loop_is_that_of_its_nodes_without_making_them():
+    args = (T([640, 520], F16), T([520, 1030], F16), T([1030], F16), T([640, 1030], F16))
+    graphs, ctx = _tile_level(mm_bias_relu, args)
+    block = PASSES["l1_reuse"](PASSES["partition"](graphs[-1], ctx), ctx)
+    texts = [g.text() for g in graphs + [block.tiles]]
+    assert not any("_nodes" in g.__dict__ for g in graphs)       # (the Block level's drops: made)
+    for g, text in zip(graphs + [block.tiles], texts):
+        assert text == _plain(g).text() and g.text(full=True) == _plain(g).text(full=True)
+        assert "more tile ops in 44 more outer iterations" in text       # (5 x 9 output tiles)

@@ -313,17 +313,32 @@ def print_graph(g: TileGraph, full: bool = False) -> str:
     for b in g.buffers:
         lines.append(f"  gm {b.name}: {b.dtype}{fmt_shape(b.shape)} {b.role}")
     by_group: dict[int, list[TileNode]] = {}
-    for n in g.nodes:
-        by_group.setdefault(n.group, []).append(n)
+    # (count, its first outer iteration's nodes) of a loop whose nodes are not made: its first
+    # template is that iteration (when no load of it was dropped), so the text needs no other
+    firsts: dict[int, tuple[int, tuple]] = {}
+    if not full and isinstance(g, LoopTileGraph) and "_nodes" not in g.__dict__ and not any(
+            isinstance(p, LoopPart) and p[3] for p in g.parts):
+        for p in g.parts:
+            if isinstance(p, LoopPart):
+                first = p.templates()[0]
+                firsts[first[0].group] = (p.count, first)
+            else:
+                for n in p:
+                    by_group.setdefault(n.group, []).append(n)
+    else:
+        for n in g.nodes:
+            by_group.setdefault(n.group, []).append(n)
     for info in g.groups:
         nodes = by_group.get(info.id, [])
+        count, shown = firsts.get(info.id) or (len(nodes), None)
         lines.append(f"  // group {info.id} ({info.kind} on {info.core_type}): domain {fmt_shape(info.domain)}, "
-                     f"tile {fmt_shape(info.tile)}, {info.n_outer} x {info.n_inner} iterations, {len(nodes)} tile ops")
-        shown = nodes if full else [n for n in nodes if n.outer == 0]
+                     f"tile {fmt_shape(info.tile)}, {info.n_outer} x {info.n_inner} iterations, {count} tile ops")
+        if shown is None:
+            shown = nodes if full else [n for n in nodes if n.outer == 0]
         for n in shown:
             lines.append(f"  [{n.outer}.{n.inner}] " + node_text(n))
-        if len(shown) < len(nodes):
-            lines.append(f"  ... {len(nodes) - len(shown)} more tile ops in {info.n_outer - 1} more outer iterations")
+        if len(shown) < count:
+            lines.append(f"  ... {count - len(shown)} more tile ops in {info.n_outer - 1} more outer iterations")
     lines.append("}")
     return "\n".join(lines)
 
