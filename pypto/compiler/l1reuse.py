@@ -33,14 +33,15 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     loop writes replays its loads and stores alone (`gm_only`): the other nodes change no slot
     a load could find its window in.  Its nodes are not made."""
     tiles = g.tiles
+    parts = tiles.loop_tasks(g.tasks) if isinstance(tiles, LoopTileGraph) else None
     nodes = None
     dup: dict[int, int] = {}
     # tile shape -> (the dtype object of its last tile, tile_bytes): tile_bytes hashes the dtype
     # in Python, and a matmul's tiles are of a few shapes of one dtype
     sizes: dict[tuple, tuple] = {}
     apart: dict[int, bool] = {}         # id of a loop -> its loads' spaces are only theirs
-    for t in g.tasks:
-        part = tiles.loop_of(t) if isinstance(tiles, LoopTileGraph) else None
+    for k, t in enumerate(g.tasks):
+        part = parts[k] if parts is not None else None
         if part is not None:
             ok = apart.get(id(part[0]))
             if ok is None:
@@ -51,7 +52,7 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
             ops = part.nodes(t.outer, gm_only=True)
         else:
             if nodes is None:
-                nodes = tiles.plain_by_id() if isinstance(tiles, LoopTileGraph) else tiles.by_id()
+                nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
             ops = map(nodes.__getitem__, t.nodes)
         # per space: slot address -> (end, load key, load id, its window) of the window it holds;
         # the slots of a space never meet (a load clears whatever its own slot meets)

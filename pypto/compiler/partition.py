@@ -264,17 +264,18 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     (A task of a loop, `LoopTileGraph.loop_of`, has its windows from the loop's loads and stores
     alone, made for its iterations: its nodes are not made.)"""
     tiles = g.tiles
+    parts = tiles.loop_tasks(g.tasks) if isinstance(tiles, LoopTileGraph) else None
     tile_nodes = None
     access = _Access()                  # op -> 1: reads GM, 2: writes GM, 0: neither
     reads, writes = [], []
-    for t in g.tasks:
+    for k, t in enumerate(g.tasks):
         both = ([], [])                 # the windows the task reads, writes
-        part = tiles.loop_of(t) if isinstance(tiles, LoopTileGraph) else None
+        part = parts[k] if parts is not None else None
         if part is not None:
             ops = part.nodes(t.outer, gm_only=True, placed=False)
         else:
             if tile_nodes is None:
-                tile_nodes = tiles.plain_by_id() if isinstance(tiles, LoopTileGraph) else tiles.by_id()
+                tile_nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
             ops = map(tile_nodes.__getitem__, t.nodes)
         for n in ops:
             k = access[n.op]

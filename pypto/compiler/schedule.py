@@ -24,17 +24,17 @@ from .sync import insert_sync
 
 def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGraph:
     tiles = g.tiles
-    looped = isinstance(tiles, LoopTileGraph) and "_nodes" not in tiles.__dict__
+    parts = tiles.loop_tasks(g.tasks) if isinstance(tiles, LoopTileGraph) else None
     # node id -> node: of a graph with loops not made yet, the nodes of its other groups, and
     # those of a loop's task when it is selected op by op (its twins need none, `_LoopTwins`)
-    nodes = dict(tiles.plain_by_id()) if looped else tiles.by_id()
+    nodes = dict(tiles.plain_by_id()) if parts is not None else tiles.by_id()
     select = _selector(nodes)
     twins = _Twins(nodes)
     loop_twins = _LoopTwins(twins)
     tasks = []
     shapes: dict[int, tuple] = {}       # the STREAM_SHAPES side table: see below
-    for t in g.tasks:
-        part = tiles.loop_of(t) if looped else None
+    for k, t in enumerate(g.tasks):
+        part = parts[k] if parts is not None else None
         if part is not None:
             instrs, rep = loop_twins.stream(t, part)
             if instrs is None:

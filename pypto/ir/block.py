@@ -62,9 +62,9 @@ def verify(g: BlockGraph) -> None:
     covered: set[int] = set()
     core_of: dict[int, str] = {}
     kinds = {i.id: i.core_type for i in g.tiles.groups}
-    looped = isinstance(g.tiles, LoopTileGraph) and "_nodes" not in g.tiles.__dict__
+    parts = g.tiles.loop_tasks(g.tasks) if isinstance(g.tiles, LoopTileGraph) else None
     tiles = None
-    for t in g.tasks:
+    for k, t in enumerate(g.tasks):
         if any(d not in seen for d in t.deps):
             raise VerificationError(f"block graph task {t.id}: depends on a later or unknown task",
                                     expected=f"deps among {sorted(seen)}", got=list(t.deps))
@@ -80,12 +80,12 @@ def verify(g: BlockGraph) -> None:
             raise VerificationError(f"block graph task {t.id}: tile ops assigned to two tasks")
         covered |= mine
         seen.add(t.id)
-        part = g.tiles.loop_of(t) if looped else None
+        part = parts[k] if parts is not None else None
         if part is not None:
             _own_loop_tiles(t, part, mine)
             continue
         if tiles is None:
-            tiles = g.tiles.plain_by_id() if looped else g.tiles.by_id()
+            tiles = g.tiles.plain_by_id() if parts is not None else g.tiles.by_id()
         # every tile a task's ops read is its own: all their inputs at once (C-level: the ops
         # by one itemgetter call, not a lookup call per op), and only when one is not, the op
         # that reads it

@@ -271,6 +271,22 @@ class LoopTileGraph(TileGraph):
                                                    for n in p}
         return got
 
+    def loop_tasks(self, tasks) -> list | None:
+        """Per Block-level task its loop (`loop_of`) or None for a task of another group, when
+        every task of a loop's group holds the nodes of its iterations as the loop makes them
+        (then a pass reads those tasks from the loop, the others from `plain_by_id`); None when
+        one does not (a pass of the user's split a task): a pass then reads `nodes` throughout."""
+        if "_nodes" in self.__dict__:
+            return None
+        looped = {p[0].templates[0][0].group for p in self.parts if isinstance(p, LoopPart)}
+        out = []
+        for t in tasks:
+            part = self.loop_of(t) if t.group in looped else None
+            if part is None and t.group in looped:
+                return None
+            out.append(part)
+        return out
+
     def loop_of(self, task) -> LoopPart | None:
         """The loop whose nodes a Block-level task holds (its group's, all the nodes of its outer
         iterations, in order), when the loop can make them for those iterations alone, else
