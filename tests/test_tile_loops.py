@@ -176,3 +176,24 @@ def test_the_text_of_a_loop_is_that_of_its_nodes_without_making_them():
     for g, text in zip(graphs + [block.tiles], texts):
         assert text == _plain(g).text() and g.text(full=True) == _plain(g).text(full=True)
         assert "more tile ops in 44 more outer iterations" in text       # (5 x 9 output tiles)
+
+
+def test_tasks_split_by_a_pass_of_the_users_are_read_from_the_loop_or_node_by_node():
+    from pypto.compiler.schedule import select_instructions
+    from pypto.ir.block import Task
+    args = (T([1024, 512], F16), T([512, 1024], F16), T([1024, 1024], F16))
+    graphs, ctx = _tile_level(mm, args, {"l1_reuse": False})
+    block = PASSES["partition"](graphs[-1], ctx)
+    t0 = block.tasks[0]
+    per = block.tiles.parts[0][0].per
+    assert len(t0.outer) > 1
+    for cut, from_loop in ((per, True), (per + 5, False)):        # at a tile's end, inside one
+        head = Task(t0.id, t0.group, t0.core_type, t0.outer[:1], t0.nodes[:cut])
+        tail = Task(len(block.tasks), t0.group, t0.core_type, t0.outer[1:], t0.nodes[cut:])
+        split = block.replace([head, *block.tasks[1:], tail])
+        assert (split.tiles.loop_tasks(split.tasks) is not None) == from_loop
+        plain = split.replace(split.tasks)
+        plain = type(plain)(plain.name, _plain(_tile_level(mm, args, {"l1_reuse": False})[0][-1]), plain.tasks)
+        deps = PASSES["dependencies"](split, ctx)
+        assert [t.deps for t in deps.tasks] == [t.deps for t in PASSES["dependencies"](plain, ctx).tasks]
+        assert select_instructions(deps).text() == select_instructions(PASSES["dependencies"](plain, ctx)).text()
