@@ -593,13 +593,11 @@ def _truncated(g, tail, bias) -> bool:
     the bias table would start from (a fuzzed int8 matmul + fp32 bias came out whole numbers).
     Such a bias is added by a vector group, in its own dtype."""
     m = g.node(tail)
-    for _ in range(64):                 # (a sum of matmuls: its first input is one of them)
-        if m.op == "matmul":
-            return g.node(m.inputs[0]).dtype.name == "int8" and not g.node(bias).dtype.name.startswith("int")
+    while m.op != "matmul":             # (a sum of matmuls: its first input is one of them)
         if not m.inputs:
-            break
+            return False
         m = g.node(m.inputs[0])
-    return False
+    return g.node(m.inputs[0]).dtype.name == "int8" and not g.node(bias).dtype.name.startswith("int")
 
 
 def _made_before(g, n, tail, group_of, floating) -> bool:

@@ -3,6 +3,7 @@ scheduling (listsched.py), sync insertion (sync.py), buffer pressure (pressure.p
 from __future__ import annotations
 
 import itertools
+from functools import cached_property
 import operator
 from operator import attrgetter, itemgetter
 
@@ -324,7 +325,7 @@ class _LoopTwins:
 
     def __init__(self, twins: _Twins):
         self.twins = twins                      # (their shape ids count on, `_Twins.made`)
-        self.reps: dict[tuple, _LoopRep] = {}   # (id of the loop, `_key`) -> its representative
+        self.reps: dict[tuple, _Rep] = {}       # (id of the loop, `_key`) -> its representative
         self.periods: dict[int, int] = {}       # id of a loop -> its `copy_period`
         self.key = None                         # that of the task `stream` saw last
 
@@ -348,17 +349,13 @@ class _LoopTwins:
         rep = self.reps.get(key) if key is not None else None
         if rep is None:
             return None, None
-        gms = [n.attrs._dict["gm"] for n in part.nodes(t.outer, gm_only=True, placed=False)]
+        made = part.nodes(t.outer, gm_only=True, placed=False)     # (its loads, then its stores: `_Rep.moved`)
+        gms = [n.attrs._dict["gm"] for n in made if n.op == "TLOAD"] + \
+            [n.attrs._dict["gm"] for n in made if n.op == "TSTORE"]
         if len(gms) != len(rep.moved):
             return None, None
-        instrs = list(rep.instrs)
-        for k, gm in zip(rep.moved, gms):
-            ins = instrs[k]
-            if ins.op == "TLOAD":
-                instrs[k] = Instr._make("TLOAD", ins.pipe, ins.dst, (gm,) + ins.srcs[1:], ins.attrs, ins.loc)
-            else:
-                instrs[k] = Instr._make(ins.op, ins.pipe, gm, ins.srcs, ins.attrs, ins.loc)
-        return tuple(instrs), rep if _uniform(gms, rep.windows) else None
+        instrs, uniform = rep.with_windows(gms)
+        return instrs, rep if uniform else None
 
     def add(self, instrs: tuple, moved: list[int] | None) -> None:
         """The task `stream` saw last, just selected op by op, represents its key; `moved`: its
@@ -366,19 +363,7 @@ class _LoopTwins:
         if self.key is not None and moved is not None and self.key not in self.reps:
             if all(instrs[k].op in ("TLOAD", "TSTORE") for k in moved):
                 self.twins.made += 1
-                windows = _windows([instrs[k].srcs[0] if instrs[k].op == "TLOAD" else instrs[k].dst for k in moved])
-                self.reps[self.key] = _LoopRep(instrs, moved, self.twins.made, windows)
-
-
-class _LoopRep:
-    """A loop's task selected op by op, which its twins copy (`_LoopTwins`): its instructions,
-    the positions of those with a GM window (a load's or a store's, in order), its stream shape
-    id and its windows (`_windows`)."""
-
-    __slots__ = ("instrs", "moved", "shape", "windows")
-
-    def __init__(self, instrs: tuple, moved: list[int], shape: int, windows: tuple):
-        self.instrs, self.moved, self.shape, self.windows = instrs, moved, shape, windows
+                self.reps[self.key] = _Rep(None, instrs, moved, b"", self.twins.made)
 
 
 _SIG = attrgetter("op", "space", "dtype", "shape", "valid", "loc")
@@ -397,7 +382,8 @@ def _columns(ops: tuple, base: int) -> tuple:
 
 
 class _Rep:
-    """A task selected op by op, which its twins copy (`_Twins`)."""
+    """A task selected op by op, which its twins copy (`_Twins`, which compares a twin's tile ops
+    with its own; `_LoopTwins`, which knows them alike from a loop and has no `task` for it)."""
 
     def __init__(self, t, instrs: tuple, moved: list[int], pattern: bytes, shape: int):
         self.task, self.instrs, self.pattern = t, instrs, pattern
@@ -418,7 +404,7 @@ class _Rep:
         if not self.cols:
             return None
         sig, maps, counts, inputs = cols
-        mine_sig, mine_maps, mine_counts, mine_inputs, mine_canons, parts, windows = self.cols
+        mine_sig, mine_maps, mine_counts, mine_inputs, mine_canons = self.cols
         if sig != mine_sig or counts != mine_counts or inputs.tobytes() != mine_inputs:
             return None
         moved = list(map(maps.__getitem__, self.moved))
@@ -432,10 +418,14 @@ class _Rep:
             maps[k] = mine_maps[k]
         if not all(map(operator.is_, maps, mine_maps)):
             return None
-        # the instructions with a window: fresh ones with the task's windows and the
-        # representative's other parts, by a C-level `make` over columns
-        gms = list(map(_GM, map(_DICT, moved)))
-        ops, pipes, dsts, srcs, attrs, locs = parts
+        return self.with_windows(list(map(_GM, map(_DICT, moved))))
+
+    def with_windows(self, gms: list) -> tuple:
+        """(its instructions with the windows `gms` (one per instruction of `moved`, in its
+        order) in place of its own, whether those are its own moved by one offset per buffer,
+        `_uniform`).  The instructions with a window are fresh ones with the representative's
+        other parts, by a C-level `make` over columns."""
+        ops, pipes, dsts, srcs, attrs, locs = self._parts
         n = self.n_reads
         made = itertools.chain(
             map(Instr._make, ops[:n], pipes[:n], dsts[:n], map(operator.add, zip(gms[:n]), srcs[:n]),
@@ -444,25 +434,33 @@ class _Rep:
         out = list(self.instrs)
         for k, ins in zip(self.moved, made):
             out[k] = ins
-        return tuple(out), _uniform(gms, windows)
+        return tuple(out), _uniform(gms, self._windows)
+
+    @cached_property
+    def _parts(self) -> tuple:
+        """The parts of its instructions with a window but the window, by column (op, pipe, dst,
+        the sources after the window (all for a write), attributes, loc)."""
+        instrs = list(map(self.instrs.__getitem__, self.moved))
+        n = self.n_reads
+        srcs = [ins.srcs[1:] for ins in instrs[:n]] + [ins.srcs for ins in instrs[n:]]
+        return (list(map(_OP, instrs)), list(map(_PIPE, instrs)), list(map(_DST, instrs)), srcs,
+                list(map(_ATTRS, instrs)), list(map(_LOC, instrs)))
+
+    @cached_property
+    def _windows(self) -> tuple:
+        """Its windows (`_windows`), in the order of `moved`."""
+        instrs = list(map(self.instrs.__getitem__, self.moved))
+        n = self.n_reads
+        return _windows([ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]])
 
     def _columns(self, twins: _Twins):
-        """What `twin` compares with: its `_columns` (the inputs as bytes), the other items of
-        the maps where the window moves, the parts of those instructions but the window, by
-        column (op, pipe, dst, the sources after the window (all for a write), attributes, loc),
-        and their windows (`_windows`); False when an op reads a tile of another task."""
+        """What `twin` compares with: its `_columns` (the inputs as bytes) and the other items of
+        the maps where the window moves; False when an op reads a tile of another task."""
         ids = self.task.nodes
         sig, maps, counts, inputs = _columns(itemgetter(*ids)(twins.nodes), ids[0])
         if not np.isin(inputs, np.frombuffer(self.pattern, np.int64)).all():
             return False
-        instrs = list(map(self.instrs.__getitem__, self.moved))
-        n = self.n_reads
-        srcs = [ins.srcs[1:] for ins in instrs[:n]] + [ins.srcs for ins in instrs[n:]]
-        parts = (list(map(_OP, instrs)), list(map(_PIPE, instrs)), list(map(_DST, instrs)), srcs,
-                 list(map(_ATTRS, instrs)), list(map(_LOC, instrs)))
-        gms = [ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]]
-        return (sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved))), parts,
-                _windows(gms))
+        return sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved)))
 
 
 def _windows(gms: list) -> tuple:

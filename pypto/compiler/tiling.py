@@ -173,7 +173,6 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
     distinct = True
     for gid in sorted(members):
         ms = members[gid]
-        em = _Emitter(nodes, gid)
         start = len(nodes)
         if ms[0].op == "matmul":
             info, loop = _lower_matmul(g, ms, homes, extra_stores, start, gid, ctx.machine,
@@ -184,6 +183,7 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
             spans[gid] = (start, len(nodes), *loop.longest)
             distinct = distinct and loop.distinct_loads
         else:
+            em = _Emitter(nodes, gid)
             info = _lower_vector(g, gid, ms, homes, extra_stores, em, _epilogue_order(g, ms, cube_tile_of))
             spans[gid] = (start, len(nodes), *em.longest[1:])
             distinct = distinct and em.distinct_loads
@@ -900,7 +900,7 @@ class _MatmulLoop:
         `gm_only` (see `NodeLoop.make`)."""
         ml0, _, nl0, _ = self.tile
         s_a1, s_b1, s_c = self.s_a1, self.s_b1, self.s_c
-        s_a0, s_b0 = self.x[2:]
+        _, _, s_a0, s_b0 = self.x
         dtype, acc_dtype, loc, group, acc = self.dtype, self.acc_dtype, self.loc, self.group, self.acc
         sp = spaces.get if spaces is not None else None
         q = "?"
