@@ -14,7 +14,7 @@ from pypto.ir.exec import TileRef
 from pypto.ir.gm import GMRef
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
-from kernels import layernorm, matmul, matmul_bias_gelu, softmax  # noqa: E402,F401
+from kernels import layernorm, matmul, matmul_auto, matmul_bias_gelu, softmax  # noqa: E402,F401
 
 
 def byte_accesses(ins):
@@ -92,24 +92,24 @@ def tile_matmul(a, b, c, *, TM: int = 128, TN: int = 128, TK: int = 128, K0: int
             tl.tstore(c[i:i + TM, j:j + TN], acc)
 
 
+class Tiled:
+    """A kernel of benchmarks/kernels.py with its tile constants set: `compile` passes them."""
+
+    def __init__(self, kernel, name: str, **consts):
+        self.kernel, self.name, self.consts = kernel, name, consts
+
+    def compile(self, *args, **kw):
+        return self.kernel.compile(*args, **self.consts, **kw)
+
+
 # kernels of fixed tiles (128x128 output tiles, 64-deep K chunks; 16x128 vector tiles) for the tests
 # of the Block level's and select's fast paths, which compare them with the general paths
-@pypto.jit
-def mm_128(a, b, c):
-    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
-    c[:] = pypto.matmul(a, b)
+mm_128 = Tiled(matmul, "mm_128", KL1=128)
+mm_bias_gelu_128 = Tiled(matmul_bias_gelu, "mm_bias_gelu_128", KL1=128)
+softmax_16x128 = Tiled(softmax, "softmax_16x128", TM=16, TN=128)
 
 
 @pypto.jit
-def mm_bias_gelu_128(a, b, bias, c):
-    pypto.set_cube_tile_shapes([128, 128], [64, 128], [128, 128])
-    pypto.set_vec_tile_shapes(32, 128)
-    c[:] = pypto.gelu(pypto.matmul(a, b) + bias)
-
-
-@pypto.jit
-def softmax_16x128(x, out):
-    pypto.set_vec_tile_shapes(16, 128)
-    m = pypto.amax(x, dim=-1, keepdim=True)
-    e = pypto.exp(x - m)
-    out[:] = e / pypto.sum(e, dim=-1, keepdim=True)
+def conv_relu_nhwc(x, w, y):
+    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
+    y[:] = pypto.relu(pypto.conv2d(x, w, layout="NHWC"))

@@ -4,6 +4,8 @@ import pytest
 
 import pypto
 
+from common import conv_relu_nhwc
+
 
 def conv_nhwc(x, w):
     """Reference: x [N,H,W,C], w [KH,KW,C,F], stride 1, no padding."""
@@ -15,12 +17,6 @@ def conv_nhwc(x, w):
             out += np.einsum("nhwc,cf->nhwf", x[:, kh:kh + out.shape[1], kw:kw + out.shape[2]].astype(np.float64),
                              w[kh, kw].astype(np.float64))
     return out
-
-
-@pypto.jit
-def conv_relu_nhwc(x, w, y):
-    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
-    y[:] = pypto.relu(pypto.conv2d(x, w, layout="NHWC"))
 
 
 @pypto.jit

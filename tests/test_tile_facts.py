@@ -14,21 +14,10 @@ from pypto.dtypes import DT_FP32
 from pypto.ir.core import Attrs
 from pypto.ir.tile import TileNode
 
-from common import matmul, matmul_bias_gelu, softmax
+from common import conv_relu_nhwc as conv_relu, matmul, matmul_auto as bmm, matmul_bias_gelu, softmax
 
 F16, F32 = pypto.DT_FP16, pypto.DT_FP32
 T = pypto.Tensor
-
-
-@pypto.jit
-def conv_relu(x, w, y):
-    pypto.set_cube_tile_shapes([32, 32], [16, 64], [32, 32])
-    y[:] = pypto.relu(pypto.conv2d(x, w, layout="NHWC"))
-
-
-@pypto.jit
-def bmm(a, b, c):
-    c[:] = pypto.matmul(a, b)
 
 
 @pypto.jit

@@ -12,14 +12,10 @@ from pypto.compiler.pipeline import PassContext
 from pypto.errors import VerificationError
 from pypto.ir.tile import LoopPart, LoopTileGraph, NodeLoop, TileGraph, _shape_of, verify
 
+from common import matmul as mm      # (128x128 output tiles, 256-deep K chunks of 64-deep steps)
+
 F16 = pypto.DT_FP16
 T = pypto.Tensor
-
-
-@pypto.jit
-def mm(a, b, c):
-    pypto.set_cube_tile_shapes([128, 128], [64, 256], [128, 128])
-    c[:] = pypto.matmul(a, b)
 
 
 @pypto.jit
