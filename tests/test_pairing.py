@@ -250,3 +250,38 @@ def test_a_vector_group_writing_over_a_cube_store_is_not_paired_and_follows_it(r
     want = np.concatenate([-p[:13], p[13:]]).astype(np.float16)
     np.testing.assert_allclose(res.outputs["out"].astype(np.float64), want, rtol=2e-3)
     assert ck.simulate(a, out).ok
+
+
+def test_cross_core_flags_keep_isomorphic_tasks_isomorphic(rng):
+    """Tasks of one stream shape that get their cross-core flags at the same positions share a
+    shape after the pass (the passes after it and the simulator work out each shape once); the
+    shapes tell apart streams whose flags went elsewhere."""
+    from pypto.compiler.crosscore import cross_core_sync
+    from pypto.ir.exec import stream_shape
+
+    a, b, bias, c = _inputs(rng, m=1024, k=256, n=512)
+    off = {"cross_core_sync": False, "core_assignment": False, "loops": False}
+    g = mm_bias_sigmoid.compile(a, b, bias, c, options=off).levels["exec"]
+    before = [stream_shape(g, t.instrs) for t in g.tasks]
+    assert None not in before and len(set(before)) < len(before)
+    out = cross_core_sync(g)
+    after = [stream_shape(out, t.instrs) for t in out.tasks]
+    assert None not in after
+
+    def form(t):        # a stream but for its GM windows
+        return [(i.op, i.pipe, i.text().split("GM:")[0] if "GM:" in i.text() else i.text()) for i in t.instrs]
+
+    def flags_at(t):
+        return [k for k, i in enumerate(t.instrs) if i.op.startswith("CROSS_")]
+
+    for s in set(after):
+        alike = [t for t, x in zip(out.tasks, after) if x == s]
+        assert all(form(t) == form(alike[0]) for t in alike)
+    # the same shape before and the flags at the same places: the same shape after, and only then
+    for (t, s0, s1) in zip(out.tasks, before, after):
+        for (u, r0, r1) in zip(out.tasks, before, after):
+            assert (s1 == r1) == (s0 == r0 and flags_at(t) == flags_at(u) and
+                                  [i.text() for i in t.instrs if i.op.startswith("CROSS_")]
+                                  == [i.text() for i in u.instrs if i.op.startswith("CROSS_")])
+    assert sum(1 for t in out.tasks if flags_at(t)) == len(out.tasks)
+    assert len(set(after)) < len(after)

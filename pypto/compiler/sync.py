@@ -43,10 +43,11 @@ def insert_sync(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     return out
 
 
-def with_stream(t: ExecTask, instrs: tuple) -> ExecTask:
+def with_stream(t: ExecTask, instrs: tuple, deps: tuple | None = None) -> ExecTask:
     """Task `t` running the instruction stream `instrs` (no loops), with its `instrs` and
-    `n_instrs` set: the first reader need not walk the whole stream for loops to find them."""
-    out = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair)
+    `n_instrs` set: the first reader need not walk the whole stream for loops to find them.
+    `deps`: its dependencies, when not those of `t`."""
+    out = ExecTask(t.id, t.group, t.core_type, t.deps if deps is None else deps, t.level, instrs, t.pair)
     out.__dict__["instrs"] = instrs
     out.__dict__["n_instrs"] = len(instrs)
     return out
