@@ -236,6 +236,26 @@ def test_auto_uses_the_compiled_engine_only_for_large_programs(monkeypatch):
     assert used == [1, 1]
 
 
+def test_auto_takes_the_compiled_engine_once_it_is_loaded(monkeypatch):
+    """Loaded in the process (a large program ran on it), the compiled engine costs the encoding
+    only: "auto" takes it from WARM_MIN_INSTRUCTIONS, with the Python engine's results."""
+    big, small = _compile("matmul fp16 a2a3"), _compile("softmax 64x256 a2a3")
+    assert len(small.program) < timing.WARM_MIN_INSTRUCTIONS <= len(big.program) < timing.COMPILED_MIN_INSTRUCTIONS
+    want = run_timing(big.program, big.machine, progress=False, engine="python")
+    assert_same(run_timing(big.program, big.machine, progress=False, engine="compiled"), want)
+    assert timing_fast.loaded()
+    used = []
+    real = timing_fast.run_compiled
+    monkeypatch.setattr(timing_fast, "run_compiled", lambda *a, **k: used.append(1) or real(*a, **k))
+    for loaded, runs in ((False, []), (True, [1])):
+        monkeypatch.setattr(timing_fast, "loaded", lambda: loaded)
+        used.clear()
+        assert_same(run_timing(pypto.Program.parse(big.program.text()), big.machine, progress=False), want)
+        assert used == runs
+        run_timing(pypto.Program.parse(small.program.text()), small.machine, progress=False)
+        assert used == runs
+
+
 def test_without_numba(monkeypatch):
     ck = _compile("softmax 64x256 a2a3")
     monkeypatch.setattr(timing_fast, "AVAILABLE", False)

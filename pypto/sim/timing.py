@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 from itertools import compress
@@ -416,10 +417,14 @@ class _Running:
 
 ENGINES = ("auto", "python", "compiled")
 # Below this many instructions "auto" keeps the Python engine: the compiled engine's first use in a
-# process costs ~0.5 s (importing numba, loading the compiled loop from numba's on-disk cache; ~8 s
-# on the very first use, when numba compiles it), which is what the Python engine (0.25-0.5 M
-# instructions/s) needs for 100-150 k instructions.
+# process costs 0.1-0.5 s (importing numba, loading the compiled loop from numba's on-disk cache;
+# ~8 s on the very first use, when numba compiles it), which is what the Python engine (0.25-0.7 M
+# instructions/s) needs for 70-150 k instructions.
 COMPILED_MIN_INSTRUCTIONS = 100_000
+# Once the compiled loop is loaded in the process (`timing_fast.loaded`: a large program ran on it)
+# "auto" takes it from this many instructions: then it costs the encoding only (a 61k-instruction
+# softmax: 10 ms against 86 ms in Python; an 8.7k-instruction matmul 3 ms against 10 ms).
+WARM_MIN_INSTRUCTIONS = 5_000
 
 
 def timed(program: Program, machine: Machine) -> dict:
@@ -435,7 +440,8 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     `engine` picks the implementation of the same event loop, with identical results: "python"
     (this module), "compiled" (`timing_fast`, numba; an error when numba is not installed) or
     "auto": the compiled one for programs of at least COMPILED_MIN_INSTRUCTIONS instructions
-    when numba is importable, else Python.
+    when numba is importable, and from WARM_MIN_INSTRUCTIONS once it is loaded in the process;
+    else Python.
     """
     if engine not in ENGINES:
         raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
@@ -482,7 +488,7 @@ def _kept_run(program: Program, machine: Machine) -> dict | None:
 
 def _run_timing(program: Program, machine: Machine, trace: bool, record_times: bool, checked: bool,
                 progress: bool, engine: str):
-    if engine == "compiled" or (engine == "auto" and len(program) >= COMPILED_MIN_INSTRUCTIONS):
+    if engine == "compiled" or (engine == "auto" and _compiled_pays(len(program))):
         from . import timing_fast
         if not timing_fast.AVAILABLE and engine == "compiled":
             raise PyptoError("the compiled timing engine needs numba, which is not installed",
@@ -493,6 +499,16 @@ def _run_timing(program: Program, machine: Machine, trace: bool, record_times: b
             if out is not None:         # None: a program the encoding does not cover (malformed)
                 return out
     return _run_python(program, machine, trace, record_times, checked, progress)
+
+
+def _compiled_pays(n: int) -> bool:
+    """Whether "auto" runs a program of n instructions on the compiled engine."""
+    if n >= COMPILED_MIN_INSTRUCTIONS:
+        return True
+    if n < WARM_MIN_INSTRUCTIONS:
+        return False
+    fast = sys.modules.get(__package__ + ".timing_fast")     # (not imported for a small program)
+    return fast is not None and fast.loaded()
 
 
 def _core_for(task, free: list[int], core_of: dict[int, int]) -> int | None:

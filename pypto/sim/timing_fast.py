@@ -134,8 +134,8 @@ def encode(program: Program, machine: Machine) -> Encoding | None:
     if enc is None:
         return None
     pin = _pins(program)
-    if not np.array_equal(pin, enc.arrays.pin):
-        enc = Encoding(enc.arrays._replace(pin=pin), enc.keys, enc.paths, enc.n_windows, enc.flops)
+    if not np.array_equal(pin, enc.arrays.pin):     # (kept: the program asks again with its pins)
+        enc = cache[key] = Encoding(enc.arrays._replace(pin=pin), enc.keys, enc.paths, enc.n_windows, enc.flops)
     return enc
 
 
@@ -720,6 +720,12 @@ def _run(e, s, budget, checked):
 
 
 # --- the Python side ---------------------------------------------------------------------------
+
+def loaded() -> bool:
+    """Whether the compiled loop is loaded in this process (it ran once): another run costs no
+    import or load of numba's cache, only the encoding of its program."""
+    return AVAILABLE and bool(getattr(_run, "signatures", None))
+
 
 def run_compiled(program: Program, machine: Machine, trace: bool = True, record_times: bool = False,
                  checked: bool = False, progress: bool = True) -> dict | None:
