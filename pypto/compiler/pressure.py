@@ -129,17 +129,20 @@ def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
     pieces: dict[str, list] = {}        # space -> every piece (lo, hi, start, end, tile id, in place)
     last = -1
     tile = 0
+    # id of an instruction -> (its on-chip reads, its on-chip writes), worked out once per
+    # instruction object: equal instructions are mostly one object (a matmul's extracts and
+    # MACs repeat from output tile to output tile)
+    onchip: dict[int, tuple] = {}
     # (the instructions other than sync ones, picked at C level: a synced stream is mostly flags)
     for i in compress(range(len(instrs)), map(not_, map(_SYNC.__contains__, map(_OP, instrs)))):
         last = i
-        writes = []
-        for a in accesses(instrs[i]):
-            space, lo, hi, w = a
-            if space.startswith("GM:"):
-                continue
-            if w:
-                writes.append(a)
-                continue
+        ins = instrs[i]
+        got = onchip.get(id(ins))
+        if got is None:
+            mine = [a for a in accesses(ins) if not a.key.startswith("GM:")]
+            got = onchip[id(ins)] = ([a for a in mine if not a.write], [a for a in mine if a.write])
+        reads, writes = got
+        for space, lo, hi, _ in reads:
             vals = opened.get(space)
             if vals is None:
                 vals = opened[space] = {}
