@@ -261,6 +261,44 @@ def test_an_unknown_bound_makes_comparisons_selects_and_int_casts_unknown():
     assert not (np.asarray(c.full_e)[0] <= 0) and c.full_e[1] == 0
 
 
+def test_a_comparison_of_a_nan_that_may_be_a_number_is_unknown():
+    """(make fuzz, 2026-12-05.)  A layernorm row of equal values is 0 in the reference but a tiny
+    number on the chip; times an inf in the matmul after it, the reference has NaN (0 x inf), the
+    chip inf.  `v >= w` is then False in the reference and True on the chip, so the comparison,
+    and the `where` it drives, must make no claim there (the check called a correct result a
+    MISMATCH).  A NaN the bound says is exact stays a certain False."""
+    from pypto.ir.numerics import Approx
+    from pypto.ir.ops import OPS
+    nan = Approx(np.array([np.nan, np.nan, 1.0]), np.array([1.0, 0.0, 0.0]))
+    ge = OPS["ge"].bound([nan, Approx(np.array(0.5))], {})
+    assert np.isinf(ge.e[0]) and ge.e[1] == 0 and ge.e[2] == 0
+    assert list(ge.v) == [False, False, True]
+
+
+@pypto.jit
+def _ln_matmul_mask(x0, x1, x2, out0):
+    pypto.set_vec_tile_shapes(1, 8, 32)
+    v1 = x0.sum(dim=2, keepdim=True)
+    v2 = pypto.minimum(x0, v1)
+    pypto.set_vec_tile_shapes(8, 8, 256)
+    v6 = pypto.matmul(pypto.layer_norm(v2, weight=x1), x2)
+    out0[...] = 7.0 / (pypto.abs(pypto.where(v6 >= v1, v6, 0.0)) + 0.5)
+
+
+def test_a_nan_against_an_inf_after_a_layernorm_is_no_false_alarm():
+    """The fuzz kernel (data seed 8132) behind the rule above, end to end."""
+    rng = np.random.default_rng(8132)
+    x0 = rng.uniform(-2, 2, (64, 17, 64)).astype(np.float32)
+    x1 = rng.uniform(0.5, 1.5, (64,)).astype(np.float32)
+    x2 = rng.uniform(-1, 1, (64, 17))
+    for k in range(3):
+        x2.reshape(-1)[rng.integers(0, x2.size)] = (np.nan, np.inf, -np.inf)[k]
+    x2 = x2.astype(np.float32)
+    out0 = np.zeros((64, 17, 17), np.float32)
+    res = _ln_matmul_mask.compile(x0, x1, x2, out0).simulate(x0, x1, x2, out0)
+    assert res.ok, res.check
+
+
 @pypto.jit
 def _ln_then_mask(x, y, out):
     v = pypto.layernorm(x - y, eps=1e-06)

@@ -348,12 +348,16 @@ def _known(e):
 
 def _compare_bound(np_fn):
     """A comparison is exact where its operands are farther apart than their bounds; where they
-    may be on either side (or equal), the mask is unknown: an infinite bound (no claim)."""
+    may be on either side (or equal), the mask is unknown: an infinite bound (no claim).  So is
+    it where a reference operand is NaN but may be a number on the chip (a bound above 0: the
+    reference's 0 x inf is NaN, the chip's tiny x inf an inf, and NaN >= v is False, inf >= v
+    True)."""
     def rule(ins, a):
         x, y = ins
         e = _known(x.e + y.e)
         with np.errstate(invalid="ignore"):
-            near = (e > 0) & (np.abs(x.v - y.v) <= e)
+            d = np.abs(x.v - y.v)
+            near = (e > 0) & ((d <= e) | np.isnan(d))
         return x.__class__(np_fn(x.v, y.v), np.where(near, np.inf, 0.0))
     return rule
 
