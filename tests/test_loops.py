@@ -299,3 +299,40 @@ def _matmul_flat():
     from kernels import matmul_auto
     args = (T([512, 2048], pypto.DT_FP16), T([2048, 512], pypto.DT_FP16), T([512, 512], pypto.DT_FP16))
     return matmul_auto.compile(*args, options={"loops": False}).program
+
+
+def test_a_long_stream_folds_with_its_tiles_moving_first(monkeypatch):
+    """A task scheduled tile by tile (longer than REGION_MIN) is folded with its tiles moving
+    first: its output tiles take turns in double-buffered slots.  The fold with the tiles fixed
+    runs only when that one leaves more than a quarter of the instructions (then the shorter
+    text wins, as for any task).  The folded tasks run their very instructions."""
+    from kernels import matmul_auto
+    from pypto.compiler import loops
+    from pypto.compiler.listsched import REGION_MIN
+    from pypto.ir.exec import ADDR_STEP, static_instrs
+    args = (T([2048, 2048], pypto.DT_FP16),) * 3
+    flat = matmul_auto.compile(*args, options={"loops": False})
+    calls = []
+    real = loops._folding
+
+    def spy(instrs, known):
+        if len(instrs) > REGION_MIN:
+            calls.append((len(instrs), known.tiles))
+        return real(instrs, known)
+
+    monkeypatch.setattr(loops, "_folding", spy)
+    g = loops.fold_loops(flat.exec_graph)
+    assert calls and all(n > REGION_MIN for n, _ in calls)
+    firsts = {}
+    for n, moving in calls:
+        firsts.setdefault(n, []).append(moving)
+    for n, stages in firsts.items():
+        assert stages[0] is True                # the tiles moving, first
+    fixed_too = {n for n, stages in firsts.items() if False in stages}
+    assert fixed_too and fixed_too != set(firsts)   # (2048^3: some shapes need both, one does not)
+    for t, u in zip(g.tasks, flat.exec_graph.tasks):
+        assert _texts(unrolled(t.code)) == _texts(u.instrs)
+        lines = sum(1 for _ in static_instrs(t.code))
+        if len(u.instrs) in firsts and len(u.instrs) not in fixed_too:
+            assert lines * loops.LEFT <= len(u.instrs)
+            assert any(ADDR_STEP in i.attrs for i, _ in static_instrs(t.code))

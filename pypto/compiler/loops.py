@@ -40,6 +40,7 @@ from ..ir.core import Attrs
 from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
                        ExecTask, Instr, Loop, TileRef, n_instrs, stream_shape, tile_operands)
 from ..ir.gm import GMRef
+from .listsched import REGION_MIN
 from .pipeline import Pass, PassContext
 
 MIN_TASK = 96                   # shorter tasks are left as they are (a few tiles: little to fold)
@@ -51,6 +52,8 @@ MAX_DEPTH = 4                   # loops nest at most this deep
 # addresses of its on-chip tiles moving (`addr_step`); that folding is taken when its text is
 # under 1/BETTER of the first one's.  Kernels whose tiles stay put fold as they did.
 LEFT, BETTER = 4, 2
+# (a task longer than REGION_MIN, scheduled tile by tile, is folded with its tiles moving first, and
+# as above when that leaves more than 1/LEFT of its instructions)
 # tokens compared per token of a task when copies equal by their ids fail the constant-step check
 # (a stream that repeats but moves irregularly, e.g. a matmul whose L1 reuse varies from tile to
 # tile): the pass stops looking for other periods beyond it, so it stays linear in the stream
@@ -76,16 +79,26 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                 items = replay(template.items, t.instrs)
         if items is None:
             if len(t.instrs) >= MIN_TASK:
-                template = _folding(t.instrs, known)
-                lines = _lines(template.items)
-                if lines * LEFT > len(t.instrs):
-                    # few repetitions with the very same tiles: those whose tiles move by
-                    # constant steps (a matmul's A panel, one L1 copy per K chunk)
-                    moving = _folding(t.instrs, tiles)
-                    tiles.forget()          # (its descriptions of this task's instructions: the
-                                            # ids stay, and `of_base` gives them again at once)
-                    if _lines(moving.items) * BETTER < lines:
+                n = len(t.instrs)
+                moving = template = None
+                if n > REGION_MIN:
+                    # a long stream, scheduled tile by tile: its output tiles take turns in
+                    # double-buffered slots, so the fold with the tiles moving finds their loop
+                    # (the other one is tried when it leaves more than a quarter)
+                    known.describe_all(t.instrs)        # (what the second stage starts from)
+                    moving = _moving(t.instrs, tiles)
+                    if _lines(moving.items) * LEFT <= n:
                         template = moving
+                if template is None:
+                    template = _folding(t.instrs, known)
+                    lines = _lines(template.items)
+                    if lines * LEFT > n:
+                        # few repetitions with the very same tiles: those whose tiles move by
+                        # constant steps (a matmul's A panel, one L1 copy per K chunk)
+                        if moving is None:
+                            moving = _moving(t.instrs, tiles)
+                        if _lines(moving.items) * BETTER < lines:
+                            template = moving
             else:
                 template = _Template(t.instrs, t.instrs)
             items = template.items
@@ -107,6 +120,14 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 
 
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
+
+
+def _moving(instrs, tiles: _Tokens) -> _Template:
+    """The fold of a stream with its tiles' addresses moving (the second stage)."""
+    got = _folding(instrs, tiles)
+    tiles.forget()          # (its descriptions of this task's instructions: the ids stay, and
+                            # `of_base` gives them again at once)
+    return got
 
 
 def _lines(items) -> int:
