@@ -14,11 +14,14 @@ each "met" or "not met".  Those targets: 4096^3 within twice the 1024^3 compile,
 4096x8192x4096 under 1.5 s and 150 MiB.  The first needs the Execution level to work on loops
 too: as long as every tile is an instruction there, the work grows with the tiles.
 
+Then the same sizes with a fused epilogue (`kernels.matmul_bias_gelu_auto`: the kernel most
+matmuls are written as), one compile each, with its three slowest passes.
+
 Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
 `pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
-`assign_cores` pass runs on programs of 100 k instructions or more).
+`assign_cores` pass runs on programs of 100 k instructions or more, and from 5 k once it is loaded).
 
-    python benchmarks/compile_time.py            # all four sizes: about a minute
+    python benchmarks/compile_time.py            # all four sizes, then with a fused epilogue: about a minute
     python benchmarks/compile_time.py --quick    # 1024^3 and 2048^3 only
 """
 from __future__ import annotations
@@ -130,6 +133,29 @@ def main(argv=None) -> None:
         target("4096x8192x4096 peak memory under 150 MiB", peak < 150, f"{peak:.0f} MiB (tracemalloc peak)")
     if a.quick:
         print("  (--quick: the targets need the 4096 sizes)")
+        return
+    fused()
+
+
+def fused() -> None:
+    """The same sizes with a fused epilogue (`kernels.matmul_bias_gelu_auto`): the cube group is a
+    loop, the bias row and gelu a vector group lowered tile by tile, its tasks paired with the
+    cube tasks (1 AIC : 2 AIV) and synchronised by cross-core flags."""
+    from kernels import matmul_bias_gelu_auto as kernel
+    print("\nwith a fused epilogue: gelu(a @ b + bias), matmul_bias_gelu_auto (one compile each)")
+    print(f"  {'size (MxKxN)':<16} {'tasks':>6} {'PTO instrs':>10} {'compile s':>9}  slowest passes")
+    for name, m, k, n in SIZES:
+        args = (T([m, k], F16), T([k, n], F16), T([1, n], F16), T([m, n], F16))
+        kernel.cache_clear()
+        gc.collect()
+        t0 = time.perf_counter()
+        ck = kernel.compile(*args)
+        wall = time.perf_counter() - t0
+        slow = sorted(ck.pass_log, key=lambda r: -r.ms)[:3]
+        print(f"  {name:<16} {len(ck.program.tasks):>6} {len(ck.program):>10} {wall:>9.3f}  "
+              + ", ".join(f"{r.name} {r.ms:.0f} ms" for r in slow), flush=True)
+        del ck
+    kernel.cache_clear()
 
 
 if __name__ == "__main__":

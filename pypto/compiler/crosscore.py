@@ -188,5 +188,6 @@ def _inserted(instrs: tuple, at: list) -> tuple:
     out.extend(instrs[k:])
     return tuple(out)
 
+
 CROSS_CORE_SYNC = Pass("cross_core_sync", "exec", cross_core_sync,
                        "paired epilogues wait per tile for cross-core flags instead of the whole cube task")
