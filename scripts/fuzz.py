@@ -95,7 +95,7 @@ def main(argv=None) -> int:
             left = args.budget - (time.monotonic() - t0)
             found = search(runner, seed, args.examples, args.max_ops, skip=frozenset(shrunk), on_case=on_case,
                            shrink_seconds=min(args.shrink_seconds, max(left, 10)),
-                           log=lambda t: print(t, flush=True))
+                           log=lambda t: print(t, flush=True), deadline=t0 + args.budget)
             if found is None:
                 continue
             case, o = found

@@ -61,6 +61,18 @@ def test_fuzz_hypothesis(runner):
         pytest.xfail("known bug classes: " + "; ".join(known))
 
 
+def test_no_kernel_starts_after_the_deadline(runner):
+    """A campaign's budget (`scripts/fuzz.py --budget`) is a deadline `search` keeps: past it, the
+    rest of a hypothesis run's examples run no kernel; before it, they run."""
+    import time
+    seen = []
+    assert search(runner, 1, 10, derandomize=True, on_case=lambda c, o: seen.append(o),
+                  deadline=time.monotonic() - 1) is None
+    assert seen == []
+    search(runner, 1, 10, derandomize=True, on_case=lambda c, o: seen.append(o), deadline=time.monotonic() + 600)
+    assert len(seen) >= 5
+
+
 def test_reference_flags_a_wrong_row_and_accepts_rounding():
     """The fuzzer's own check: the reference rounded to the output dtype passes; one wrong row,
     or a different op, fails."""

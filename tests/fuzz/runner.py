@@ -435,13 +435,14 @@ class FuzzFailure(AssertionError):
 
 def search(runner: Runner, seed: int, examples: int, max_ops: int = 7, skip=frozenset(),
            on_case=None, shrink_seconds: float = 300.0, derandomize: bool = False, skip_known: bool = False,
-           log=None):
+           log=None, deadline: float | None = None):
     """One hypothesis run of `examples` generated kernels.  The first failure whose signature
     is not in `skip` is shrunk (for at most `shrink_seconds`; only failures with the same
     signature count while shrinking) and returned as (case, outcome); None when none failed.
     `on_case(case, outcome)` sees every generated (not shrinking) kernel; `skip_known`: failures
     of a known bug class are not shrunk either.  A hang is not shrunk (each try would cost the
-    timeout).  `log(text)` hears when shrinking starts."""
+    timeout).  `log(text)` hears when shrinking starts.  `deadline` (`time.monotonic()`): no
+    kernel starts after it, generated or shrinking (a campaign's budget)."""
     from hypothesis import HealthCheck, Phase, Verbosity, given, settings, strategies as st
     from hypothesis import seed as hseed
 
@@ -455,14 +456,17 @@ def search(runner: Runner, seed: int, examples: int, max_ops: int = 7, skip=froz
         case = generate(DataChooser(data), max_ops)
         key = case.source() + case.describe()
         fail = False
+        late = deadline is not None and time.monotonic() > deadline
         if state["target"] is not None:           # shrinking: only the same kind of failure counts
-            if time.perf_counter() - state["t_shrink"] > shrink_seconds and key not in runner.memo:
+            if (late or time.perf_counter() - state["t_shrink"] > shrink_seconds) and key not in runner.memo:
                 return
             o = runner.run(case)
             fail = o.failed and o.signature == state["target"]
             if fail and _size(case) <= _size(state["best"][0]):
                 state["best"] = (case, o)
         else:
+            if late:                              # (the budget is spent: the run's other examples pass)
+                return
             o = runner.run(case)
             if on_case is not None:
                 on_case(case, o)
