@@ -451,3 +451,58 @@ def test_a5_program_does_not_fit_a2a3(rng):
     with pytest.raises(PTOSyntaxError):
         ck.program.verify("a2a3")
     ck.program.verify("a5")
+
+
+def test_the_operand_splitters_agree_with_a_walk_over_the_text():
+    """`split_comment`, `_split_top` and `_ints` take their usual inputs with a regular expression
+    (a 4096^3 matmul's text, 52k lines, parses in 1.6 s instead of 2.1 s); on any text they give
+    what walking it character by character gives, errors included."""
+    import random
+    import re
+    from pypto.ir import pto_text as P
+
+    def split_top(body):
+        out, depth, cur = [], 0, []
+        for ch in body:
+            depth += ch in "[{("
+            depth -= ch in "]})"
+            if depth < 0:
+                return "error"
+            if ch == "," and depth == 0:
+                out.append("".join(cur).strip())
+                cur = []
+            else:
+                cur.append(ch)
+        last = "".join(cur).strip()
+        return "error" if depth else out + [last] if last or out else out
+
+    def split_comment(line):
+        depth = 0
+        for i, ch in enumerate(line):
+            depth += (ch in "[{(") - (ch in "]})")
+            if ch == ";" and depth == 0:
+                return line[:i], line[i + 1:].strip()
+        return line, ""
+
+    def ints(text, empty, negative):
+        parts = [p.strip() for p in text.split(",")] if text.strip() else []
+        if (not parts and not empty) or not all(re.fullmatch(r"-?\d+" if negative else r"\d+", p) for p in parts):
+            return "error"
+        return tuple(map(int, parts))
+
+    def error(f, *a, **k):
+        try:
+            return f(*a, **k)
+        except P._Problem:
+            return "error"
+
+    rng = random.Random(7)
+    for _ in range(20000):
+        s = "".join(rng.choice("ab1 ,;[](){}:x") for _ in range(rng.randint(0, 14)))
+        assert error(P._split_top, s) == split_top(s), s
+        assert P.split_comment(s) == split_comment(s), s
+        t = "".join(rng.choice("12 ,-\u0663x\t") for _ in range(rng.randint(0, 10)))
+        for empty in (False, True):
+            for negative in (False, True):
+                assert error(P._ints, t, "x", allow_empty=empty, allow_negative=negative) == \
+                    ints(t, empty, negative), (t, empty, negative)

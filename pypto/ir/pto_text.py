@@ -109,6 +109,14 @@ class _Problem(Exception):
 # operands
 
 _INT = r"-?\d+"
+_INT_RE, _DIGITS, _SIGNED_RE, _WORD = re.compile(_INT), re.compile(r"\d+"), re.compile(r"[+-]?\d+"), re.compile(r"\w+")
+_RANGE = re.compile(r"(\d+)\s*:\s*(\d+)")
+_PAREN, _PAREN_FLAT = re.compile(r"\(([^)]*)\)"), re.compile(r"\(([^()]*)\)")
+_PARENS = re.compile(r"\((\([^()]*\)(?:\s*,\s*\([^()]*\))*)\)")
+_LOOP = re.compile(r"\.loop\s+(\d+)")
+# comma-separated integers (non-negative, or signed), as `_ints` accepts them one by one
+_INT_LIST = re.compile(r"\s*\d+\s*(?:,\s*\d+\s*)*")
+_SIGNED_LIST = re.compile(r"\s*-?\d+\s*(?:,\s*-?\d+\s*)*")
 _TILE = re.compile(r"^(?P<space>[A-Za-z0-9]+)\[(?P<addr>0[xX][0-9a-fA-F]+|\d+)\]:(?P<dtype>\w+)"
                    r"\[(?P<shape>[^\]]*)\](?:\{(?P<valid>[^}]*)\})?$")
 _GM_SHORT = re.compile(r"^(?P<name>[^\[\]{}:,\s]+)\[(?P<ranges>[^\]]*)\]$")
@@ -124,15 +132,22 @@ _TASK = re.compile(r"^\.task\s+(?P<id>\d+)\s+(?P<core>\w+)\s+group=(?P<group>\d+
 _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<shape>[^\]]*)\]\s+(?P<role>\w+)$")
 _HEADER = re.compile(r"^//\s*PTO program\s+(?P<name>\S+?):")
 _LOC = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
+# text whose brackets close in order of opening, one level deep at most (operands, windows, steps
+# of one loop): what `split_comment` splits without walking it
+# a comma of such text outside its brackets: no closing bracket before the next opening one
+_TOP_COMMA = re.compile(r",(?![^\[\]{}()]*[\]})])")
+_BALANCED = re.compile(r"[^\[\]{}()]*(?:[\[{(][^\[\]{}()]*[\]})][^\[\]{}()]*)*")
 
 
 def _ints(text: str, what: str, allow_empty=False, allow_negative=False) -> tuple[int, ...]:
+    if (_SIGNED_LIST if allow_negative else _INT_LIST).fullmatch(text):
+        return tuple(map(int, text.split(",")))
     parts = [p.strip() for p in text.split(",")] if text.strip() else []
     if not parts and not allow_empty:
         raise _Problem(f"empty {what}", expected="comma-separated integers", got=f"[{text}]")
     out = []
     for p in parts:
-        if not re.fullmatch(_INT if allow_negative else r"\d+", p):
+        if not (_INT_RE if allow_negative else _DIGITS).fullmatch(p):
             raise _Problem(f"bad {what}", expected="comma-separated integers", got=f"[{text}]")
         out.append(int(p))
     return tuple(out)
@@ -153,10 +168,10 @@ def parse_tile(text: str) -> TileRef:
     if space not in ON_CHIP:
         raise _Problem(f"unknown on-chip space '{space}'", expected=" or ".join(ON_CHIP), got=space)
     shape = _ints(m["shape"], "tile shape")
-    if any(s <= 0 for s in shape):
+    if min(shape) <= 0:                 # (`_ints` gives one size at least)
         raise _Problem("tile shape must be positive", expected="sizes >= 1", got=list(shape))
     valid = shape if m["valid"] is None else _ints(m["valid"], "valid shape")
-    if len(valid) != len(shape) or any(not 1 <= v <= s for v, s in zip(valid, shape)):
+    if valid is not shape and (len(valid) != len(shape) or any(not 1 <= v <= s for v, s in zip(valid, shape))):
         raise _Problem("valid shape does not fit the tile", expected=f"1 <= valid <= {list(shape)}, same rank",
                        got=list(valid))
     return TileRef(space, int(m["addr"], 0), _dtype(m["dtype"]), shape, valid)
@@ -185,7 +200,7 @@ def parse_gm(text: str, buffers: dict[str, GMBuffer]) -> GMRef:
     else:
         ranges = [r.strip() for r in m["ranges"].split(",")]
         for r in ranges:
-            if not re.fullmatch(r"(\d+)\s*:\s*(\d+)", r):
+            if not _RANGE.fullmatch(r):
                 raise _Problem("bad GM range", expected="lo:hi, e.g. GM:x[0:64,0:256]", got=r)
         if len(ranges) != len(buf.shape):
             raise _Problem(f"GM window of '{name}' needs one range per dim", expected=f"{len(buf.shape)} ranges",
@@ -193,7 +208,7 @@ def parse_gm(text: str, buffers: dict[str, GMBuffer]) -> GMRef:
         off, shape = 0, []
         nat = natural_strides(buf.shape)
         for r, dim, st in zip(ranges, buf.shape, nat):
-            mm = re.fullmatch(r"(\d+)\s*:\s*(\d+)", r)
+            mm = _RANGE.fullmatch(r)
             if not mm:
                 raise _Problem("bad GM range", expected="lo:hi", got=r)
             lo, hi = int(mm[1]), int(mm[2])
@@ -203,7 +218,7 @@ def parse_gm(text: str, buffers: dict[str, GMBuffer]) -> GMRef:
             off += lo * st
             shape.append(hi - lo)
         ref = GMRef(buf, off, tuple(shape), nat)
-    if any(s <= 0 for s in ref.shape):
+    if ref.shape and min(ref.shape) <= 0:
         raise _Problem("GM window shape must be positive", expected="sizes >= 1", got=list(ref.shape))
     lo = ref.offset + sum((s - 1) * st for s, st in zip(ref.shape, ref.strides) if st < 0)
     hi = ref.offset + sum((s - 1) * st for s, st in zip(ref.shape, ref.strides) if st > 0) + 1
@@ -214,6 +229,8 @@ def parse_gm(text: str, buffers: dict[str, GMBuffer]) -> GMRef:
 
 def _split_top(body: str) -> list[str]:
     """Split at commas outside brackets, braces and parentheses."""
+    if _BALANCED.fullmatch(body):       # (the usual operands: one level of brackets at most)
+        return [p.strip() for p in _TOP_COMMA.split(body)] if body.strip() else []
     out, depth, cur = [], 0, []
     for ch in body:
         if ch in "[{(":
@@ -238,29 +255,29 @@ def _split_top(body: str) -> list[str]:
 def _attr_value(key: str, text: str):
     text = text.strip()
     if key == "offsets":
-        m = re.fullmatch(r"\(([^)]*)\)", text)
+        m = _PAREN.fullmatch(text)
         if not m:
             raise _Problem("bad offsets", expected="offsets=(row,col)", got=text)
         return _ints(m[1], "offsets")
     if key == "dim":
-        if re.fullmatch(_INT, text):
+        if _INT_RE.fullmatch(text):
             return int(text)
-        m = re.fullmatch(r"\(([^)]*)\)", text)
+        m = _PAREN.fullmatch(text)
         if m:
             return _ints(m[1], "dims", allow_negative=True)
         raise _Problem("bad dim", expected="dim=<int>", got=text)
     if key in (OFFSETS_STEP, ADDR_STEP):    # one tuple per loop around the instruction
-        m = re.fullmatch(r"\(([^()]*)\)", text)
+        m = _PAREN_FLAT.fullmatch(text)
         if m:
             return (_ints(m[1], key, allow_negative=True),)
-        m = re.fullmatch(r"\((\([^()]*\)(?:\s*,\s*\([^()]*\))*)\)", text)
+        m = _PARENS.fullmatch(text)
         if not m:
             raise _Problem(f"bad {key}", expected=f"{key}=(a,b) or {key}=((a,b),(a,b),..)", got=text)
         return tuple(_ints(x, key, allow_negative=True) for x in re.findall(r"\(([^()]*)\)", m[1]))
     if key == GM_STEP:          # one step per loop around the instruction, outermost first
-        if re.fullmatch(_INT, text):
+        if _INT_RE.fullmatch(text):
             return (int(text),)
-        m = re.fullmatch(r"\(([^)]*)\)", text)
+        m = _PAREN.fullmatch(text)
         if m:
             return _ints(m[1], "gm_step", allow_negative=True)
         raise _Problem("bad gm_step", expected="gm_step=<elements> or gm_step=(outer,inner,..)", got=text)
@@ -274,7 +291,7 @@ def _attr_value(key: str, text: str):
                            got=f"round={text}")
         return text
     if key in ("start", "step"):
-        if re.fullmatch(r"-?\d+", text):
+        if _INT_RE.fullmatch(text):
             return int(text)
         try:
             return float(text)
@@ -290,13 +307,19 @@ def _attr_value(key: str, text: str):
 
 
 def _scalar(text: str):
-    if re.fullmatch(r"[+-]?\d+", text):
+    if _SIGNED_RE.fullmatch(text):
         return int(text)
     return float(text)
 
 
 def split_comment(line: str) -> tuple[str, str]:
     """(body, comment): the comment starts at the first ';' outside brackets."""
+    i = line.find(";")
+    if i < 0:
+        return line, ""
+    head = line[:i]
+    if _BALANCED.fullmatch(head):       # (the usual line: no bracket open at its first ';')
+        return head, line[i + 1:].strip()
     depth = 0
     for i, ch in enumerate(line):
         if ch in "[{(":
@@ -356,7 +379,7 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
         return Instr(op, m["src"] if setting else m["dst"], attrs=attrs, loc=loc)
     if kind == "barrier":
         pipes = rest or "ALL"
-        if not re.fullmatch(r"\w+", pipes):
+        if not _WORD.fullmatch(pipes):
             raise _Problem("bad PIPE_BARRIER operand", expected="a pipe name or ALL", got=rest)
         attrs = Attrs({} if pipes == "ALL" else {"pipes": pipes})
         return Instr(op, "S" if pipes == "ALL" else pipes, attrs=attrs, loc=loc)
@@ -369,7 +392,7 @@ def parse_instr(text: str, buffers: dict[str, GMBuffer]) -> Instr:
             if key.strip() in attrs:
                 raise _Problem(f"attribute '{key.strip()}' given twice", expected="each attribute once", got=piece)
             attrs[key.strip()] = _attr_value(key.strip(), val)
-        elif eq and re.fullmatch(r"\w+", key.strip()):
+        elif eq and _WORD.fullmatch(key.strip()):
             raise _Problem(f"unknown attribute '{key.strip()}'", expected=" or ".join(ATTR_KEYS), got=piece)
         elif attrs:
             raise _Problem("operand after an attribute", expected="operands first, then attributes", got=piece)
@@ -641,7 +664,7 @@ def _parse_program(text: str, machine=None):
                                          expected="instructions between .loop and .endloop", got="none")
                 cur["stack"][-1][0].append(Loop(count, tuple(body)))
                 continue
-            m = re.fullmatch(r"\.loop\s+(\d+)", line)
+            m = _LOOP.fullmatch(line)
             if not m or int(m[1]) < 1:
                 raise PTOSyntaxError("bad .loop line", line=lineno, task=cur["id"], text=raw,
                                      expected=".loop N (N >= 1 iterations)", got=line)
@@ -656,7 +679,6 @@ def _parse_program(text: str, machine=None):
                                  expected=".task ID AIC|AIV group=G deps=[..] before the instructions",
                                  got="an instruction before any .task line")
         index = cur["n"]
-        loc = comment_loc(split_comment(line)[1])
         try:
             ins = parse_instr(line, buffers)
             check_instr(ins, cur["core"], capacities)
@@ -668,7 +690,8 @@ def _parse_program(text: str, machine=None):
                                    f"no {key} outside a loop", got=len(ins.attrs[key]))
         except _Problem as e:
             raise PTOSyntaxError(e.message, line=lineno, task=cur["id"], index=index, op=op, text=raw,
-                                 kernel_loc=loc, expected=e.expected, got=e.got) from None
+                                 kernel_loc=comment_loc(split_comment(line)[1]), expected=e.expected,
+                                 got=e.got) from None
         cur["stack"][-1][0].append(ins)
         cur["n"] += 1
     close(None)
