@@ -214,6 +214,9 @@ def test_tiles_that_move_from_iteration_to_iteration():
     assert [i.srcs[0].offset for i in loads] == [256 * r for r in range(16)]
     adds = [i for i in p.tasks[0].instrs if i.op == "TADDS"]
     assert [(i.dst.addr, i.srcs[0].addr) for i in adds[:5]] == [(0x4000, a) for a in (0, 1024, 2048, 3072, 0)]
+    # the ring's turns are a few objects, met again and again (an unrolled program shares them)
+    assert adds[0] is adds[4] and adds[0].srcs[0] is adds[4].srcs[0] and adds[0] is not adds[1]
+    assert loads[0].dst is loads[4].dst
     x = np.arange(16 * 256, dtype=np.float32).reshape(16, 256)
     res = pypto.sim.simulate(p, x, np.zeros_like(x), machine="a2a3")
     np.testing.assert_array_equal(res.outputs["out"], x + 1)

@@ -220,6 +220,13 @@ class _Unroll:
         self.done: dict = {}        # (loops, instruction) -> its instances
         self.deltas: dict = {}      # loops -> {steps -> `_deltas`}
         self.flags: dict = {}       # a flag but for its event id -> {event id -> the flag with it}
+        # a tile (space, dtype, shape, valid: its own key) -> {address -> the tile there}: a ring of
+        # slots walked by `addr_step` holds a few tiles, met once per iteration
+        self.tiles: dict = {}
+        # (op, pipe, and by identity loc, attrs, dst, srcs) -> (the instruction, its operands:
+        # kept alive with it): the instances of one body instruction alike (a tile ring's turns)
+        # share one
+        self.made: dict = {}
 
     def runs(self, body, loops: list) -> list:
         """The instructions of each run of a loop body inside `loops` (the index ranges of the
@@ -320,8 +327,18 @@ class _Unroll:
                     if d is not None:
                         space, addr, dtype, shape, valid = o.space, o.addr, o.dtype, o.shape, o.valid
                         # (a tile that does not move at an iteration is the same object, as in
-                        # at_iteration)
-                        moving[k] = [TileRef(space, addr + x, dtype, shape, valid) if x else o for x in d]
+                        # at_iteration; the tiles it moves to, one object per address)
+                        ring = self.tiles.setdefault((space, dtype, shape, valid), {})
+                        at = []
+                        for x in d:
+                            if not x:
+                                at.append(o)
+                                continue
+                            t = ring.get(addr + x)
+                            if t is None:
+                                t = ring[addr + x] = TileRef(space, addr + x, dtype, shape, valid)
+                            at.append(t)
+                        moving[k] = at
         make, op, pipe, loc = Instr._make, ins.op, ins.pipe, ins.loc
         # the operands at each iteration
         dsts = itertools.repeat(ins.dst, n) if moving[0] is None else moving[0]
@@ -334,7 +351,18 @@ class _Unroll:
             attrs = Attrs.of(attrs)
             if moving.count(None) == len(ops):      # nothing moves: one instruction every iteration
                 return [make(op, pipe, ins.dst, ins.srcs, attrs, loc)] * n
-            return [make(op, pipe, dst, s, attrs, loc) for dst, s in zip(dsts, srcs)]
+            if any(isinstance(o, GMRef) for o in ops):
+                return [make(op, pipe, dst, s, attrs, loc) for dst, s in zip(dsts, srcs)]
+            # only tiles move (on a ring of slots): the same few instructions over and over, shared
+            made = self.made
+            out = []
+            for dst, s in zip(dsts, srcs):
+                key = (op, pipe, id(loc), id(attrs), id(dst), *map(id, s))
+                got = made.get(key)
+                if got is None:
+                    got = made[key] = (make(op, pipe, dst, s, attrs, loc), dst, s)
+                out.append(got[0])
+            return out
         if len(values) == 1 and len(ops) == 1 and ins.dst is None:
             # a flag (its event id moves): the same few flags over and over, shared
             (name, vals), = values.items()
