@@ -339,3 +339,19 @@ def test_a_long_stream_folds_with_its_tiles_moving_first(monkeypatch):
         if len(u.instrs) in firsts and len(u.instrs) not in fixed_too:
             assert lines * loops.LEFT <= len(u.instrs)
             assert any(ADDR_STEP in i.attrs for i, _ in static_instrs(t.code))
+
+
+def test_a_repeated_line_is_parsed_once_and_checked_where_it_stands():
+    """A program's lines repeat (a 4096^3 matmul's 52k instruction lines are 1.5k distinct): a
+    line is parsed and checked once and its instruction shared, but where it stands is checked at
+    each place: its steps against the loops around it, with that place's line number."""
+    line = "    TADDS              UB[0x1000]:fp32[4,256], UB[0x0]:fp32[4,256], 1.0\n"
+    p = pypto.Program.parse(_hand(LOOP.format(step=1024) + line.strip() + "\n"), machine="a2a3")
+    adds = [i for i in p.tasks[0].code if not isinstance(i, Loop) and i.op == "TADDS"]
+    body = [i for i in p.tasks[0].code[0].body if i.op == "TADDS"]
+    assert adds[0] is body[0]
+    stepped = "    TLOAD              UB[0x0]:fp32[4,256], GM:x[0:4,0:256], gm_step=1024\n"
+    text = _hand(LOOP.format(step=1024) + stepped.strip() + "\n")
+    with pytest.raises(PTOSyntaxError, match="gm_step= needs one step per loop") as e:
+        pypto.Program.parse(text, machine="a2a3")
+    assert e.value.line == text.splitlines().index(stepped.strip()) + 1

@@ -454,9 +454,8 @@ def test_a5_program_does_not_fit_a2a3(rng):
 
 
 def test_the_operand_splitters_agree_with_a_walk_over_the_text():
-    """`split_comment`, `_split_top` and `_ints` take their usual inputs with a regular expression
-    (a 4096^3 matmul's text, 52k lines, parses in 1.6 s instead of 2.1 s); on any text they give
-    what walking it character by character gives, errors included."""
+    """`split_comment`, `_split_top` and `_ints` take their usual inputs with a regular expression;
+    on any text they give what walking it character by character gives, errors included."""
     import random
     import re
     from pypto.ir import pto_text as P

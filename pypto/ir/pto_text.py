@@ -571,6 +571,7 @@ def _parse_program(text: str, machine=None):
     tasks: list[ExecTask] = []
     cur: dict | None = None
     levels: dict[int, int] = {}
+    parsed: dict[tuple, Instr] = {}         # (instruction line, core type) -> its instruction
 
     def close(lineno):
         if cur is None:
@@ -616,6 +617,7 @@ def _parse_program(text: str, machine=None):
                 raise PTOSyntaxError(f"GM buffer '{m['name']}' declared twice", line=lineno, text=raw,
                                      expected="one .gm line per buffer", got=m["name"])
             buffers[m["name"]] = GMBuffer(m["name"], shape, dt, m["role"])
+            parsed.clear()          # (a line's windows are of the buffers declared so far)
             continue
         if line.startswith(".task"):
             m = _TASK.match(line)
@@ -680,8 +682,14 @@ def _parse_program(text: str, machine=None):
                                  got="an instruction before any .task line")
         index = cur["n"]
         try:
-            ins = parse_instr(line, buffers)
-            check_instr(ins, cur["core"], capacities)
+            # (a program's lines repeat: a 4096^3 matmul's 52k are 1.5k distinct; an instruction
+            # is immutable, so a line parsed and checked once gives its instruction again)
+            key = (line, cur["core"])
+            ins = parsed.get(key)
+            if ins is None:
+                ins = parse_instr(line, buffers)
+                check_instr(ins, cur["core"], capacities)
+                parsed[key] = ins
             depth = len(cur["stack"]) - 1
             for key in (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP):
                 if key in ins.attrs and len(ins.attrs[key]) != depth:
