@@ -109,7 +109,8 @@ class _Problem(Exception):
 # operands
 
 _INT = r"-?\d+"
-_INT_RE, _DIGITS, _SIGNED_RE, _WORD = re.compile(_INT), re.compile(r"\d+"), re.compile(r"[+-]?\d+"), re.compile(r"\w+")
+_INT_RE, _DIGITS, _SIGNED_RE = re.compile(_INT), re.compile(r"\d+"), re.compile(r"[+-]?\d+")
+_WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"(\d+)\s*:\s*(\d+)")
 _PAREN, _PAREN_FLAT = re.compile(r"\(([^)]*)\)"), re.compile(r"\(([^()]*)\)")
 _PARENS = re.compile(r"\((\([^()]*\)(?:\s*,\s*\([^()]*\))*)\)")
@@ -133,10 +134,10 @@ _GM_DECL = re.compile(r"^\.gm\s+(?P<name>[^\[\]{}:,\s]+)\s+(?P<dtype>\w+)\[(?P<s
 _HEADER = re.compile(r"^//\s*PTO program\s+(?P<name>\S+?):")
 _LOC = re.compile(r"^(?P<file>.+):(?P<line>\d+)$")
 # text whose brackets close in order of opening, one level deep at most (operands, windows, steps
-# of one loop): what `split_comment` splits without walking it
+# of one loop): what `split_comment` and `_split_top` split without walking it
+_BALANCED = re.compile(r"[^\[\]{}()]*(?:[\[{(][^\[\]{}()]*[\]})][^\[\]{}()]*)*")
 # a comma of such text outside its brackets: no closing bracket before the next opening one
 _TOP_COMMA = re.compile(r",(?![^\[\]{}()]*[\]})])")
-_BALANCED = re.compile(r"[^\[\]{}()]*(?:[\[{(][^\[\]{}()]*[\]})][^\[\]{}()]*)*")
 
 
 def _ints(text: str, what: str, allow_empty=False, allow_negative=False) -> tuple[int, ...]:
@@ -684,12 +685,12 @@ def _parse_program(text: str, machine=None):
         try:
             # (a program's lines repeat: a 4096^3 matmul's 52k are 1.5k distinct; an instruction
             # is immutable, so a line parsed and checked once gives its instruction again)
-            key = (line, cur["core"])
-            ins = parsed.get(key)
+            seen = (line, cur["core"])
+            ins = parsed.get(seen)
             if ins is None:
                 ins = parse_instr(line, buffers)
                 check_instr(ins, cur["core"], capacities)
-                parsed[key] = ins
+                parsed[seen] = ins
             depth = len(cur["stack"]) - 1
             for key in (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP):
                 if key in ins.attrs and len(ins.attrs[key]) != depth:
