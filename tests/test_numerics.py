@@ -299,6 +299,43 @@ def test_a_nan_against_an_inf_after_a_layernorm_is_no_false_alarm():
     assert res.ok, res.check
 
 
+def test_a_jump_within_safety_times_the_bound_is_unknown():
+    """(make fuzz, 2026-12-05, data seed 2754.)  The chip's value and the reference's are each
+    within the bound e of the exact one, so they may be 2e apart (4e with the second-order terms
+    the check allows, SAFETY): a bf16 `x - sum(x)` one ulp (2.4e-4) from the value it is compared
+    with, its bound 1.9e-4, compared equal on the chip and not in the reference, and the check
+    called the correct result a MISMATCH.  Comparisons, roundings to an integer and remainders make
+    no claim within SAFETY x the bound of their jump."""
+    from pypto.ir.numerics import Approx
+    from pypto.ir.ops import OPS, SAFETY
+    assert SAFETY == 4
+    y, e = 0.0314941, 1.9e-4
+    x = Approx(y + np.array([2.44e-4, 3.9 * e, 4.1 * e]), np.full(3, e))   # 1.3, 3.9 and 4.1 bounds away
+    eq = OPS["eq"].bound([x, Approx(np.array(y))], {})
+    assert list(np.isinf(eq.e)) == [True, True, False] and not eq.v.any()
+    fl = OPS["floor"].bound([Approx(np.array([2.003, 2.005]), np.array([1e-3, 1e-3]))], {})
+    assert np.isinf(fl.full_e[0]) and fl.full_e[1] == 0
+
+
+@pypto.jit
+def _sum_eq_mask(x0, x2, out0):
+    v6 = -pypto.sub(x0, pypto.sum(x0, dim=1, keepdim=True))
+    v7 = pypto.eq(v6, x2) * v6
+    out0[1] = pypto.masked_fill(v7, pypto.le(v7, -1.62), float("nan"))
+
+
+def test_an_equality_one_ulp_off_in_bf16_is_no_false_alarm():
+    """The fuzz kernel behind the rule above, end to end (its data as the fuzzer made it)."""
+    import ml_dtypes
+    rng = np.random.default_rng(2754)
+    x0 = rng.uniform(-0.05, 0.05, (64, 64, 32)).astype(ml_dtypes.bfloat16)
+    rng.uniform(-1.0, 1.0, (32, 100))                   # (an input the kernel does not read)
+    x2 = rng.uniform(-0.05, 0.05, (32,)).astype(ml_dtypes.bfloat16)
+    out0 = rng.uniform(-3, 3, (2, 64, 64, 32)).astype(ml_dtypes.bfloat16)
+    res = _sum_eq_mask.compile(x0, x2, out0).simulate(x0, x2, out0)
+    assert res.ok, res.check
+
+
 @pypto.jit
 def _ln_then_mask(x, y, out):
     v = pypto.layernorm(x - y, eps=1e-06)

@@ -40,14 +40,15 @@ import numpy as np
 
 from .. import dtypes as dt
 from .core import region_slices
-from .ops import OPS, Builder
+from .ops import OPS, SAFETY, Builder
 from .tensor import TensorGraph, TNode
 
 UNIT_ROUNDOFF = {"fp32": 2.0 ** -24, "fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
 # the smallest subnormal: at least the absolute error of a rounding into the subnormal range
 UNDERFLOW = {"fp32": 2.0 ** -149, "fp16": 2.0 ** -24, "bf16": 2.0 ** -133}
 ACCUMULATOR_UNIT = 2.0 ** -24       # float sums and matmuls accumulate in fp32 at least
-SAFETY = 4.0                        # two evaluations within the bound, and second-order terms
+# (SAFETY, 4: two evaluations within the bound, and second-order terms; defined with the rules
+# of the ops that jump, which use it too)
 
 _F64 = np.float64
 

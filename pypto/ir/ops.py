@@ -335,6 +335,13 @@ def _np_halves(x, dim):
 
 # --- error-bound helpers (operands are numerics.Approx values: .v, .e and their methods) ---
 
+# The check (`numerics`) passes a result within SAFETY x its bound of the reference: the chip's
+# value and the reference's are each within the bound of the exact one, and a factor of 2 covers
+# the second-order terms the analysis drops.  So where a result jumps (a comparison, a rounding to
+# an integer, a remainder), the chip may be on the other side of the jump whenever the reference
+# is within SAFETY x the bound of it: there the rules make no claim.
+SAFETY = 4.0
+
 def _exact(ins, a):
     return ins[0].__class__(ins[0].v, ins[0].e)
 
@@ -347,8 +354,9 @@ def _known(e):
 
 
 def _compare_bound(np_fn):
-    """A comparison is exact where its operands are farther apart than their bounds; where they
-    may be on either side (or equal), the mask is unknown: an infinite bound (no claim).  So is
+    """A comparison is exact where its operands are farther apart than SAFETY x their bounds;
+    where the chip's may be on either side (or equal), the mask is unknown: an infinite bound (no
+    claim).  So is
     it where a reference operand is NaN but may be a number on the chip (a bound above 0: the
     reference's 0 x inf is NaN, the chip's tiny x inf an inf, and NaN >= v is False, inf >= v
     True)."""
@@ -357,7 +365,7 @@ def _compare_bound(np_fn):
         e = _known(x.e + y.e)
         with np.errstate(invalid="ignore"):
             d = np.abs(x.v - y.v)
-            near = (e > 0) & ((d <= e) | np.isnan(d))
+            near = (e > 0) & ((d <= SAFETY * e) | np.isnan(d))
         return x.__class__(np_fn(x.v, y.v), np.where(near, np.inf, 0.0))
     return rule
 
@@ -634,7 +642,7 @@ def _mod_bound(f, floored):
             q = np.abs((np.floor if floored else np.trunc)(np.asarray(x.v, np.float64) / y.v))
             ye = _known(y.e)
             e = _known(x.e) + np.where(ye > 0, (q + 1) * ye, 0.0)
-            near = (e > 0) & ((np.abs(v) <= e) | (np.abs(np.abs(v) - np.abs(y.v)) <= e))
+            near = (e > 0) & ((np.abs(v) <= SAFETY * e) | (np.abs(np.abs(v) - np.abs(y.v)) <= SAFETY * e))
         return x.__class__(v, np.where(near, np.inf, e))
     return rule
 
@@ -669,7 +677,7 @@ def _integral_bound(half):
         t = np.asarray(x.v, np.float64) + (0.5 if half else 0.0)
         e = _known(x.full_e)
         with np.errstate(invalid="ignore"):
-            near = (e > 0) & (np.abs(t - np.round(t)) <= e)
+            near = (e > 0) & (np.abs(t - np.round(t)) <= SAFETY * e)
         return x.__class__(x.v, np.where(near, np.inf, 0.0))
     return rule
 
