@@ -88,12 +88,11 @@ def _at(instrs, op: str) -> list[int]:
     return list(itertools.compress(itertools.count(), map(op.__eq__, map(_OP, instrs))))
 
 
-def _stored_tiles(cube: ExecTask, stores: list[int] | None = None) -> list[tuple[int, GMRef]]:
+def _stored_tiles(cube: ExecTask, stores: list[int]) -> list[tuple[int, GMRef]]:
     """(instruction index, window) of the cube task's GM stores, in order: tile j is the j-th.
-    `stores`: the positions of its TSTOREs, when known."""
+    `stores`: the positions of its TSTOREs (`_at`)."""
     instrs = cube.instrs
-    return [(k, instrs[k].dst) for k in (_at(instrs, "TSTORE") if stores is None else stores)
-            if isinstance(instrs[k].dst, GMRef)]
+    return [(k, instrs[k].dst) for k in stores if isinstance(instrs[k].dst, GMRef)]
 
 
 def _tile_needed_per_instr(t: ExecTask, tiles, loads: list[int]) -> list[tuple[int, int]] | None:

@@ -274,7 +274,7 @@ def _attr_value(key: str, text: str):
         m = _PARENS.fullmatch(text)
         if not m:
             raise _Problem(f"bad {key}", expected=f"{key}=(a,b) or {key}=((a,b),(a,b),..)", got=text)
-        return tuple(_ints(x, key, allow_negative=True) for x in re.findall(r"\(([^()]*)\)", m[1]))
+        return tuple(_ints(x, key, allow_negative=True) for x in _PAREN_FLAT.findall(m[1]))
     if key == GM_STEP:          # one step per loop around the instruction, outermost first
         if _INT_RE.fullmatch(text):
             return (int(text),)
