@@ -181,6 +181,42 @@ def _sync_ops(names: list) -> list:
     return got
 
 
+def _take_event(pair: list, dst: int, known: list, floor: list):
+    """A free event id for a SET_FLAG of `pair` (into pipe `dst`) whose pipe knows `known`,
+    or None when all are pending.  `floor`: what every later SET_FLAG of the pair will
+    know at least (ids it frees are dropped for good)."""
+    events = EVENTS_PER_PIPE_PAIR
+    pend = pair[0]
+    done = floor[dst]
+    while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
+        pend.pop(0)
+    ev = pair[1]
+    if len(pend) < events:                  # the usual case: the next id, when not pending
+        for x in pend:
+            if x[0] == ev:
+                break
+        else:
+            pair[1] = (ev + 1) % events
+            return ev
+    done = known[dst]
+    used = {e for e, c in pend if c > done}
+    if len(used) >= events:
+        return None
+    while ev in used:
+        ev = (ev + 1) % events
+    pair[1] = (ev + 1) % events
+    pend[:] = [x for x in pend if x[0] != ev]       # a newer use of the id replaces the old
+    return ev
+
+
+def _merged(mine: list, known: list, pipe: int, at: int) -> list:
+    """`mine` updated with `known` and with `pipe` being past instruction `at` (a new list)."""
+    out = [x if x > y else y for x, y in zip(mine, known)]
+    if at > out[pipe]:
+        out[pipe] = at
+    return out
+
+
 def plan_flags(pipes, accesses):
     """The flags of one task's stream: (before, after, flags).
 
@@ -201,165 +237,162 @@ def plan_flags(pipes, accesses):
     pending, the consumer's pipe first signals the producer's pipe that it is past the oldest
     wait (a flag back, Q->P), and the new SET_FLAG goes right behind that wait on P.
     """
-    n = len(pipes)
-    events = EVENTS_PER_PIPE_PAIR
-    # the pipes by number (lists indexed by pipe beat dicts in the loop), in the order of their
-    # names: numbers sort as the names do (str: a hand-made stream may leave a pipe None)
-    names = sorted(set(pipes), key=str)
-    number = {p: k for k, p in enumerate(names)}
-    m = len(names)
-    # per range [writer's pipe, writer's index, {pipe: newest reader since}] (updated in place;
-    # both -1 until it is written: -1 is no instruction, so that no flag waits for it)
-    ranges = RangeValues()
-    found, resolve = ranges.found, ranges.resolve
-    synced_to = [[-1] * m for _ in range(m)]    # [q][p]: the newest P instruction a flag P->Q covers
-    # [q][p]: the pipe pair P->Q's pending flags (event, consumer index) and its next id
-    pairs = [[[[], 0] for _ in range(m)] for _ in range(m)]
-    # what each pipe knows: the newest instruction of every pipe known to have finished (-1:
-    # none; a vector clock, a new list on change, so that an instruction's snapshot is a shared
-    # reference)
-    clock = [[-1] * m] * m
-    last_of = [-1] * m                          # the newest instruction of each pipe so far
-    snap: list = [None] * n                     # the clock of an instruction's pipe at it
-    before: dict[int, list] = {}
-    after: dict[int, list] = {}
-    flags: list[tuple] = []
-    sync_ops = _sync_ops(names)
+    p = FlagPlanner(pipes, accesses)
+    p.run(0, len(pipes))
+    return p.before, p.after_of(), p.flags
 
-    def take_event(pair: list, dst: int, known: list, floor: list):
-        """A free event id for a SET_FLAG of `pair` (into pipe `dst`) whose pipe knows `known`,
-        or None when all are pending.  `floor`: what every later SET_FLAG of the pair will
-        know at least (ids it frees are dropped for good)."""
-        pend = pair[0]
-        done = floor[dst]
-        while pend and pend[0][1] <= done:      # its WAIT_FLAG ran: the id is free again
-            pend.pop(0)
-        ev = pair[1]
-        if len(pend) < events:                  # the usual case: the next id, when not pending
-            for x in pend:
-                if x[0] == ev:
-                    break
+
+class FlagPlanner:
+    """`plan_flags`, resumable: `run(lo, hi)` plans instructions lo .. hi - 1 (in order, each
+    once), its state kept between calls, so that a caller can look at the state at a cut between
+    two instructions (`canon`) and put one back (`load`) — see `plan_looped`.
+
+    The outputs: `before` {k: [operations before instruction k]}, `sets` [(producer index,
+    SET_FLAG operation)] in the order the plan made them (`after_of` groups them per producer),
+    `flags` as `plan_flags` gives them."""
+
+    def __init__(self, pipes, accesses):
+        self.pipes, self.accesses = pipes, accesses
+        n = len(pipes)
+        # the pipes by number (lists indexed by pipe beat dicts in the loop), in the order of their
+        # names: numbers sort as the names do (str: a hand-made stream may leave a pipe None)
+        self.names = names = sorted(set(pipes), key=str)
+        self.number = number = {p: k for k, p in enumerate(names)}
+        self.q_of = list(map(number.__getitem__, pipes))
+        m = self.m = len(names)
+        # per range [writer's pipe, writer's index, {pipe: newest reader since}] (updated in place;
+        # both -1 until it is written: -1 is no instruction, so that no flag waits for it)
+        self.ranges = RangeValues()
+        self.synced_to = [[-1] * m for _ in range(m)]    # [q][p]: the newest P instruction a flag P->Q covers
+        # [q][p]: the pipe pair P->Q's pending flags (event, consumer index) and its next id
+        self.pairs = [[[[], 0] for _ in range(m)] for _ in range(m)]
+        # what each pipe knows: the newest instruction of every pipe known to have finished (-1:
+        # none; a vector clock, a new list on change, so that an instruction's snapshot is a shared
+        # reference)
+        self.clock = [[-1] * m] * m
+        self.last_of = [-1] * m                     # the newest instruction of each pipe so far
+        self.snap: list = [None] * n                # the clock of an instruction's pipe at it
+        self.before: dict[int, list] = {}
+        self.sets: list[tuple] = []
+        self.flags: list[tuple] = []
+        self.sync_ops = _sync_ops(names)
+
+    def after_of(self) -> dict[int, list]:
+        """{k: the SET_FLAG operations after instruction k, in order}."""
+        after: dict[int, list] = {}
+        for j, op in self.sets:
+            a = after.get(j)
+            if a is None:
+                after[j] = [op]
             else:
-                pair[1] = (ev + 1) % events
-                return ev
-        done = known[dst]
-        used = {e for e, c in pend if c > done}
-        if len(used) >= events:
-            return None
-        while ev in used:
-            ev = (ev + 1) % events
-        pair[1] = (ev + 1) % events
-        pend[:] = [x for x in pend if x[0] != ev]       # a newer use of the id replaces the old
-        return ev
+                a.append(op)
+        return after
 
-    def merged(mine: list, known: list, pipe: int, at: int) -> list:
-        """`mine` updated with `known` and with `pipe` being past instruction `at` (a new list)."""
-        out = [x if x > y else y for x, y in zip(mine, known)]
-        if at > out[pipe]:
-            out[pipe] = at
-        return out
-
-    for idx, q in enumerate(map(number.__getitem__, pipes)):
-        need: dict[int, int] = {}
-        sq = synced_to[q]
-        # what it must wait for, and its own accesses recorded, access by access: the next
-        # access of the instruction then sees this one's, which only adds instructions of Q
-        # (no flag) in place of ones this one already had to see
-        for a in accesses[idx]:
-            overlapping, own = found.get(id(a)) or resolve(a)
-            if a[3]:                    # a write: after the last writer and the readers since
-                for v in overlapping:
-                    p = v[0]
-                    if p != q:
-                        j = v[1]
-                        if j > sq[p] and j > need.get(p, -1):
-                            need[p] = j
-                    for p, j in v[2].items():
-                        if p != q and j > sq[p] and j > need.get(p, -1):
-                            need[p] = j
-                    # a write supersedes everything it overlaps: later accesses only need to see it
-                    v[0] = q
-                    v[1] = idx
-                    v[2] = {}
-                if own is None:         # its range is new
-                    ranges.add(a, [q, idx, {}])
-            else:                       # a read: after the last writer
-                for v in overlapping:
-                    p = v[0]
-                    if p != q:
-                        j = v[1]
-                        if j > sq[p] and j > need.get(p, -1):
-                            need[p] = j
-                if own is None:
-                    ranges.add(a, [-1, -1, {q: idx}])
-                else:
-                    own[2][q] = idx
-        cq = clock[q]
-        if need:
-            pre = before[idx] = []
-            into = pairs[q]
-            into_ops = sync_ops[q]         # [p][event]: the operations of flag P->Q
-            qn = names[q]
-            for p, j in sorted(need.items()) if len(need) > 1 else need.items():
-                known = snap[j]
-                pair = into[p]
-                # take_event(pair, q, known, known), its usual case inline: the next id, not pending
-                pend = pair[0]
-                done = known[q]
-                while pend and pend[0][1] <= done:
-                    pend.pop(0)
-                ev = pair[1]
-                if len(pend) < events:
-                    for x in pend:
-                        if x[0] == ev:
-                            ev = take_event(pair, q, known, known)
-                            break
+    def run(self, lo: int, hi: int) -> None:
+        events = EVENTS_PER_PIPE_PAIR
+        names, accesses, snap, before, flags, sync_ops = (self.names, self.accesses, self.snap, self.before,
+                                                          self.flags, self.sync_ops)
+        ranges, synced_to, pairs, clock, last_of = self.ranges, self.synced_to, self.pairs, self.clock, self.last_of
+        found, resolve = ranges.found, ranges.resolve
+        add_set = self.sets.append
+        take_event, merged = _take_event, _merged
+        for idx in range(lo, hi):
+            q = self.q_of[idx]
+            need: dict[int, int] = {}
+            sq = synced_to[q]
+            # what it must wait for, and its own accesses recorded, access by access: the next
+            # access of the instruction then sees this one's, which only adds instructions of Q
+            # (no flag) in place of ones this one already had to see
+            for a in accesses[idx]:
+                overlapping, own = found.get(id(a)) or resolve(a)
+                if a[3]:                    # a write: after the last writer and the readers since
+                    for v in overlapping:
+                        p = v[0]
+                        if p != q:
+                            j = v[1]
+                            if j > sq[p] and j > need.get(p, -1):
+                                need[p] = j
+                        for p, j in v[2].items():
+                            if p != q and j > sq[p] and j > need.get(p, -1):
+                                need[p] = j
+                        # a write supersedes everything it overlaps: later accesses only need to see it
+                        v[0] = q
+                        v[1] = idx
+                        v[2] = {}
+                    if own is None:         # its range is new
+                        ranges.add(a, [q, idx, {}])
+                else:                       # a read: after the last writer
+                    for v in overlapping:
+                        p = v[0]
+                        if p != q:
+                            j = v[1]
+                            if j > sq[p] and j > need.get(p, -1):
+                                need[p] = j
+                    if own is None:
+                        ranges.add(a, [-1, -1, {q: idx}])
                     else:
-                        pair[1] = (ev + 1) % events
-                else:
-                    ev = take_event(pair, q, known, known)
-                pn = names[p]
-                if ev is None:
-                    # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
-                    # covering every Q instruction so far), P waits for it and sets the new flag
-                    # right after; all four just before this instruction
-                    back = pairs[p][q]
-                    bev = take_event(back, p, cq, cq)
-                    if bev is None:     # both directions exhausted (never seen): reuse the oldest id
-                        bev = back[0].pop(0)[0]
-                    pre.extend(sync_ops[p][q][bev])
-                    back[0].append((bev, idx))
-                    sp = synced_to[p]
-                    if last_of[q] > sp[q]:
-                        sp[q] = last_of[q]
-                    cp = clock[p] = merged(clock[p], cq, q, last_of[q])
-                    known = cp
-                    ev = take_event(pair, q, known, snap[j])
-                    if ev is None:      # cannot happen: P now knows Q is past every pending wait
-                        ev = pend.pop(0)[0]
-                    set_op, wait_op = into_ops[p][ev]
-                    pre.append(set_op)
-                    at = last_of[p]
-                else:
-                    set_op, wait_op = into_ops[p][ev]
-                    a = after.get(j)
-                    if a is None:
-                        after[j] = [set_op]
+                        own[2][q] = idx
+            cq = clock[q]
+            if need:
+                pre = before[idx] = []
+                into = pairs[q]
+                into_ops = sync_ops[q]         # [p][event]: the operations of flag P->Q
+                qn = names[q]
+                for p, j in sorted(need.items()) if len(need) > 1 else need.items():
+                    known = snap[j]
+                    pair = into[p]
+                    # take_event(pair, q, known, known), its usual case inline: the next id, not pending
+                    pend = pair[0]
+                    done = known[q]
+                    while pend and pend[0][1] <= done:
+                        pend.pop(0)
+                    ev = pair[1]
+                    if len(pend) < events:
+                        for x in pend:
+                            if x[0] == ev:
+                                ev = take_event(pair, q, known, known)
+                                break
+                        else:
+                            pair[1] = (ev + 1) % events
                     else:
-                        a.append(set_op)
-                    at = j
-                pre.append(wait_op)
-                pend.append((ev, idx))
-                # cq = merged(cq, known, p, at), inline (a copy: snapshots share the old one)
-                cq = cq[:]
-                for x, y in enumerate(known):
-                    if y > cq[x]:
-                        cq[x] = y
-                if at > cq[p]:
-                    cq[p] = at
-                sq[p] = j
-                flags.append((pn, qn, j, idx))
-            clock[q] = cq
-        snap[idx] = cq
-        last_of[q] = idx
-    return before, after, flags
+                        ev = take_event(pair, q, known, known)
+                    pn = names[p]
+                    if ev is None:
+                        # all ids pending: Q tells P it is past the oldest WAIT_FLAG (a flag back,
+                        # covering every Q instruction so far), P waits for it and sets the new flag
+                        # right after; all four just before this instruction
+                        back = pairs[p][q]
+                        bev = take_event(back, p, cq, cq)
+                        if bev is None:     # both directions exhausted (never seen): reuse the oldest id
+                            bev = back[0].pop(0)[0]
+                        pre.extend(sync_ops[p][q][bev])
+                        back[0].append((bev, idx))
+                        sp = synced_to[p]
+                        if last_of[q] > sp[q]:
+                            sp[q] = last_of[q]
+                        cp = clock[p] = merged(clock[p], cq, q, last_of[q])
+                        known = cp
+                        ev = take_event(pair, q, known, snap[j])
+                        if ev is None:      # cannot happen: P now knows Q is past every pending wait
+                            ev = pend.pop(0)[0]
+                        set_op, wait_op = into_ops[p][ev]
+                        pre.append(set_op)
+                        at = last_of[p]
+                    else:
+                        set_op, wait_op = into_ops[p][ev]
+                        add_set((j, set_op))
+                        at = j
+                    pre.append(wait_op)
+                    pend.append((ev, idx))
+                    # cq = merged(cq, known, p, at), inline (a copy: snapshots share the old one)
+                    cq = cq[:]
+                    for x, y in enumerate(known):
+                        if y > cq[x]:
+                            cq[x] = y
+                    if at > cq[p]:
+                        cq[p] = at
+                    sq[p] = j
+                    flags.append((pn, qn, j, idx))
+                clock[q] = cq
+            snap[idx] = cq
+            last_of[q] = idx
