@@ -23,15 +23,16 @@ import itertools
 from ..ir.block import BlockGraph
 from ..ir.tile import LoopPart, LoopTileGraph, tile_bytes
 from .pipeline import Pass, PassContext
+from .memory import copy_period
 from .reuse import load_key, without_loads
 
 
 def reused_loads(g: BlockGraph) -> dict[int, int]:
     """{id of a TLOAD whose slot already holds its window: id of the TLOAD that put it there}.
 
-    A task of a loop (`LoopTileGraph.loop_of`) whose loads go to spaces no other node of the
-    loop writes replays its loads and stores alone (`gm_only`): the other nodes change no slot
-    a load could find its window in.  Its nodes are not made."""
+    A task of a loop (`LoopTileGraph.loop_of`) has its nodes made for its iterations alone, and
+    when its loads go to spaces no other node of the loop writes, only its loads and stores
+    (`gm_only`): the other nodes change no slot a load could find its window in."""
     tiles = g.tiles
     parts = tiles.loop_tasks(g.tasks) if isinstance(tiles, LoopTileGraph) else None
     nodes = None
@@ -40,16 +41,17 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     # in Python, and a matmul's tiles are of a few shapes of one dtype
     sizes: dict[tuple, tuple] = {}
     apart: dict[int, bool] = {}         # id of a loop -> its loads' spaces are only theirs
+    reps: dict[int, dict] = {}          # id of a loop -> `_iteration_ops`' representatives
     for k, t in enumerate(g.tasks):
         part = parts[k] if parts is not None else None
         if part is not None:
             ok = apart.get(id(part[0]))
             if ok is None:
                 ok = apart[id(part[0])] = _loads_apart(part)
-            if not ok:
-                part = None
-        if part is not None:
-            ops = part.nodes(t.outer, gm_only=True)
+            if ok:
+                ops = part.nodes(t.outer, gm_only=True)
+            else:       # (a loop whose other nodes write where its loads go, a vector group's UB)
+                ops = _iteration_ops(part, t.outer, reps.setdefault(id(part[0]), {}))
         else:
             if nodes is None:
                 nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
@@ -101,11 +103,49 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
 
 
 def _loads_apart(part: LoopPart) -> bool:
-    """Whether no node of the loop but its loads writes a space its loads go to (its templates
-    say it of every iteration)."""
-    templates = part.templates()
-    loads = {n.space for t in templates for n in t if n.op == "TLOAD"}
-    return not any(n.space in loads for t in templates for n in t if n.op != "TLOAD" and n.op != "TSTORE")
+    """Whether no node of the loop but its loads writes bytes its loads go to, in any copy of
+    their slots (its templates say it of every iteration; a slot's copies are those `par` + k
+    takes, as the Tile level's verifier walks them): then the other nodes change no slot a load
+    could find its window in (a matmul's loads go to L1, which nothing else writes; a vector
+    group's to UB slots of their own)."""
+    loop, _, place, _ = part
+    loads: dict[str, list] = {}
+    others: dict[str, list] = {}
+    for raw, template in zip(loop.templates, part.templates()):
+        for r, n in zip(raw, template):
+            if not n.space or n.space == "?" or n.op == "TSTORE":
+                continue
+            size = tile_bytes(n.shape, n.dtype)
+            nbuf = n.attrs._dict.get("nbuf", 1)
+            bufs = {n.attrs._dict.get("buf", 0)} | ({place(r.attrs, r.par + k)._dict["buf"] for k in range(1, nbuf)}
+                                                     if place is not None else set())
+            (loads if n.op == "TLOAD" else others).setdefault(n.space, []).extend((b, b + size) for b in bufs)
+    for space, mine in loads.items():
+        theirs = others.get(space)
+        if theirs and any(lo < b and a < hi for lo, hi in set(mine) for a, b in set(theirs)):
+            return False
+    return True
+
+
+def _iteration_ops(part: LoopPart, outer, reps: dict):
+    """The nodes of a loop's outer iterations `outer` as the replay reads them: its loads and
+    stores made for them (their ids and windows are theirs), every other node that of a
+    representative iteration of the same kind and the same copies of its slots (`copy_period`
+    apart: the same op, space, buffer and shape), made once (`reps`: (kind, phase) -> its
+    nodes).  All of the iterations' nodes made when the loop's placement is not the allocator's."""
+    loop = part[0]
+    period = copy_period(part)
+    if not period or loop.kind is None:
+        yield from part.nodes(outer)
+        return
+    gm = iter(part.nodes(outer, gm_only=True))
+    for o in outer:
+        key = (loop.kind(o), o % period)
+        rep = reps.get(key)
+        if rep is None:
+            rep = reps[key] = [(n, "gm" in n.attrs._dict) for n in part.nodes([o])]
+        for n, moves in rep:
+            yield next(gm) if moves else n
 
 
 def l1_reuse(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:

@@ -5,7 +5,9 @@ output region they are stored to, other materialised values a workspace buffer. 
 loads the tiles of its GM inputs into UB, runs its ops tile by tile (reductions across several
 tiles accumulate in a persistent tile) and stores the tiles that must reach GM; the first
 iteration of each shape (tail tiles or not) is lowered op by op, the others replay its nodes at
-their own offsets (`_Plan`).  A matmul group
+their own offsets (`_Plan`); a group whose outer iterations are alike and apart (as many nodes
+each, no input from an earlier one, no GM window loaded twice) stays a loop (`NodeLoop`), whose
+iterations replay the plans when a pass reads them.  A matmul group
 walks output tiles; for each it streams K through L1 (kL1) and L0A/L0B (kL0) into L0C, its
 first product starting from the bias row in the bias table when the group has a bias epilogue,
 and stores the tile through the FIX pipe (which applies a ReLU epilogue on the way).
@@ -103,7 +105,7 @@ class _Plan:
     a node without `_At` attributes shares its recorded twin's attribute map.
     """
 
-    __slots__ = ("steps", "acc_out")
+    __slots__ = ("steps", "acc_out", "gm")
 
     @staticmethod
     def of(recorded: list, base: int, acc_before: dict[int, int], acc: dict[int, int]) -> "_Plan | None":
@@ -126,37 +128,60 @@ class _Plan:
                           n.attrs, tuple(varying), persistent, n.loc))
         p = _Plan()
         p.steps = steps
+        p.gm = None
         p.acc_out = [(mid, nid - base) for mid, nid in acc.items() if nid >= base]
         return p
 
     def replay(self, em: _Emitter, start: tuple, acc: dict[int, int]) -> None:
         """Append the nodes of the current iteration of `em` (tile at `start`)."""
-        nodes = em.nodes
-        append = nodes.append
-        base = nid = len(nodes)
-        group, outer, inner, lin = em.group, em.outer, em.inner, em.lin
-        for op, rel, from_acc, shape, valid, dtype, space, attrs, varying, persistent, loc in self.steps:
-            n_in = len(rel)                 # (most nodes read one or two tiles: no list for them)
-            inputs = ((base + rel[0],) if n_in == 1 else (base + rel[0], base + rel[1]) if n_in == 2 else
-                      () if not n_in else tuple([base + r for r in rel]))
+        self.made(em.nodes, len(em.nodes), em.group, em.outer, em.inner, em.lin, start, acc, None, None, None, False)
+
+    def made(self, out: list, base: int, group: int, outer: int, inner: int, lin: int, start: tuple, acc: dict,
+             spaces, place, dropped, gm_only: bool) -> int:
+        """The nodes of an iteration (its tile at `start`, its counters `outer`, `inner`, `lin`,
+        `acc` the accumulators of its reductions) appended to `out` with ids from `base`; the id
+        after them returned.  For a loop's `make` (`_VectorLoop`, see `NodeLoop.make`): the
+        spaces `spaces` gives the nodes still in "?", the maps `place` gives the nodes with a
+        space, the loads in `dropped` left out (their readers read the load it names), only the
+        nodes with a GM window if `gm_only`.  A node's map is placed as its recorded twin's
+        (placements are per map: the recorded one's is worked out once), then its `_At` values
+        put in."""
+        append = out.append
+        q = "?"
+        steps = self.steps
+        for j in (self._gm_steps() if gm_only else range(len(steps))):
+            nid = base + j
+            if dropped is not None and nid in dropped:
+                continue
+            op, rel, from_acc, shape, valid, dtype, space, attrs, varying, persistent, loc = steps[j]
+            inputs = tuple([base + r for r in rel])
             if from_acc:
                 ins = list(inputs)
                 for pos, mid in from_acc:
                     ins[pos] = acc[mid]
                 inputs = tuple(ins)
+            if dropped is not None and inputs:
+                inputs = tuple([dropped.get(i, i) for i in inputs])
+            if space == q and spaces is not None:
+                space = spaces.get((op, attrs._dict["key"]), q)
+            par = outer if persistent else lin
+            a = place(attrs, par) if place is not None and space and space != q else attrs
             if varying:
-                d = attrs._dict.copy()      # (its keys in the recorded order: values replaced in place)
+                d = a._dict.copy()          # (its keys in the recorded order: values replaced in place)
                 for k, fn in varying:
                     d[k] = fn(start)
-                a = _new(Attrs)             # (Attrs.of(d), without the call)
+                a = _new(Attrs)
                 a._dict, a._sorted = d, None
-            else:
-                a = attrs                   # (equal to the recorded map: shared)
-            append(_make_node(nid, op, inputs, shape, valid, dtype, space, group, outer, inner, a, loc,
-                              outer if persistent else lin))
-            nid += 1
+            append(_make_node(nid, op, inputs, shape, valid, dtype, space, group, outer, inner, a, loc, par))
         for mid, r in self.acc_out:
             acc[mid] = base + r
+        return base + len(steps)
+
+    def _gm_steps(self) -> list[int]:
+        """The positions of the steps that move data between GM and the chip (a GM window)."""
+        if self.gm is None:
+            self.gm = [j for j, st in enumerate(self.steps) if st[8] and "gm" in st[7]._dict]
+        return self.gm
 
 
 def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
@@ -183,10 +208,19 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
             spans[gid] = (start, len(nodes), *loop.longest)
             distinct = distinct and loop.distinct_loads
         else:
-            em = _Emitter(nodes, gid)
-            info = _lower_vector(g, gid, ms, homes, extra_stores, em, _epilogue_order(g, ms, cube_tile_of))
-            spans[gid] = (start, len(nodes), *em.longest[1:])
-            distinct = distinct and em.distinct_loads
+            order = _epilogue_order(g, ms, cube_tile_of)
+            got = _vector_loop(g, gid, ms, homes, extra_stores, order, start)
+            if got is not None:
+                info, loop = got
+                loops[gid] = loop
+                nodes.extend(itertools.repeat(None, loop.count))
+                spans[gid] = (start, len(nodes), *loop.longest)
+                distinct = distinct and loop.distinct_loads
+            else:
+                em = _Emitter(nodes, gid)
+                info = _lower_vector(g, gid, ms, homes, extra_stores, em, order)
+                spans[gid] = (start, len(nodes), *em.longest[1:])
+                distinct = distinct and em.distinct_loads
         infos.append(info)
     facts = {"groups": spans, "distinct_loads": True} if distinct else {"groups": spans}
     if not loops:
@@ -323,27 +357,53 @@ def first_iterations(g: TensorGraph, gids) -> dict[int, list[TileNode]]:
     return out
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False) -> GroupInfo:
-    first = _domain_node(ms)
-    kind0 = OPS[first.op].kind            # (fusion's rule: a reduction's input, a write's value)
-    domain = g.node(first.inputs[0 if kind0 == "reduce" else 1]).shape if kind0 in ("reduce", "write") else first.shape
-    tile = first.attrs["tile"]
-    r = len(domain)
-    ntiles = [ceil_div(d, t) for d, t in zip(domain, tile)]
-    member_ids = {m.id for m in ms}
-    pd = next((m.attrs["dim"] for m in ms if OPS[m.op].kind == "reduce" and ntiles[m.attrs["dim"]] > 1), None)
-    outer_dims = [d for d in range(r) if d != pd]
-    n_inner = ntiles[pd] if pd is not None else 1
-    outer_space = list(itertools.product(*[range(ntiles[d]) for d in outer_dims]))
-    if order is not None and pd is None:       # cube tile by cube tile (row-major within each)
-        outer_space.sort(key=order)
+class _VectorSetup:
+    """What lowering a vector group works out before its iterations: its domain, tile, tile
+    counts, the reduced dim (`pd`, None: none across tiles), the outer dims and iterations (in
+    order), the inner steps per outer iteration, the values it stores."""
+
+    def __init__(self, g, ms, homes, order=None):
+        first = self.first = _domain_node(ms)
+        kind0 = OPS[first.op].kind            # (fusion's rule: a reduction's input, a write's value)
+        self.domain = domain = (g.node(first.inputs[0 if kind0 == "reduce" else 1]).shape
+                                if kind0 in ("reduce", "write") else first.shape)
+        self.tile = tile = first.attrs["tile"]
+        self.r = r = len(domain)
+        self.ntiles = ntiles = [ceil_div(d, t) for d, t in zip(domain, tile)]
+        self.member_ids = {m.id for m in ms}
+        self.pd = pd = next((m.attrs["dim"] for m in ms if OPS[m.op].kind == "reduce" and ntiles[m.attrs["dim"]] > 1),
+                            None)
+        self.outer_dims = outer_dims = [d for d in range(r) if d != pd]
+        self.n_inner = ntiles[pd] if pd is not None else 1
+        self.outer_space = list(itertools.product(*[range(ntiles[d]) for d in outer_dims]))
+        if order is not None and pd is None:       # cube tile by cube tile (row-major within each)
+            self.outer_space.sort(key=order)
+        self.to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
+        self.node_of = {n.id: n for n in g.nodes}
+
+    def at(self, oidx, k: int) -> tuple:
+        """(idx, start, shape_of) of inner step k of the outer iteration at `oidx`: its tile's
+        index, where it starts, its shape (which tiles are the last along each dim, whether k is
+        the first inner step: what its nodes depend on but for `_At` attributes)."""
+        idx = [0] * self.r
+        for d, v in zip(self.outer_dims, oidx):
+            idx[d] = v
+        if self.pd is not None:
+            idx[self.pd] = k
+        start = tuple([i * t for i, t in zip(idx, self.tile)])
+        return idx, start, (tuple([i == n - 1 for i, n in zip(idx, self.ntiles)]), k == 0)
+
+
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False,
+                  setup: _VectorSetup | None = None) -> GroupInfo:
+    v = setup or _VectorSetup(g, ms, homes, order)
+    first, domain, tile, ntiles, n_inner = v.first, v.domain, v.tile, v.ntiles, v.n_inner
+    outer_space = v.outer_space
     acc: dict[int, int] = {}
-    to_store = [m for m in ms if m.id in homes or m.attrs.get("materialize")]
-    node_of = {n.id: n for n in g.nodes}
     if first_only:                          # (first_iterations: one outer iteration)
         outer_space = outer_space[:1]
     else:
-        _check_size(prod(ntiles) * (2 * len(ms) + len(to_store)) + len(em.nodes), first, domain, tile)
+        _check_size(prod(ntiles) * (2 * len(ms) + len(v.to_store)) + len(em.nodes), first, domain, tile)
 
     # an iteration's nodes depend on where its tile starts only through their GM windows and iota
     # starts (`_At`): the lowering works out the first iteration of each shape and replays the
@@ -352,15 +412,9 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
     plans: dict[tuple, _Plan | None] = {}
     for o, oidx in enumerate(outer_space):
         em.outer = o
-        idx = [0] * r
-        for d, v in zip(outer_dims, oidx):
-            idx[d] = v
         for k in range(n_inner):
             em.inner, em.lin = k, o * n_inner + k
-            if pd is not None:
-                idx[pd] = k
-            start = tuple([i * t for i, t in zip(idx, tile)])
-            shape_of = (tuple([i == n - 1 for i, n in zip(idx, ntiles)]), k == 0)
+            idx, start, shape_of = v.at(oidx, k)
             plan = plans.get(shape_of)
             base = len(em.nodes)
             if plan is not None:
@@ -368,13 +422,97 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
             else:
                 extent = tuple([min(t, d - s) for t, d, s in zip(tile, domain, start)])
                 em.start, em.recorded, acc_before = start, [], dict(acc)
-                _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles,
-                                  tile, idx, start, extent, em, acc, k, n_inner, pd)
+                _vector_iteration(g, ms, v.member_ids, v.node_of, v.to_store, homes, extra_stores, domain, ntiles,
+                                  tile, idx, start, extent, em, acc, k, n_inner, v.pd)
                 if shape_of not in plans:
                     plans[shape_of] = _Plan.of(em.recorded, base, acc_before, acc)
                 em.recorded = None
             em.iteration_done(base)
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
+
+
+def _vector_loop(g, gid, ms, homes, extra_stores, order, start: int) -> tuple[GroupInfo, NodeLoop] | None:
+    """A vector group as a loop over its outer iterations (`NodeLoop`, its nodes made when a pass
+    first reads them, as a matmul's are), or None when it is lowered node by node: when an
+    iteration's nodes cannot be replayed (an input from an earlier outer iteration), when outer
+    iterations differ in their node count, or when one loads a GM window twice (the pass that
+    drops such loads reads every node).  Its outer iterations are of a few kinds (which of their
+    tiles are the last along each outer dim); the first of each kind is lowered op by op (a
+    scratch one: its `_Plan`s), and every iteration, templates included, is those plans replayed."""
+    v = _VectorSetup(g, ms, homes, order)
+    if len(v.outer_space) < 2 or any(m.op in _INDEXED for m in ms):
+        return None
+    kinds: dict[tuple, int] = {}                # kind -> its first outer iteration
+    for o, oidx in enumerate(v.outer_space):
+        kinds.setdefault(_outer_kind(v, oidx), o)
+    plans: dict[tuple, _Plan] = {}
+    for o in kinds.values():
+        scratch = _Emitter([], gid)
+        acc: dict[int, int] = {}
+        scratch.outer = o
+        for k in range(v.n_inner):
+            scratch.inner, scratch.lin = k, o * v.n_inner + k
+            idx, at, shape_of = v.at(v.outer_space[o], k)
+            if shape_of in plans:
+                plans[shape_of].replay(scratch, at, acc)
+                continue
+            extent = tuple([min(t, d - s) for t, d, s in zip(v.tile, v.domain, at)])
+            base = len(scratch.nodes)
+            scratch.start, scratch.recorded, acc_before = at, [], dict(acc)
+            _vector_iteration(g, ms, v.member_ids, v.node_of, v.to_store, homes, extra_stores, v.domain, v.ntiles,
+                              v.tile, idx, at, extent, scratch, acc, k, v.n_inner, v.pd)
+            plan = _Plan.of(scratch.recorded, base, acc_before, acc)
+            if plan is None or (k == 0 and any(step[2] for step in plan.steps)):
+                return None         # (an input of an earlier iteration: the outer iterations are not apart)
+            plans[shape_of] = plan
+    counts = {o: [len(plans[v.at(v.outer_space[o], k)[2]].steps) for k in range(v.n_inner)] for o in kinds.values()}
+    per = sum(next(iter(counts.values())))
+    if any(sum(c) != per for c in counts.values()):
+        return None
+    _check_size(prod(v.ntiles) * (2 * len(ms) + len(v.to_store)) + start, v.first, v.domain, v.tile)
+    loop = _VectorLoop(v, plans, gid, start, per)
+    templates = tuple(tuple(loop.make(None, None, outer=[o])) for o in sorted(kinds.values()))
+    for t in templates:
+        windows = [n.attrs._dict["gm"] for n in t if n.op == "TLOAD"]
+        if len(set(windows)) != len(windows):
+            return None
+    # the group's longest (outer, inner) iteration, the first such
+    most = max(max(c) for c in counts.values())
+    o = min(o for o, c in counts.items() if most in c)
+    first = start + o * per + sum(counts[o][:counts[o].index(most)])
+    info = GroupInfo(gid, "vector", v.domain, tuple(v.tile), len(v.outer_space), v.n_inner, v.first.loc)
+    return info, NodeLoop(start, per * len(v.outer_space), templates, (first, first + most), True,
+                          loop.make, per, loop.kind)
+
+
+def _outer_kind(v: _VectorSetup, oidx) -> tuple:
+    """What tells the nodes of an outer iteration from another's besides ids, `par`, valid
+    shapes and GM windows: which of its tiles are the last along each outer dim."""
+    return tuple([i == v.ntiles[d] - 1 for d, i in zip(v.outer_dims, oidx)])
+
+
+class _VectorLoop:
+    """What a vector group's `NodeLoop` makes its nodes with: the `_Plan` of each shape of inner
+    step, replayed at each outer iteration's ids (`make`, see `NodeLoop.make`)."""
+
+    def __init__(self, v: _VectorSetup, plans: dict, group: int, start: int, per: int):
+        self.v, self.plans, self.group, self.start, self.per = v, plans, group, start, per
+
+    def kind(self, o: int) -> tuple:
+        return _outer_kind(self.v, self.v.outer_space[o])
+
+    def make(self, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
+        v, plans, per = self.v, self.plans, self.per
+        out: list[TileNode] = []
+        for o in (range(len(v.outer_space)) if outer is None else outer):
+            oidx = v.outer_space[o]
+            base = self.start + o * per
+            acc: dict[int, int] = {}
+            for k in range(v.n_inner):
+                _, at, shape_of = v.at(oidx, k)
+                base = plans[shape_of].made(out, base, self.group, o, k, o * v.n_inner + k, at, acc, spaces, place,
+                                            dropped, gm_only)
+        return out
 
 
 def _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles, tile,
