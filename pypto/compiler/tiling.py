@@ -493,49 +493,29 @@ def _outer_kind(v: _VectorSetup, oidx) -> tuple:
 
 class _VectorLoop:
     """What a vector group's `NodeLoop` makes its nodes with: the `_Plan` of each shape of inner
-    step, replayed at each outer iteration's ids (`make`, see `NodeLoop.make`).  The passes of
-    the Block level read a loop's loads and stores alone (`gm_only`) several times over: those
-    of an iteration are made once per spaces, placement and dropped loads (the objects)."""
+    step, replayed at each outer iteration's ids (`make`, see `NodeLoop.make`)."""
 
     def __init__(self, v: _VectorSetup, plans: dict, group: int, start: int, per: int):
         self.v, self.plans, self.group, self.start, self.per = v, plans, group, start, per
         self.steps: dict[int, list] = {}        # outer iteration -> (start, plan) of each inner step
-        self.gm: dict[tuple, tuple] = {}        # ids of (spaces, place, dropped) -> (them, {o: its GM nodes})
 
     def kind(self, o: int) -> tuple:
         return _outer_kind(self.v, self.v.outer_space[o])
 
     def make(self, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
         out: list[TileNode] = []
-        outer = range(len(self.v.outer_space)) if outer is None else outer
-        if not gm_only:
-            for o in outer:
-                self._iteration(out, o, spaces, place, dropped, False)
-            return out
-        key = (id(spaces), id(place), id(dropped))
-        got = self.gm.get(key)
-        if got is None or got[0] is not spaces or got[1] is not place or got[2] is not dropped:
-            got = self.gm[key] = (spaces, place, dropped, {})
-        made = got[3]
-        for o in outer:
-            nodes = made.get(o)
-            if nodes is None:
-                nodes = made[o] = []
-                self._iteration(nodes, o, spaces, place, dropped, True)
-            out.extend(nodes)
+        v = self.v
+        n_inner, group = v.n_inner, self.group
+        for o in (range(len(v.outer_space)) if outer is None else outer):
+            steps = self.steps.get(o)
+            if steps is None:
+                steps = self.steps[o] = [(at, self.plans[shape_of]) for _, at, shape_of in
+                                         (v.at(v.outer_space[o], k) for k in range(n_inner))]
+            base = self.start + o * self.per
+            acc: dict[int, int] = {}
+            for k, (at, plan) in enumerate(steps):
+                base = plan.made(out, base, group, o, k, o * n_inner + k, at, acc, spaces, place, dropped, gm_only)
         return out
-
-    def _iteration(self, out: list, o: int, spaces, place, dropped, gm_only: bool) -> None:
-        steps = self.steps.get(o)
-        if steps is None:
-            v = self.v
-            steps = self.steps[o] = [(at, self.plans[shape_of]) for _, at, shape_of in
-                                     (v.at(v.outer_space[o], k) for k in range(v.n_inner))]
-        base = self.start + o * self.per
-        acc: dict[int, int] = {}
-        n_inner, group = self.v.n_inner, self.group
-        for k, (at, plan) in enumerate(steps):
-            base = plan.made(out, base, group, o, k, o * n_inner + k, at, acc, spaces, place, dropped, gm_only)
 
 
 def _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores, domain, ntiles, tile,

@@ -180,13 +180,33 @@ class NodeLoop:
       the nodes that move data between GM and the chip (loads, stores), ids as in the whole.
     """
 
-    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind")
+    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind", "gm")
 
     def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
                  per: int | None = None, kind=None):
         self.start, self.count, self.templates = start, count, templates
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
         self.kind = kind
+        # the passes of the Block level read a loop's loads and stores alone (`gm_only`) several
+        # times over: (spaces, place, dropped) -> (them, {outer iteration: its GM nodes}), by id
+        self.gm: dict[tuple, tuple] = {}
+
+    def gm_nodes(self, spaces, place, dropped, outer) -> list:
+        """`make(spaces, place, dropped, outer, gm_only=True)`, each outer iteration's made once
+        per (spaces, place, dropped), the objects (`gm`)."""
+        key = (id(spaces), id(place), id(dropped))
+        got = self.gm.get(key)
+        if got is None or got[0] is not spaces or got[1] is not place or got[2] is not dropped:
+            got = self.gm[key] = (spaces, place, dropped, {})
+        made = got[3]
+        out: list = []
+        make = self.make
+        for o in (range(self.count // self.per) if outer is None else outer):
+            nodes = made.get(o)
+            if nodes is None:
+                nodes = made[o] = make(spaces, place, dropped, (o,), True)
+            out.extend(nodes)
+        return out
 
 
 class LoopPart(tuple):
@@ -202,6 +222,8 @@ class LoopPart(tuple):
         """Its nodes (see `NodeLoop.make`); `placed=False`: their maps as the lowering made them
         (without `buf`: for a reader of GM windows only)."""
         loop, spaces, place, dropped = self
+        if gm_only and loop.per:
+            return loop.gm_nodes(spaces, place if placed else None, dropped, outer)
         return loop.make(spaces, place if placed else None, dropped, outer, gm_only)
 
     @property
