@@ -55,6 +55,8 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             shapes.setdefault(id(rep.instrs), (rep.instrs, rep.shape))
             shapes[id(instrs)] = (instrs, rep.shape)
         tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
+    if isinstance(tiles, LoopTileGraph):
+        tiles.forget_gm()               # (select is the last pass that reads the loops' GM nodes)
     out = ExecGraph(g.name, g.tiles.buffers, tuple(tasks))
     if shapes:
         out.__dict__[STREAM_SHAPES] = shapes

@@ -279,6 +279,14 @@ class LoopTileGraph(TileGraph):
     def __len__(self):
         return self.__dict__["_count"]
 
+    def forget_gm(self) -> None:
+        """Let go of the loads and stores its loops made for the passes of the Block level
+        (`NodeLoop.gm_nodes`): the last of them is done with them (a compiled kernel keeps the
+        graph, not what its compile read of it)."""
+        for p in self.parts:
+            if isinstance(p, LoopPart):
+                p[0].gm.clear()
+
     def with_parts(self, parts) -> "LoopTileGraph":
         return LoopTileGraph(self.name, self.buffers, self.groups, parts)
 
