@@ -199,14 +199,14 @@ class NodeLoop:
         if got is None or got[0] is not spaces or got[1] is not place or got[2] is not dropped:
             got = self.gm[key] = (spaces, place, dropped, {})
         made = got[3]
-        out: list = []
-        make = self.make
-        for o in (range(self.count // self.per) if outer is None else outer):
-            nodes = made.get(o)
-            if nodes is None:
-                nodes = made[o] = make(spaces, place, dropped, (o,), True)
-            out.extend(nodes)
-        return out
+        outer = range(self.count // self.per) if outer is None else outer
+        missing = list(dict.fromkeys(o for o in outer if o not in made))
+        if missing:                     # (made in one call: an iteration may be a few nodes)
+            for o in missing:
+                made[o] = []
+            for o, nodes in itertools.groupby(self.make(spaces, place, dropped, missing, True), _OUTER):
+                made[o].extend(nodes)
+        return list(itertools.chain.from_iterable(map(made.__getitem__, outer)))
 
 
 class LoopPart(tuple):
