@@ -1,9 +1,10 @@
 """Compile time and memory of large programs: the fp16 matmul (`kernels.matmul_auto`, pypto's
 default cube tile for a2a3) at 1024^3, 2048^3, 4096^3 and M=4096, K=8192, N=4096.
 
-The matmul group is a loop at the Tile level, which the Block level reads as a loop too; from the
-Execution level down every tile is unrolled into the program, so compile time and memory grow
-with the PTO instruction count.  Printed per size: output tiles (of the cube
+The matmul group is a loop at the Tile level (so is a vector group whose outer iterations are
+alike), which the Block level reads as a loop too; from the Execution level down every tile is
+unrolled into the program, so compile time and memory grow with the PTO instruction count (the flag
+planner works a task's output tiles out once per state it meets them in, but writes every flag).  Printed per size: output tiles (of the cube
 group) and PTO instructions, the compile time
 (median of 3 compiles for the two small sizes, one for the big ones; CPU time beside it, since the
 machine may be shared), microseconds per instruction, the instructions in the program's text (the
@@ -15,7 +16,8 @@ each "met" or "not met".  Those targets: 4096^3 within twice the 1024^3 compile,
 too: as long as every tile is an instruction there, the work grows with the tiles.
 
 Then the same sizes with a fused epilogue (`kernels.matmul_bias_gelu_auto`: the kernel most
-matmuls are written as), one compile each, with its three slowest passes.
+matmuls are written as), and the row-wise vector kernels softmax and layernorm at 8192x4096 fp32
+(automatic tiling), one compile each, with their three slowest passes.
 
 Compiles run with Python's cyclic GC on, as a user's would (the pipeline pauses it, see
 `pypto/gcpause.py`); the process is warmed first (imports, numba's timing engine, which the
@@ -140,22 +142,34 @@ def main(argv=None) -> None:
 
 def fused() -> None:
     """The same sizes with a fused epilogue (`kernels.matmul_bias_gelu_auto`): the cube group is a
-    loop, the bias row and gelu a vector group lowered tile by tile, its tasks paired with the
-    cube tasks (1 AIC : 2 AIV) and synchronised by cross-core flags."""
-    from kernels import matmul_bias_gelu_auto as kernel
+    loop, the bias row and gelu a vector group (a loop too), its tasks paired with the cube tasks
+    (1 AIC : 2 AIV) and synchronised by cross-core flags.  Then softmax and layernorm."""
+    from kernels import layernorm_auto, matmul_bias_gelu_auto, softmax_auto
     print("\nwith a fused epilogue: gelu(a @ b + bias), matmul_bias_gelu_auto (one compile each)")
     print(f"  {'size (MxKxN)':<16} {'tasks':>6} {'PTO instrs':>10} {'compile s':>9}  slowest passes")
     for name, m, k, n in SIZES:
-        args = (T([m, k], F16), T([k, n], F16), T([1, n], F16), T([m, n], F16))
-        kernel.cache_clear()
-        gc.collect()
-        t0 = time.perf_counter()
-        ck = kernel.compile(*args)
-        wall = time.perf_counter() - t0
-        slow = sorted(ck.pass_log, key=lambda r: -r.ms)[:3]
-        print(f"  {name:<16} {len(ck.program.tasks):>6} {len(ck.program):>10} {wall:>9.3f}  "
-              + ", ".join(f"{r.name} {r.ms:.0f} ms" for r in slow), flush=True)
-        del ck
+        one(name, matmul_bias_gelu_auto, (T([m, k], F16), T([k, n], F16), T([1, n], F16), T([m, n], F16)))
+    print("\nrow-wise vector kernels, 8192x4096 fp32, automatic tiling (one compile each, after a first)")
+    F32 = pypto.DT_FP32
+    for name, kernel, args in [("softmax", softmax_auto, (T([8192, 4096], F32),) * 2),
+                               ("layernorm", layernorm_auto, (T([8192, 4096], F32), T([4096], F32),
+                                                              T([4096], F32), T([8192, 4096], F32)))]:
+        kernel.compile(*args)           # (automatic tiling's first search: not what is timed)
+        one(name, kernel, args)
+
+
+def one(name: str, kernel, args) -> None:
+    """One compile of `kernel` (its jit cache cleared): a line with its tasks, instructions, time
+    and three slowest passes."""
+    kernel.cache_clear()
+    gc.collect()
+    t0 = time.perf_counter()
+    ck = kernel.compile(*args)
+    wall = time.perf_counter() - t0
+    slow = sorted(ck.pass_log, key=lambda r: -r.ms)[:3]
+    print(f"  {name:<16} {len(ck.program.tasks):>6} {len(ck.program):>10} {wall:>9.3f}  "
+          + ", ".join(f"{r.name} {r.ms:.0f} ms" for r in slow), flush=True)
+    del ck
     kernel.cache_clear()
 
 
