@@ -166,7 +166,7 @@ def _gm_walk(g: TileGraph):
     `epilogue_pairs` looks at of a loop (a matmul's)."""
     if not isinstance(g, LoopTileGraph) or "_nodes" in g.__dict__:
         return g.nodes
-    return itertools.chain.from_iterable(p.nodes(gm_only=True, placed=False) if isinstance(p, LoopPart) else p
+    return itertools.chain.from_iterable(p.nodes(gm_only=True) if isinstance(p, LoopPart) else p
                                          for p in g.parts)
 
 
@@ -272,7 +272,7 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
         both = ([], [])                 # the windows the task reads, writes
         part = parts[k] if parts is not None else None
         if part is not None:
-            ops = part.nodes(t.outer, gm_only=True, placed=False)
+            ops = part.nodes(t.outer, gm_only=True)
         else:
             if tile_nodes is None:
                 tile_nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
