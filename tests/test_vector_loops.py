@@ -111,3 +111,21 @@ def test_a_group_that_loads_a_window_twice_in_an_iteration_stays_node_by_node(mo
     _, pblock, pprogram = _levels(softmax, specs, consts, True, monkeypatch)
     assert [b.tasks for b in block] == [b.tasks for b in pblock]
     assert [t.instrs for t in program.tasks] == [t.instrs for t in pprogram.tasks]
+
+
+def test_l1_reuse_skips_a_loop_whose_windows_never_repeat(monkeypatch):
+    """A vector loop whose loads all move with every outer dim loads no window twice: l1_reuse
+    drops nothing there and makes none of its nodes; a layernorm's weight rows (the same window
+    in every row block) keep the loop replayed."""
+    from pypto.compiler import l1reuse
+    kern, specs, consts = CASES["softmax"]
+    tile, block, _ = _levels(kern, specs, consts, False, monkeypatch)
+    loops = _vector_loops(tile[0])
+    assert loops and all(p[0].windows_apart for p in loops)
+    made = []
+    real = LoopPart.nodes
+    monkeypatch.setattr(LoopPart, "nodes", lambda self, *a, **k: made.append(a) or real(self, *a, **k))
+    assert l1reuse.reused_loads(block[0]) == {} and not made
+    kern, specs, consts = CASES["layernorm"]
+    tile, _, _ = _levels(kern, specs, consts, False, monkeypatch)
+    assert not any(p[0].windows_apart for p in _vector_loops(tile[0]))

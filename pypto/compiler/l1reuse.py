@@ -44,6 +44,8 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     reps: dict[int, dict] = {}          # id of a loop -> `_iteration_ops`' representatives
     for k, t in enumerate(g.tasks):
         part = parts[k] if parts is not None else None
+        if part is not None and part[0].windows_apart:
+            continue        # (no window loaded twice in the loop: no load to drop, whatever the slots hold)
         if part is not None:
             ok = apart.get(id(part[0]))
             if ok is None:

@@ -480,9 +480,14 @@ def _vector_loop(g, gid, ms, homes, extra_stores, order, start: int) -> tuple[Gr
     most = max(max(c) for c in counts.values())
     o = min(o for o, c in counts.items() if most in c)
     first = start + o * per + sum(counts[o][:counts[o].index(most)])
+    # whether no two outer iterations load one window: every load moves along every outer dim of
+    # more than one tile (a window is its value's elements at the tile: apart where the tiles are)
+    moving = {d for d in v.outer_dims if v.ntiles[d] > 1}
+    apart = all(moving <= getattr(fn, "dims", frozenset()) for plan in plans.values() for st in plan.steps
+                if st[0] == "TLOAD" for name, fn in st[8] if name == "gm")
     info = GroupInfo(gid, "vector", v.domain, tuple(v.tile), len(v.outer_space), v.n_inner, v.first.loc)
     return info, NodeLoop(start, per * len(v.outer_space), templates, (first, first + most), True,
-                          loop.make, per, loop.kind)
+                          loop.make, per, loop.kind, windows_apart=apart)
 
 
 def _outer_kind(v: _VectorSetup, oidx) -> tuple:
@@ -574,6 +579,7 @@ def _window_at(ref: GMRef, vshape, valid, domain, dim=None) -> _At:
         for i, stride in terms:
             off += start[i] * stride
         return GMRef(buf, off, valid, strides)
+    at.dims = frozenset(i for i, stride in terms if stride)     # (the domain dims the window moves along)
     return _At(at)
 
 

@@ -170,7 +170,9 @@ class NodeLoop:
     - `per`: the nodes of each outer iteration, when all have as many (ids start + o * per on),
       else None;
     - `kind`: fn(o) -> what tells outer iteration o's nodes from another's besides ids, `par`
-      and GM windows (which template it is like), or None.  A node's `par` is affine in o;
+      and GM windows (which template it is like), or None;
+    - `windows_apart`: no two outer iterations load the same GM window (each of a vector group's
+      loads moves with every outer dim: l1_reuse has nothing to find in its tasks);  A node's `par` is affine in o;
       two iterations of one kind whose `par` agree modulo a slot's copies get the same copies;
     - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
       `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
@@ -180,13 +182,14 @@ class NodeLoop:
       the nodes that move data between GM and the chip (loads, stores), ids as in the whole.
     """
 
-    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind", "gm")
+    __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind", "gm",
+                 "windows_apart")
 
     def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
-                 per: int | None = None, kind=None):
+                 per: int | None = None, kind=None, windows_apart: bool = False):
         self.start, self.count, self.templates = start, count, templates
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
-        self.kind = kind
+        self.kind, self.windows_apart = kind, windows_apart
         # the passes of the Block level read a loop's loads and stores alone (`gm_only`) several
         # times over: (spaces, place, dropped) -> (them, {outer iteration: its GM nodes}), by id
         self.gm: dict[tuple, tuple] = {}
