@@ -502,7 +502,7 @@ class _VectorLoop:
 
     def __init__(self, v: _VectorSetup, plans: dict, group: int, start: int, per: int):
         self.v, self.plans, self.group, self.start, self.per = v, plans, group, start, per
-        self.steps: dict[int, list] = {}        # outer iteration -> (start, plan) of each inner step
+        self.by_kind: dict[tuple, list] = {}    # kind of an outer iteration -> the plan of each inner step
 
     def kind(self, o: int) -> tuple:
         return _outer_kind(self.v, self.v.outer_space[o])
@@ -510,16 +510,24 @@ class _VectorLoop:
     def make(self, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
         out: list[TileNode] = []
         v = self.v
-        n_inner, group = v.n_inner, self.group
+        n_inner, group, per, first = v.n_inner, self.group, self.per, self.start
+        outer_dims, tile, pd, r = v.outer_dims, v.tile, v.pd, v.r
         for o in (range(len(v.outer_space)) if outer is None else outer):
-            steps = self.steps.get(o)
-            if steps is None:
-                steps = self.steps[o] = [(at, self.plans[shape_of]) for _, at, shape_of in
-                                         (v.at(v.outer_space[o], k) for k in range(n_inner))]
-            base = self.start + o * self.per
+            oidx = v.outer_space[o]
+            kind = _outer_kind(v, oidx)
+            plans = self.by_kind.get(kind)
+            if plans is None:
+                plans = self.by_kind[kind] = [self.plans[v.at(oidx, k)[2]] for k in range(n_inner)]
+            at = [0] * r
+            for d, i in zip(outer_dims, oidx):
+                at[d] = i * tile[d]
+            base = first + o * per
             acc: dict[int, int] = {}
-            for k, (at, plan) in enumerate(steps):
-                base = plan.made(out, base, group, o, k, o * n_inner + k, at, acc, spaces, place, dropped, gm_only)
+            for k, plan in enumerate(plans):
+                if pd is not None:
+                    at[pd] = k * tile[pd]
+                base = plan.made(out, base, group, o, k, o * n_inner + k, tuple(at), acc, spaces, place, dropped,
+                                 gm_only)
         return out
 
 
