@@ -191,7 +191,8 @@ class NodeLoop:
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
         self.kind, self.windows_apart = kind, windows_apart
         # the passes of the Block level read a loop's loads and stores alone (`gm_only`) several
-        # times over: (spaces, place, dropped) -> (them, {outer iteration: its GM nodes}), by id
+        # times over: (spaces, place, dropped) -> (them, {outer iteration: its GM nodes}), by id,
+        # for the latest (spaces, place, dropped) asked for
         self.gm: dict[tuple, tuple] = {}
 
     def gm_nodes(self, spaces, place, dropped, outer) -> list:
@@ -200,6 +201,8 @@ class NodeLoop:
         key = (id(spaces), id(place), id(dropped))
         got = self.gm.get(key)
         if got is None or got[0] is not spaces or got[1] is not place or got[2] is not dropped:
+            # (one set kept: the passes read the latest, and a compile's peak memory holds one)
+            self.gm.clear()
             got = self.gm[key] = (spaces, place, dropped, {})
         made = got[3]
         outer = range(self.count // self.per) if outer is None else outer
