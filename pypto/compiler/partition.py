@@ -163,7 +163,7 @@ def epilogue_pairs(g: TileGraph) -> dict[int, tuple[int, dict[int, int]]]:
 
 def _gm_walk(g: TileGraph):
     """g's nodes in order, a loop's (not made yet) its loads and stores alone: all that
-    `epilogue_pairs` looks at of a loop (a matmul's)."""
+    `epilogue_pairs` looks at of a loop (made placed, as l1_reuse, the next pass, reads them)."""
     if not isinstance(g, LoopTileGraph) or "_nodes" in g.__dict__:
         return g.nodes
     return itertools.chain.from_iterable(p.nodes(gm_only=True) if isinstance(p, LoopPart) else p
@@ -272,7 +272,7 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
         both = ([], [])                 # the windows the task reads, writes
         part = parts[k] if parts is not None else None
         if part is not None:
-            ops = part.nodes(t.outer, gm_only=True)
+            ops = part.nodes(t.outer, gm_only=True, placed=False)
         else:
             if tile_nodes is None:
                 tile_nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()

@@ -195,9 +195,18 @@ class NodeLoop:
         # for the latest (spaces, place, dropped) asked for
         self.gm: dict[tuple, tuple] = {}
 
-    def gm_nodes(self, spaces, place, dropped, outer) -> list:
+    def gm_nodes(self, spaces, place, dropped, outer, placed: bool = True) -> list:
         """`make(spaces, place, dropped, outer, gm_only=True)`, each outer iteration's made once
-        per (spaces, place, dropped), the objects (`gm`)."""
+        per (spaces, place, dropped), the objects (`gm`).  `placed=False`: a reader of GM windows
+        only, which takes the nodes made with a placement when they are there, else makes them
+        without one (cheaper)."""
+        if not placed:
+            for sp, pl, dr, _ in self.gm.values():
+                if sp is spaces and dr is dropped:
+                    place = pl
+                    break
+            else:
+                place = None
         key = (id(spaces), id(place), id(dropped))
         got = self.gm.get(key)
         if got is None or got[0] is not spaces or got[1] is not place or got[2] is not dropped:
@@ -229,7 +238,7 @@ class LoopPart(tuple):
         (without `buf`: for a reader of GM windows only)."""
         loop, spaces, place, dropped = self
         if gm_only and loop.per:
-            return loop.gm_nodes(spaces, place if placed else None, dropped, outer)
+            return loop.gm_nodes(spaces, place, dropped, outer, placed)
         return loop.make(spaces, place if placed else None, dropped, outer, gm_only)
 
     @property
