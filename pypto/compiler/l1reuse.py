@@ -22,8 +22,8 @@ import itertools
 
 from ..ir.block import BlockGraph
 from ..ir.tile import LoopPart, LoopTileGraph, tile_bytes
-from .pipeline import Pass, PassContext
 from .memory import copy_period
+from .pipeline import Pass, PassContext
 from .reuse import load_key, without_loads
 
 

@@ -394,9 +394,8 @@ class _VectorSetup:
         return idx, start, (tuple([i == n - 1 for i, n in zip(idx, self.ntiles)]), k == 0)
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False,
-                  setup: _VectorSetup | None = None) -> GroupInfo:
-    v = setup or _VectorSetup(g, ms, homes, order)
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False) -> GroupInfo:
+    v = _VectorSetup(g, ms, homes, order)
     first, domain, tile, ntiles, n_inner = v.first, v.domain, v.tile, v.ntiles, v.n_inner
     outer_space = v.outer_space
     acc: dict[int, int] = {}

@@ -170,10 +170,10 @@ class NodeLoop:
     - `per`: the nodes of each outer iteration, when all have as many (ids start + o * per on),
       else None;
     - `kind`: fn(o) -> what tells outer iteration o's nodes from another's besides ids, `par`
-      and GM windows (which template it is like), or None;
-    - `windows_apart`: no two outer iterations load the same GM window (each of a vector group's
-      loads moves with every outer dim: l1_reuse has nothing to find in its tasks);  A node's `par` is affine in o;
+      and GM windows (which template it is like), or None.  A node's `par` is affine in o;
       two iterations of one kind whose `par` agree modulo a slot's copies get the same copies;
+    - `windows_apart`: no two outer iterations load the same GM window (each of a vector group's
+      loads moves with every outer dim: l1_reuse has nothing to find in its tasks);
     - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
       `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
       fn(attrs, par) -> the attribute map of a node with a space (buffer allocation; None: the
