@@ -134,9 +134,12 @@ def _iteration_ops(part: LoopPart, outer, reps: dict):
     stores made for them (their ids and windows are theirs), every other node that of a
     representative iteration of the same kind and the same copies of its slots (`copy_period`
     apart: the same op, space, buffer and shape), made once (`reps`: (kind, phase) -> its
-    nodes).  All of the iterations' nodes made when the loop's placement is not the allocator's."""
+    nodes; None -> the loop's `copy_period`).  All of the iterations' nodes made when the
+    loop's placement is not the allocator's."""
     loop = part[0]
-    period = copy_period(part)
+    period = reps.get(None)
+    if period is None:
+        period = reps[None] = copy_period(part)
     if not period or loop.kind is None:
         yield from part.nodes(outer)
         return

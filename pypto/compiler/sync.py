@@ -18,9 +18,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENTS_PER_PIPE_PAIR, GM_STEP, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, Loop,
-                       stream_accesses, stream_shape)
-from ..ir.gm import GMRef
+from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, stream_accesses,
+                       stream_shape)
 from .pipeline import PassContext
 
 
@@ -128,13 +127,18 @@ def _flag_layout(plan, n: int) -> tuple:
     slot = dict(zip(map(id, idx), idx))
     slot.update(zip(distinct, range(n, n + len(distinct))))
     at = list(map(slot.__getitem__, map(id, items)))
-    attrs = {}
-    for _, _, key in distinct.values():
-        if id(key) not in attrs:
-            attrs[id(key)] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
-    make = Instr._make
-    return (tuple([make(op, pipe, None, (), attrs[id(key)], None) for op, pipe, key in distinct.values()]),
-            operator.itemgetter(*at))
+    attrs: dict = {}
+    return tuple([_flag_instr(op, attrs) for op in distinct.values()]), operator.itemgetter(*at)
+
+
+def _flag_instr(op: tuple, attrs: dict) -> Instr:
+    """The SET_FLAG or WAIT_FLAG instruction of a plan's operation (op, pipe, (src, dst, event));
+    `attrs`: (src, dst, event) -> the Attrs its flags share (a SET_FLAG and its WAIT_FLAG)."""
+    key = op[2]
+    a = attrs.get(key)
+    if a is None:
+        a = attrs[key] = Attrs.of({"src": key[0], "dst": key[1], "event": key[2]})
+    return Instr._make(op[0], op[1], None, (), a, None)
 
 
 class RangeValues:
@@ -340,8 +344,7 @@ class FlagPlanner:
         found, resolve = ranges.found, ranges.resolve
         add_set = self.sets.append
         take_event, merged = _take_event, _merged
-        for idx in range(lo, hi):
-            q = self.q_of[idx]
+        for idx, q in zip(range(lo, hi), self.q_of[lo:hi]):
             need: dict[int, int] = {}
             sq = synced_to[q]
             # what it must wait for, and its own accesses recorded, access by access: the next
@@ -653,7 +656,7 @@ class RegionCache:
     def __init__(self):
         self.memo: dict = {}
         self.interned: dict = {}
-        self.templates: dict = {}       # (ids of the RegionPlans of a region and the regions after it) -> `_Template`
+        self.templates: dict = {}       # (pipes, ids of the RegionPlans of a region and the next ones) -> `_template`
         self.rel_ids: dict = {}         # a relative flag operation -> its number
         self.rel: list = []             # number -> (op, pipe, src, dst, relative event)
         self.flag_ids: dict = {}        # an operation (the `_sync_ops` tuple, by id) -> its index in `flags`
@@ -682,7 +685,6 @@ def region_layout(instrs, cache: RegionCache) -> tuple:
     reach = _reach(rps, bounds)
     most = max(reach, default=0)
     parts = []
-    total = 0
     for r, (lo, hi) in enumerate(bounds):
         key = (names, tuple(map(id, rps[r:r + most + 1])))
         tpl = cache.templates.get(key)
@@ -693,8 +695,7 @@ def region_layout(instrs, cache: RegionCache) -> tuple:
         if len(fslots):
             pos[fslots] = n + _lut(cache, names, records[r][2])[fids]
         parts.append(pos)
-        total += len(pos)
-    if total == n:
+    if sum(map(len, parts)) == n:
         return (), None
     flags = tuple(cache.flags)
     at = np.concatenate(parts).tolist()
@@ -723,11 +724,7 @@ def _lut(cache: RegionCache, names, nxt) -> np.ndarray:
             k = cache.flag_ids.get(id(o))
             if k is None:
                 k = cache.flag_ids[id(o)] = len(cache.flags)
-                src, dst, ev = o[2]
-                a = cache.attrs.get(o[2])
-                if a is None:
-                    a = cache.attrs[o[2]] = Attrs.of({"src": src, "dst": dst, "event": ev})
-                cache.flags.append(Instr._make(o[0], o[1], None, (), a, None))
+                cache.flags.append(_flag_instr(o, cache.attrs))
             out.append(k)
         got = cache.luts[key] = np.array(out, np.int64)
     return got

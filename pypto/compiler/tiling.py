@@ -208,8 +208,8 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
             spans[gid] = (start, len(nodes), *loop.longest)
             distinct = distinct and loop.distinct_loads
         else:
-            order = _epilogue_order(g, ms, cube_tile_of)
-            got = _vector_loop(g, gid, ms, homes, extra_stores, order, start)
+            v = _VectorSetup(g, ms, homes, _epilogue_order(g, ms, cube_tile_of))
+            got = _vector_loop(g, gid, ms, homes, extra_stores, v, start)
             if got is not None:
                 info, loop = got
                 loops[gid] = loop
@@ -218,7 +218,7 @@ def lower_to_tiles(g: TensorGraph, ctx: PassContext) -> TileGraph:
                 distinct = distinct and loop.distinct_loads
             else:
                 em = _Emitter(nodes, gid)
-                info = _lower_vector(g, gid, ms, homes, extra_stores, em, order)
+                info = _lower_vector(g, gid, ms, homes, extra_stores, em, setup=v)
                 spans[gid] = (start, len(nodes), *em.longest[1:])
                 distinct = distinct and em.distinct_loads
         infos.append(info)
@@ -394,8 +394,9 @@ class _VectorSetup:
         return idx, start, (tuple([i == n - 1 for i, n in zip(idx, self.ntiles)]), k == 0)
 
 
-def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False) -> GroupInfo:
-    v = _VectorSetup(g, ms, homes, order)
+def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, first_only=False,
+                  setup: "_VectorSetup | None" = None) -> GroupInfo:
+    v = setup or _VectorSetup(g, ms, homes, order)
     first, domain, tile, ntiles, n_inner = v.first, v.domain, v.tile, v.ntiles, v.n_inner
     outer_space = v.outer_space
     acc: dict[int, int] = {}
@@ -430,15 +431,15 @@ def _lower_vector(g, gid, ms, homes, extra_stores, em: _Emitter, order=None, fir
     return GroupInfo(gid, "vector", domain, tuple(tile), len(outer_space), n_inner, first.loc)
 
 
-def _vector_loop(g, gid, ms, homes, extra_stores, order, start: int) -> tuple[GroupInfo, NodeLoop] | None:
+def _vector_loop(g, gid, ms, homes, extra_stores, v: "_VectorSetup", start: int) -> tuple[GroupInfo, NodeLoop] | None:
     """A vector group as a loop over its outer iterations (`NodeLoop`, its nodes made when a pass
     first reads them, as a matmul's are), or None when it is lowered node by node: when an
     iteration's nodes cannot be replayed (an input from an earlier outer iteration), when outer
     iterations differ in their node count, or when one loads a GM window twice (the pass that
     drops such loads reads every node).  Its outer iterations are of a few kinds (which of their
     tiles are the last along each outer dim); the first of each kind is lowered op by op (a
-    scratch one: its `_Plan`s), and every iteration, templates included, is those plans replayed."""
-    v = _VectorSetup(g, ms, homes, order)
+    scratch one: its `_Plan`s), and every iteration, templates included, is those plans replayed.
+    `v`: the group's `_VectorSetup` (which `_lower_vector` takes too when this gives None)."""
     if len(v.outer_space) < 2 or any(m.op in _INDEXED for m in ms):
         return None
     kinds: dict[tuple, int] = {}                # kind -> its first outer iteration
