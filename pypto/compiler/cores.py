@@ -13,8 +13,6 @@ time, as it does for hand-written programs without `core=`.
 """
 from __future__ import annotations
 
-import dataclasses
-
 from ..ir.exec import ExecGraph, carry_streams
 from .pipeline import Pass, PassContext
 from .schedule import codegen
@@ -27,7 +25,7 @@ def assign_cores(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     # with the cores fixed runs the same schedule, so simulate(mode="timing") reuses it
     t = ctx.timed(codegen(g, ctx), "assign_cores")
     core_of = {tid: int(name[3:]) for tid, (name, _, _) in t["tasks"].items()}    # "AIC12" -> 12
-    out = g.replace(tuple(dataclasses.replace(task, core=core_of[task.id]) for task in g.tasks))
+    out = g.replace(tuple(task.with_core(core_of[task.id]) for task in g.tasks))
     carry_streams(g, out)               # the instruction streams are the same objects
     return out
 

@@ -263,6 +263,11 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes.
     (A task of a loop, `LoopTileGraph.loop_of`, has its windows from the loop's loads and stores
     alone, made for its iterations: its nodes are not made.)"""
+    if len({t.group for t in g.tasks}) < 2:
+        # tasks of one group never depend on each other (their ops are one group's iterations,
+        # apart by construction): a plain matmul's hundreds of tiles need no footprint
+        return g.replace(tuple(t if not t.deps else Task(t.id, t.group, t.core_type, t.outer, t.nodes, (),
+                                                         pair=t.pair) for t in g.tasks))
     tiles = g.tiles
     parts = tiles.loop_tasks(g.tasks) if isinstance(tiles, LoopTileGraph) else None
     tile_nodes = None

@@ -54,7 +54,9 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
             # entry first)
             shapes.setdefault(id(rep.instrs), (rep.instrs, rep.shape))
             shapes[id(instrs)] = (instrs, rep.shape)
-        tasks.append(ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair))
+        task = ExecTask(t.id, t.group, t.core_type, t.deps, t.level, instrs, t.pair)
+        task.__dict__["instrs"], task.__dict__["n_instrs"] = instrs, len(instrs)    # (no loops yet)
+        tasks.append(task)
     if isinstance(tiles, LoopTileGraph):
         tiles.forget_gm()               # (select is the last pass that reads the loops' GM nodes)
     out = ExecGraph(g.name, g.tiles.buffers, tuple(tasks))

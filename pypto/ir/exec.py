@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace as _replace
 from typing import NamedTuple
 
 from ..dtypes import DType
@@ -602,6 +602,15 @@ class ExecTask:
     def n_instrs(self) -> int:
         """How many instructions the task runs (its loops' iterations counted)."""
         return n_instrs(self.code)
+
+    def with_core(self, core: int | None) -> "ExecTask":
+        """The task on `core`, the same stream: what was worked out of it (`instrs`, `n_instrs`)
+        goes along (a 4096^3 matmul's task is twelve thousand instructions to walk again)."""
+        out = _replace(self, core=core)
+        for k in ("instrs", "n_instrs"):
+            if k in self.__dict__:
+                out.__dict__[k] = self.__dict__[k]
+        return out
 
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
