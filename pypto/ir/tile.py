@@ -200,12 +200,18 @@ class NodeLoop:
         per (spaces, place, dropped), the objects (`gm`).  `placed=False`: a reader of GM windows
         only, which takes the nodes made with a placement when they are there, else makes them
         without one (cheaper)."""
-        if not placed:
-            for sp, pl, dr, _ in self.gm.values():
-                if sp is spaces and dr is dropped:
+        base = None         # a set made before any load was dropped, of these spaces and maps
+        for sp, pl, dr, mm in self.gm.values():
+            if sp is spaces and (pl is place or not placed):
+                if dr is dropped:
                     place = pl
                     break
-            else:
+                if dr is None:
+                    base = pl, mm
+        else:
+            if base is not None and dropped:
+                place = base[0]
+            elif not placed:
                 place = None
         key = (id(spaces), id(place), id(dropped))
         got = self.gm.get(key)
@@ -213,6 +219,14 @@ class NodeLoop:
             # (one set kept: the passes read the latest, and a compile's peak memory holds one)
             self.gm.clear()
             got = self.gm[key] = (spaces, place, dropped, {})
+            if base is not None and dropped and base[0] is place:
+                # the loads and stores with loads dropped are those made before less the dropped
+                # loads (l1_reuse's, read again by dependencies and select), unless a store reads
+                # a dropped load (then it reads the load kept instead: made anew)
+                for o, nodes in base[1].items():
+                    kept = [n for n in nodes if n.id not in dropped]
+                    if all(i not in dropped for n in kept for i in n.inputs):
+                        got[3][o] = kept
         made = got[3]
         outer = range(self.count // self.per) if outer is None else outer
         missing = list(dict.fromkeys(o for o in outer if o not in made))

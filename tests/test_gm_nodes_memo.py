@@ -1,0 +1,91 @@
+"""A loop's loads and stores with l1_reuse's loads dropped (`NodeLoop.gm_nodes`) are taken from the
+set made before the drop, less the dropped loads, rather than made again: dependencies and select
+read them after l1_reuse read the whole set.  Held to the loop making them anew (`make`)."""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pypto
+from pypto.compiler import PASSES
+from pypto.compiler.pipeline import PassContext
+from pypto.ir.tile import LoopPart, NodeLoop
+
+from common import matmul, matmul_bias_gelu
+
+F16 = pypto.DT_FP16
+T = pypto.Tensor
+
+
+def _after_l1_reuse(kern, specs, consts):
+    """The Block graphs of a kernel before and after l1_reuse."""
+    kern.cache_clear()
+    ck = kern.compile(*specs, **consts)
+    ctx = PassContext(ck.machine, {})
+    g = ck.tensor_graph
+    for name in ("tiling", "assign_spaces", "eliminate_redundant_loads", "allocate", "partition"):
+        g = PASSES[name](g, ctx)
+    kern.cache_clear()
+    return g, PASSES["l1_reuse"](g, ctx)
+
+
+def _dropping_parts(g):
+    return [p for p in g.tiles.parts if isinstance(p, LoopPart) and p[3]]
+
+
+def test_the_gm_nodes_after_a_drop_are_those_made_before_less_the_dropped_loads():
+    cases = [(matmul, (T([1024, 768], F16), T([768, 1024], F16), T([1024, 1024], F16)), {}),
+             (matmul_bias_gelu, (T([900, 512], F16), T([512, 1000], F16), T([1000], F16), T([900, 1000], F16)),
+              dict(VM=32, VN=64))]
+    for kern, specs, consts in cases:
+        before, after = _after_l1_reuse(kern, specs, consts)
+        parts = _dropping_parts(after)
+        assert parts, "l1_reuse dropped no load: nothing to compare"
+        for part in parts:
+            loop, spaces, place, dropped = part
+            n_outer = loop.count // loop.per
+            outer = list(range(n_outer))
+            fresh = loop.make(spaces, place, dropped, outer, True)
+            for placed in (True, False):
+                loop.gm.clear()
+                whole = loop.gm_nodes(spaces, place, None, outer)
+                got = loop.gm_nodes(spaces, place, dropped, outer, placed)
+                assert got == fresh
+                assert [n.attrs._dict for n in got] == [n.attrs._dict for n in fresh]
+                # taken from the set made first (the very node objects), not made again
+                kept = {id(n) for n in whole}
+                assert all(id(n) in kept for n in got)
+                assert len(got) == len(whole) - sum(1 for n in whole if n.id in dropped)
+
+
+class _Node(NamedTuple):
+    id: int
+    op: str
+    inputs: tuple
+    outer: int
+
+
+def test_a_store_reading_a_dropped_load_is_made_again():
+    """An iteration that stores a loaded tile as it is: with that load dropped its store reads the
+    load kept instead, which only `make` knows; that iteration is made anew, the others taken."""
+    def make(spaces, place, dropped=None, outer=None, gm_only=False):
+        out = []
+        for o in outer:
+            load, other, store = 10 * o, 10 * o + 1, 10 * o + 2
+            if not dropped or load not in dropped:
+                out.append(_Node(load, "TLOAD", (), o))
+            if not dropped or other not in dropped:
+                out.append(_Node(other, "TLOAD", (), o))
+            src = dropped.get(other, other) if dropped else other
+            out.append(_Node(store, "TSTORE", (src,), o))
+        return out
+
+    loop = NodeLoop(0, 30, ((),), (0, 0), True, make, per=10)
+    spaces, place = {}, None
+    whole = loop.gm_nodes(spaces, place, None, [0, 1, 2])
+    dropped = {10: 0, 21: 1}          # iteration 1 drops its first load, iteration 2 its stored one
+    got = loop.gm_nodes(spaces, place, dropped, [0, 1, 2])
+    assert got == make(spaces, place, dropped, [0, 1, 2], True)
+    assert got[-1] == _Node(22, "TSTORE", (1,), 2)
+    by_id = {n.id: n for n in whole}
+    assert all(n is by_id[n.id] for n in got if n.outer < 2)      # taken
+    assert got[-1] is not by_id[22]                                # made again
