@@ -89,3 +89,38 @@ def test_a_store_reading_a_dropped_load_is_made_again():
     by_id = {n.id: n for n in whole}
     assert all(n is by_id[n.id] for n in got if n.outer < 2)      # taken
     assert got[-1] is not by_id[22]                                # made again
+
+
+def test_a_vector_loop_gives_its_windows_without_making_its_nodes():
+    """`NodeLoop.windows`: a vector group's loads and stores, (op, window) in node order, worked
+    out from its plans (a softmax's twins, whose nodes no pass made), read off nodes a pass made
+    (a layernorm's, made by l1_reuse), less l1_reuse's dropped loads: those of the nodes."""
+    from common import layernorm, softmax
+    cases = [(softmax, (T([100, 256], pypto.DT_FP32),) * 2, dict(TM=8, TN=256)),
+             (layernorm, (T([96, 320], pypto.DT_FP32), T([320], pypto.DT_FP32), T([320], pypto.DT_FP32),
+                          T([96, 320], pypto.DT_FP32)), dict(TM=8, TN=320))]
+    seen_drop = False
+    for kern, specs, consts in cases:
+        _, after = _after_l1_reuse(kern, specs, consts)
+        parts = [p for p in after.tiles.parts if isinstance(p, LoopPart) and p[0]._windows is not None]
+        assert parts
+        for part in parts:
+            loop, spaces, place, dropped = part
+            n_outer = loop.count // loop.per
+            some = [n_outer - 1, 0, n_outer // 2, 1]
+            first_loads = {n.id: n.id for n in loop.make(None, None, None, some[:1], True) if n.op == "TLOAD"}
+            for drop in (None, dropped, first_loads):
+                want = [(n.op, n.attrs._dict["gm"]) for n in loop.make(spaces, place, drop, some, True)]
+                loop.gm.clear()
+                made = []
+                real = loop.make
+                loop.make = lambda *a, **k: made.append(a) or real(*a, **k)
+                try:
+                    assert loop.windows(spaces, place, drop, some) == want       # worked out
+                finally:
+                    loop.make = real
+                assert not made
+                loop.gm_nodes(spaces, place, None, some)
+                assert loop.windows(spaces, place, drop, some) == want           # read off the nodes
+                seen_drop |= bool(drop)
+    assert seen_drop

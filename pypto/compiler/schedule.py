@@ -353,9 +353,8 @@ class _LoopTwins:
         rep = self.reps.get(key) if key is not None else None
         if rep is None:
             return None, None
-        made = part.nodes(t.outer, gm_only=True, placed=False)     # (its loads, then its stores: `_Rep.moved`)
-        gms = [n.attrs._dict["gm"] for n in made if n.op == "TLOAD"] + \
-            [n.attrs._dict["gm"] for n in made if n.op == "TSTORE"]
+        made = part.windows(t.outer)        # (its loads, then its stores: `_Rep.moved`)
+        gms = [gm for op, gm in made if op == "TLOAD"] + [gm for op, gm in made if op == "TSTORE"]
         if len(gms) != len(rep.moved):
             return None, None
         instrs, uniform = rep.with_windows(gms)

@@ -177,6 +177,21 @@ class _Plan:
             acc[mid] = base + r
         return base + len(steps)
 
+    def windows(self, out: list, base: int, start: tuple, dropped) -> int:
+        """(op, GM window) of each node `made(..., gm_only=True)` would append, in order, without
+        the nodes (the windows of a twin task, `schedule._LoopTwins`); the id after them."""
+        steps = self.steps
+        for j in self._gm_steps():
+            if dropped is not None and base + j in dropped:
+                continue
+            st = steps[j]
+            gm = st[7]._dict["gm"]
+            for k, fn in st[8]:
+                if k == "gm":
+                    gm = fn(start)
+            out.append((st[0], gm))
+        return base + len(steps)
+
     def _gm_steps(self) -> list[int]:
         """The positions of the steps that move data between GM and the chip (a GM window)."""
         if self.gm is None:
@@ -487,7 +502,7 @@ def _vector_loop(g, gid, ms, homes, extra_stores, v: "_VectorSetup", start: int)
                 if st[0] == "TLOAD" for name, fn in st[8] if name == "gm")
     info = GroupInfo(gid, "vector", v.domain, tuple(v.tile), len(v.outer_space), v.n_inner, v.first.loc)
     return info, NodeLoop(start, per * len(v.outer_space), templates, (first, first + most), True,
-                          loop.make, per, loop.kind, windows_apart=apart)
+                          loop.make, per, loop.kind, windows_apart=apart, windows=loop.windows)
 
 
 def _outer_kind(v: _VectorSetup, oidx) -> tuple:
@@ -508,7 +523,15 @@ class _VectorLoop:
         return _outer_kind(self.v, self.v.outer_space[o])
 
     def make(self, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
-        out: list[TileNode] = []
+        return self._walk(spaces, place, dropped, outer, gm_only, False)
+
+    def windows(self, dropped=None, outer=None) -> list[tuple]:
+        """(op, GM window) of the loads and stores `make(..., gm_only=True)` makes, in its order,
+        without making them (see `NodeLoop.windows`)."""
+        return self._walk(None, None, dropped, outer, True, True)
+
+    def _walk(self, spaces, place, dropped, outer, gm_only, windows) -> list:
+        out: list = []
         v = self.v
         n_inner, group, per, first = v.n_inner, self.group, self.per, self.start
         outer_dims, tile, pd, r = v.outer_dims, v.tile, v.pd, v.r
@@ -526,8 +549,11 @@ class _VectorLoop:
             for k, plan in enumerate(plans):
                 if pd is not None:
                     at[pd] = k * tile[pd]
-                base = plan.made(out, base, group, o, k, o * n_inner + k, tuple(at), acc, spaces, place, dropped,
-                                 gm_only)
+                if windows:
+                    base = plan.windows(out, base, tuple(at), dropped)
+                else:
+                    base = plan.made(out, base, group, o, k, o * n_inner + k, tuple(at), acc, spaces, place,
+                                     dropped, gm_only)
         return out
 
 

@@ -183,13 +183,16 @@ class NodeLoop:
     """
 
     __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind", "gm",
-                 "windows_apart")
+                 "windows_apart", "_windows")
 
     def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
-                 per: int | None = None, kind=None, windows_apart: bool = False):
+                 per: int | None = None, kind=None, windows_apart: bool = False, windows=None):
         self.start, self.count, self.templates = start, count, templates
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
         self.kind, self.windows_apart = kind, windows_apart
+        # fn(dropped, outer) -> (op, GM window) of each node `make(..., gm_only=True)` makes, in
+        # order, without making them; None: read off the nodes
+        self._windows = windows
         # the passes of the Block level read a loop's loads and stores alone (`gm_only`) several
         # times over: (spaces, place, dropped) -> (them, {outer iteration: its GM nodes}), by id,
         # for the latest (spaces, place, dropped) asked for
@@ -238,6 +241,21 @@ class NodeLoop:
         return list(itertools.chain.from_iterable(map(made.__getitem__, outer)))
 
 
+    def windows(self, spaces, place, dropped, outer) -> list[tuple]:
+        """(op, GM window) of each of `gm_nodes(spaces, place, dropped, outer)`, in order: read off
+        the nodes when a pass made them (their windows do not depend on the placement), else
+        worked out without them when the loop can (a vector group's), else off nodes made now."""
+        for sp, _, dr, made in self.gm.values():
+            if sp is spaces and (dr is dropped or dr is None) and all(o in made for o in outer):
+                nodes = itertools.chain.from_iterable(map(made.__getitem__, outer))
+                if dr is not dropped and dropped:       # (made before l1_reuse dropped loads)
+                    nodes = [n for n in nodes if n.id not in dropped]
+                return [(n.op, n.attrs._dict["gm"]) for n in nodes]
+        if self._windows is not None:
+            return self._windows(dropped, outer)
+        return [(n.op, n.attrs._dict["gm"]) for n in self.gm_nodes(spaces, place, dropped, outer, placed=False)]
+
+
 class LoopPart(tuple):
     """A `NodeLoop` of a `LoopTileGraph` with what the passes decided for it so far:
     (loop, spaces, place, dropped), see `NodeLoop.make`."""
@@ -254,6 +272,11 @@ class LoopPart(tuple):
         if gm_only and loop.per:
             return loop.gm_nodes(spaces, place, dropped, outer, placed)
         return loop.make(spaces, place if placed else None, dropped, outer, gm_only)
+
+    def windows(self, outer) -> list[tuple]:
+        """(op, GM window) of the loads and stores of outer iterations `outer` (`NodeLoop.windows`)."""
+        loop, spaces, place, dropped = self
+        return loop.windows(spaces, place, dropped, outer)
 
     @property
     def count(self) -> int:
