@@ -124,3 +124,49 @@ def test_a_vector_loop_gives_its_windows_without_making_its_nodes():
                 assert loop.windows(spaces, place, drop, some) == want           # read off the nodes
                 seen_drop |= bool(drop)
     assert seen_drop
+
+
+@pypto.jit
+def _scaled_rows(x, w, out, *, TM: int = 8, TN: int = 256):
+    """A weight row loaded at every row block into a slot nothing else writes: dropped after the
+    first block of each task."""
+    pypto.set_vec_tile_shapes(TM, TN)
+    out[:] = x * w + w
+
+
+def test_l1_reuse_gives_a_twin_task_the_drops_of_the_task_it_is_like(monkeypatch):
+    """A task of a loop alike one replayed before (`LoopPart.task_key`), its windows that one's moved
+    by one offset per buffer, takes that one's drops (its ids moved) without a replay: the drops
+    of every task are those of replaying each (held to the pass with no task alike another)."""
+    from pypto.compiler import l1reuse
+    F32 = pypto.DT_FP32
+    cases = [(matmul, (T([2048, 1024], F16), T([1024, 2048], F16), T([2048, 2048], F16)), {}),
+             (_scaled_rows, (T([4000, 256], F32), T([256], F32), T([4000, 256], F32)), {})]
+    for kern, specs, consts in cases:
+        before, _ = _after_l1_reuse(kern, specs, consts)
+        replays = []
+        real = l1reuse._replay
+        monkeypatch.setattr(l1reuse, "_replay", lambda ops, dup, sizes: replays.append(1) or real(ops, dup, sizes))
+        got = l1reuse.reused_loads(before)
+        n_twins = len(before.tasks) - len(replays)
+        monkeypatch.setattr(LoopPart, "task_key", lambda self, *a: None)
+        want = l1reuse.reused_loads(before)
+        monkeypatch.undo()
+        assert want and got == want and list(got) == list(want)
+        assert n_twins > len(before.tasks) // 2, "the tasks were all replayed: no twin to check"
+
+
+def test_windows_moved_alike_are_moved_by_one_offset_per_buffer():
+    from pypto.ir.gm import GMBuffer, GMRef, moved_alike, window_columns
+    a, b = GMBuffer("a", (64, 64), F16, "input"), GMBuffer("b", (64, 64), F16, "input")
+
+    def w(buf, off, shape=(8, 8), strides=(64, 1)):
+        return GMRef(buf, off, shape, strides)
+
+    first = [w(a, 0), w(b, 8), w(a, 512), w(b, 16)]
+    cols = window_columns(first)
+    assert moved_alike([w(a, 8), w(b, 8 + 640), w(a, 520), w(b, 16 + 640)], cols)     # a by 8, b by 640
+    assert not moved_alike([w(a, 8), w(b, 8), w(a, 528), w(b, 16)], cols)            # a by 8, then 16
+    assert not moved_alike([w(a, 0), w(b, 8), w(a, 512, strides=(32, 1)), w(b, 16)], cols)
+    assert not moved_alike([w(a, 0), w(a, 8), w(a, 512), w(b, 16)], cols)            # another buffer
+    assert not moved_alike([w(a, 0), w(b, 8), w(a, 512, shape=(4, 8)), w(b, 16)], cols)

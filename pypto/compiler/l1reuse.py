@@ -21,6 +21,7 @@ import dataclasses
 import itertools
 
 from ..ir.block import BlockGraph
+from ..ir.gm import moved_alike, window_columns
 from ..ir.tile import LoopPart, LoopTileGraph, tile_bytes
 from .memory import copy_period
 from .pipeline import Pass, PassContext
@@ -42,66 +43,93 @@ def reused_loads(g: BlockGraph) -> dict[int, int]:
     sizes: dict[tuple, tuple] = {}
     apart: dict[int, bool] = {}         # id of a loop -> its loads' spaces are only theirs
     reps: dict[int, dict] = {}          # id of a loop -> `_iteration_ops`' representatives
+    # a task of a loop alike a task replayed before (`LoopPart.task_key`), its windows those of
+    # that one moved by one offset per buffer: every window it loads equals, overlaps or misses
+    # another as there, so its drops are that one's, its ids moved.  task key -> (that task's
+    # first node id, its windows by column (`window_columns`), its drops less its first id)
+    replayed: dict[tuple, tuple] = {}
     for k, t in enumerate(g.tasks):
         part = parts[k] if parts is not None else None
         if part is not None and part[0].windows_apart:
             continue        # (no window loaded twice in the loop: no load to drop, whatever the slots hold)
+        key = None
         if part is not None:
+            r = reps.setdefault(id(part[0]), {})
+            if None not in r:
+                r[None] = copy_period(part)
+            key = part.task_key(t.outer, t.nodes, r[None])
+            like = replayed.get(key) if key is not None else None
+            if like is not None and moved_alike([gm for _, gm in part.windows(t.outer)], like[1]):
+                first = t.nodes[0]
+                dup.update((a + first, b + first) for a, b in like[2])
+                continue
             ok = apart.get(id(part[0]))
             if ok is None:
                 ok = apart[id(part[0])] = _loads_apart(part)
             if ok:
                 ops = part.nodes(t.outer, gm_only=True)
             else:       # (a loop whose other nodes write where its loads go, a vector group's UB)
-                ops = _iteration_ops(part, t.outer, reps.setdefault(id(part[0]), {}))
+                ops = _iteration_ops(part, t.outer, r)
         else:
             if nodes is None:
                 nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
             ops = map(nodes.__getitem__, t.nodes)
-        # per space: slot address -> (end, load key, load id, its window) of the window it holds;
-        # the slots of a space never meet (a load clears whatever its own slot meets)
-        held: dict[str, dict[int, tuple[int, tuple, int, object]]] = {}
-        for n in ops:
-            op = n.op
-            if op == "TSTORE":
-                w = n.attrs._dict["gm"]
-                name = w.buf.name
-                for slots in held.values():
-                    gone = [a for a, (_, key, _, gm) in slots.items() if key[0] == name and gm.overlaps(w)]
-                    for a in gone:
-                        del slots[a]
-                continue
-            space = n.space
-            if not space:
-                continue
-            slots = held.get(space)
-            if not slots and op != "TLOAD":
-                continue                # nothing held there to clear (the L0 tiles of a matmul)
-            d = n.attrs._dict
-            if "buf" not in d:
-                continue
-            if slots is None:
-                slots = held[space] = {}
-            lo = d["buf"]
-            size = sizes.get(n.shape)
-            if size is None or size[0] is not n.dtype:
-                size = sizes[n.shape] = (n.dtype, tile_bytes(n.shape, n.dtype))
-            hi = lo + size[1]
-            have = slots.get(lo)
-            if op == "TLOAD":
-                key = load_key(n)
-                if have is not None and have[0] == hi and have[1] == key:
-                    dup[n.id] = have[2]
-                    continue
-            if have is not None and have[0] == hi > lo:
-                del slots[lo]           # (the only slot its bytes meet: slots never meet)
-            elif slots:
-                gone = [a for a, (b, _, _, _) in slots.items() if a < hi and lo < b]
+        mine: dict[int, int] = {}
+        _replay(ops, mine, sizes)
+        dup.update(mine)
+        if key is not None and key not in replayed:
+            first = t.nodes[0]
+            replayed[key] = (first, window_columns([gm for _, gm in part.windows(t.outer)]),
+                             [(a - first, b - first) for a, b in mine.items()])
+    return dup
+
+
+def _replay(ops, dup: dict, sizes: dict) -> None:
+    """Replay one task's nodes `ops` in program order, tracking what every slot holds; each
+    TLOAD whose slot holds its window goes into `dup` (see `reused_loads`)."""
+    # per space: slot address -> (end, load key, load id, its window) of the window it holds;
+    # the slots of a space never meet (a load clears whatever its own slot meets)
+    held: dict[str, dict[int, tuple[int, tuple, int, object]]] = {}
+    for n in ops:
+        op = n.op
+        if op == "TSTORE":
+            w = n.attrs._dict["gm"]
+            name = w.buf.name
+            for slots in held.values():
+                gone = [a for a, (_, key, _, gm) in slots.items() if key[0] == name and gm.overlaps(w)]
                 for a in gone:
                     del slots[a]
-            if op == "TLOAD":
-                slots[lo] = (hi, key, n.id, d["gm"])
-    return dup
+            continue
+        space = n.space
+        if not space:
+            continue
+        slots = held.get(space)
+        if not slots and op != "TLOAD":
+            continue                # nothing held there to clear (the L0 tiles of a matmul)
+        d = n.attrs._dict
+        if "buf" not in d:
+            continue
+        if slots is None:
+            slots = held[space] = {}
+        lo = d["buf"]
+        size = sizes.get(n.shape)
+        if size is None or size[0] is not n.dtype:
+            size = sizes[n.shape] = (n.dtype, tile_bytes(n.shape, n.dtype))
+        hi = lo + size[1]
+        have = slots.get(lo)
+        if op == "TLOAD":
+            key = load_key(n)
+            if have is not None and have[0] == hi and have[1] == key:
+                dup[n.id] = have[2]
+                continue
+        if have is not None and have[0] == hi > lo:
+            del slots[lo]           # (the only slot its bytes meet: slots never meet)
+        elif slots:
+            gone = [a for a, (b, _, _, _) in slots.items() if a < hi and lo < b]
+            for a in gone:
+                del slots[a]
+        if op == "TLOAD":
+            slots[lo] = (hi, key, n.id, d["gm"])
 
 
 def _loads_apart(part: LoopPart) -> bool:

@@ -13,7 +13,7 @@ from ..ir.block import BlockGraph
 from ..ir.tile import LoopPart, LoopTileGraph
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
-from ..ir.gm import GMRef
+from ..ir.gm import GMRef, moved_alike, window_columns
 from ..ir.program import Program
 from ..target.isa import ATTRS, SYNC_OPS, gm_access
 from .listsched import DynamicScheduler
@@ -338,12 +338,9 @@ class _LoopTwins:
         period = self.periods.get(id(loop))
         if period is None:
             period = self.periods[id(loop)] = copy_period(part)
-        if not period or loop.kind is None or len(t.nodes) < _Twins.MIN_OPS:
+        if len(t.nodes) < _Twins.MIN_OPS:
             return None
-        kind = loop.kind
-        ids = np.fromiter(t.nodes, np.int64, len(t.nodes))
-        ids -= ids[0]
-        return id(loop), tuple([(kind(o), o % period) for o in t.outer]), ids.tobytes()
+        return part.task_key(t.outer, t.nodes, period)
 
     def stream(self, t, part) -> tuple:
         """(the instructions of task `t`, its representative when its windows are the
@@ -400,7 +397,7 @@ class _Rep:
 
     def twin(self, cols: tuple, twins: _Twins) -> tuple | None:
         """(the instructions of the task of columns `cols` (of the same pattern of node ids),
-        whether its windows are this one's moved by one offset per buffer (`_uniform`)) when it is
+        whether its windows are this one's moved by one offset per buffer (`moved_alike`)) when it is
         a twin of this one, else None."""
         if self.cols is None:
             self.cols = self._columns(twins)
@@ -426,7 +423,7 @@ class _Rep:
     def with_windows(self, gms: list) -> tuple:
         """(its instructions with the windows `gms` (one per instruction of `moved`, in its
         order) in place of its own, whether those are its own moved by one offset per buffer,
-        `_uniform`).  The instructions with a window are fresh ones with the representative's
+        `moved_alike`).  The instructions with a window are fresh ones with the representative's
         other parts, by a C-level `make` over columns."""
         ops, pipes, dsts, srcs, attrs, locs = self._parts
         n = self.n_reads
@@ -437,7 +434,7 @@ class _Rep:
         out = list(self.instrs)
         for k, ins in zip(self.moved, made):
             out[k] = ins
-        return tuple(out), _uniform(gms, self._windows)
+        return tuple(out), moved_alike(gms, self._windows)
 
     @cached_property
     def _parts(self) -> tuple:
@@ -451,10 +448,10 @@ class _Rep:
 
     @cached_property
     def _windows(self) -> tuple:
-        """Its windows (`_windows`), in the order of `moved`."""
+        """Its windows (`window_columns`), in the order of `moved`."""
         instrs = list(map(self.instrs.__getitem__, self.moved))
         n = self.n_reads
-        return _windows([ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]])
+        return window_columns([ins.srcs[0] for ins in instrs[:n]] + [ins.dst for ins in instrs[n:]])
 
     def _columns(self, twins: _Twins):
         """What `twin` compares with: its `_columns` (the inputs as bytes) and the other items of
@@ -466,31 +463,7 @@ class _Rep:
         return sig, maps, counts, inputs.tobytes(), twins.canons(list(map(maps.__getitem__, self.moved)))
 
 
-def _windows(gms: list) -> tuple:
-    """GM windows by column, for `_uniform`: buffers, shapes, strides, offsets, and per window
-    the position of the first window of its buffer (by name, as `listsched._shape_key` tells
-    buffers apart), whose move every window of the buffer must make."""
-    bufs = list(map(_BUF, gms))
-    where: dict[str, int] = {}
-    first = np.fromiter((where.setdefault(b.name, k) for k, b in enumerate(bufs)), np.int64, len(bufs))
-    return bufs, list(map(_SHAPE, gms)), list(map(_STRIDES, gms)), np.fromiter(map(_OFFSET, gms), np.int64,
-                                                                               len(gms)), first
-
-
-def _uniform(gms: list, windows: tuple) -> bool:
-    """Whether the windows `gms` (a twin's) are those of `windows` (`_windows` of its
-    representative's) moved by one offset per buffer: same buffers, shapes and strides, by
-    C-level compares, and the offsets by numpy (a twin has a window per load: thousands)."""
-    bufs, shapes, strides, offsets, first = windows
-    if (list(map(_BUF, gms)) != bufs or list(map(_SHAPE, gms)) != shapes
-            or list(map(_STRIDES, gms)) != strides):
-        return False
-    delta = np.fromiter(map(_OFFSET, gms), np.int64, len(gms)) - offsets
-    return bool((delta == delta[first]).all())
-
-
 _OP, _PIPE, _DST, _LOC = attrgetter("op"), attrgetter("pipe"), attrgetter("dst"), attrgetter("loc")
-_BUF, _SHAPE, _STRIDES, _OFFSET = attrgetter("buf"), attrgetter("shape"), attrgetter("strides"), attrgetter("offset")
 
 
 def codegen(g: ExecGraph, ctx: PassContext | None = None) -> Program:

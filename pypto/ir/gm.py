@@ -10,6 +10,8 @@ import itertools
 import operator
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..dtypes import DType
 from .core import cached, prod, quick_init
 
@@ -363,3 +365,32 @@ class Footprint:
 _BUF_NAME = operator.attrgetter("buf.name")
 _SPAN = operator.attrgetter("_span")
 _LO, _HI = operator.itemgetter(0), operator.itemgetter(1)
+
+
+_BUF, _SHAPE, _STRIDES, _OFFSET = (operator.attrgetter("buf"), operator.attrgetter("shape"),
+                                   operator.attrgetter("strides"), operator.attrgetter("offset"))
+
+
+def window_columns(gms: list) -> tuple:
+    """GM windows by column, for `moved_alike`: buffers, shapes, strides, offsets, and per window
+    the position of the first window of its buffer (by name, as the passes tell buffers apart),
+    whose move every window of the buffer must make."""
+    bufs = list(map(_BUF, gms))
+    where: dict[str, int] = {}
+    first = np.fromiter((where.setdefault(b.name, k) for k, b in enumerate(bufs)), np.int64, len(bufs))
+    return bufs, list(map(_SHAPE, gms)), list(map(_STRIDES, gms)), np.fromiter(map(_OFFSET, gms), np.int64,
+                                                                               len(gms)), first
+
+
+def moved_alike(gms: list, columns: tuple) -> bool:
+    """Whether the windows `gms` (a twin task's) are those of `columns` (`window_columns` of
+    another's) moved by one offset per buffer: same buffers, shapes and strides, by C-level
+    compares, and the offsets by numpy (a task has a window per load: thousands).  Then every
+    relation between two windows of one buffer (equal, overlapping, how far apart) holds in one
+    task as in the other."""
+    bufs, shapes, strides, offsets, first = columns
+    if (list(map(_BUF, gms)) != bufs or list(map(_SHAPE, gms)) != shapes
+            or list(map(_STRIDES, gms)) != strides):
+        return False
+    delta = np.fromiter(map(_OFFSET, gms), np.int64, len(gms)) - offsets
+    return bool((delta == delta[first]).all())

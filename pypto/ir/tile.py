@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+import numpy as np
+
 from ..dtypes import DType
 from ..errors import SourceLoc, VerificationError
 from .core import Attrs, TextForm, field_copiers, fmt_shape, quick_init
@@ -272,6 +274,20 @@ class LoopPart(tuple):
         if gm_only and loop.per:
             return loop.gm_nodes(spaces, place, dropped, outer, placed)
         return loop.make(spaces, place if placed else None, dropped, outer, gm_only)
+
+    def task_key(self, outer, nodes, period: int) -> tuple | None:
+        """Equal for two tasks of the loop (their outer iterations `outer` and node ids `nodes`)
+        whose nodes are alike but for their ids (moved by one amount) and GM windows: the same
+        kind of iteration and the same copies of their slots (`period`: the loop's
+        `memory.copy_period`, 0 when not known) at each position, the same pattern of ids.
+        None when the loop cannot tell (no kinds, no period)."""
+        loop = self[0]
+        if not period or loop.kind is None:
+            return None
+        kind = loop.kind
+        ids = np.fromiter(nodes, np.int64, len(nodes))
+        ids -= ids[0]
+        return id(loop), tuple([(kind(o), o % period) for o in outer]), ids.tobytes()
 
     def windows(self, outer) -> list[tuple]:
         """(op, GM window) of the loads and stores of outer iterations `outer` (`NodeLoop.windows`)."""
