@@ -182,6 +182,9 @@ class Decoder:
         self.sync_cycles: dict[str, int] = {}
         self.gm_paths: dict[tuple, tuple] = {}          # (src, dst) -> (path, bytes/cycle)
         self.computes: dict[tuple, tuple] = {}          # (op, operand ids) -> (flops, row)
+        # id of a flag or on-chip instruction decoded -> its form (the program keeps the
+        # instructions alive while it is decoded: the ids stay theirs)
+        self.by_obj: dict[int, int] = {}
         # stream shape -> (Decoded of its first task, its flops, its _GMLayout); none for a shape
         # whose first task has GM transfers of windows that are not GM windows (each task decodes)
         self.shapes: dict[int, tuple] = {}
@@ -231,10 +234,10 @@ class Decoder:
         # flags: the form of (op, pipe, attributes)
         flag = category <= _CROSS
         if flag.any():
-            mask = flag.tolist()
-            sub = list(compress(instrs, mask))
-            keys = list(zip(compress(ops, mask), map(_PIPE, sub), map(id, map(_ATTRS, sub))))
-            form[flag] = self._forms(keys, sub, self._flag_row)
+            sub = list(compress(instrs, flag.tolist()))
+            form[flag] = self._known_forms(sub, lambda sub: (list(zip(map(_OP, sub), map(_PIPE, sub),
+                                                                           map(id, map(_ATTRS, sub)))),
+                                                                  self._flag_row))
         # loads and stores: GM transfers (the form of their window's key) or on-chip moves
         other = category == _OTHER
         gm_at, windows, gm_form = [], [], []
@@ -251,10 +254,26 @@ class Decoder:
         # anything else: the form of (op, pipe, operands)
         if other.any():
             sub = list(compress(instrs, other.tolist()))
-            got = self._forms([(i.op, i.pipe, id(i.dst), *map(id, i.srcs)) for i in sub], sub, self._compute_row)
+            got = self._known_forms(sub, lambda sub: ([(i.op, i.pipe, id(i.dst), *map(id, i.srcs)) for i in sub],
+                                                      self._compute_row))
             form[other] = got
             self.flops += sum(map(self.form_flops.__getitem__, got.tolist()))
         return Decoded(form, np.array(gm_at, np.int64), windows)
+
+    def _known_forms(self, instrs: list, keyed) -> np.ndarray:
+        """The forms of flags or on-chip instructions: an instruction object met before (the
+        flags and on-chip ops of a task's output tiles are mostly the same objects, tile after
+        tile) has the form it had; the others by their keys, `keyed(them) -> (keys, row)` (see
+        `_forms`), in program order."""
+        by_obj = self.by_obj
+        got = list(map(by_obj.get, map(id, instrs)))
+        if None in got:
+            miss = [k for k, f in enumerate(got) if f is None]
+            new = list(map(instrs.__getitem__, miss))
+            keys, row = keyed(new)
+            for k, x, f in zip(miss, new, self._forms(keys, new, row).tolist()):
+                got[k] = by_obj[id(x)] = f
+        return np.array(got, np.int32)
 
     def _forms(self, keys: list, instrs: list, row) -> np.ndarray:
         """The forms of instructions by key; `row(ins)` -> (flops, row) makes a new key's, from
