@@ -91,14 +91,18 @@ def test_a_store_reading_a_dropped_load_is_made_again():
     assert got[-1] is not by_id[22]                                # made again
 
 
-def test_a_vector_loop_gives_its_windows_without_making_its_nodes():
-    """`NodeLoop.windows`: a vector group's loads and stores, (op, window) in node order, worked
-    out from its plans (a softmax's twins, whose nodes no pass made), read off nodes a pass made
-    (a layernorm's, made by l1_reuse), less l1_reuse's dropped loads: those of the nodes."""
+def test_a_loop_gives_its_windows_without_making_its_nodes():
+    """`NodeLoop.windows`: a loop's loads and stores, (op, window) in node order, worked out
+    without the nodes (a vector group's from its plans, a matmul's (bias rows, K serpentine,
+    tails) from its tiles: the twins no pass made nodes for), read off nodes a pass made, less
+    l1_reuse's dropped loads: those of the nodes."""
     from common import layernorm, softmax
     cases = [(softmax, (T([100, 256], pypto.DT_FP32),) * 2, dict(TM=8, TN=256)),
              (layernorm, (T([96, 320], pypto.DT_FP32), T([320], pypto.DT_FP32), T([320], pypto.DT_FP32),
-                          T([96, 320], pypto.DT_FP32)), dict(TM=8, TN=320))]
+                          T([96, 320], pypto.DT_FP32)), dict(TM=8, TN=320)),
+             (matmul, (T([1000, 768], F16), T([768, 1000], F16), T([1000, 1000], F16)), {}),
+             (matmul_bias_gelu, (T([900, 512], F16), T([512, 1000], F16), T([1000], F16), T([900, 1000], F16)),
+              dict(VM=32, VN=64))]
     seen_drop = False
     for kern, specs, consts in cases:
         _, after = _after_l1_reuse(kern, specs, consts)

@@ -1057,28 +1057,31 @@ class _MatmulLoop:
                 at += k
         return NodeLoop(start, per * self.n_tiles, tuple(templates), longest, self.distinct,
                         lambda spaces, place, dropped=None, outer=None, gm_only=False:
-                        self.make(start, spaces, place, dropped, outer, gm_only), per, self.kind_of)
+                        self.make(start, spaces, place, dropped, outer, gm_only), per, self.kind_of,
+                        windows=lambda dropped, outer: self.make(start, None, None, dropped, outer, True, True))
 
-    def make(self, start: int, spaces, place, dropped=None, outer=None, gm_only=False) -> list[TileNode]:
-        nodes: list[TileNode] = []
+    def make(self, start: int, spaces, place, dropped=None, outer=None, gm_only=False, windows=False) -> list:
+        """The nodes of `NodeLoop.make`; `windows`: (op, GM window) of the loads and stores instead
+        (`NodeLoop.windows`: a twin task's windows, no node made)."""
+        nodes: list = []
         per = self.per_tile
         if outer is None:
             for o, b, mi, ni in self._tiles():
-                self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
+                self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only, windows)
             return nodes
         nn, nm = self.nn, self.nm
         for o in outer:
             bm, ni = divmod(o, nn)
             b, mi = divmod(bm, nm)
-            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
+            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only, windows)
         return nodes
 
     def _tile(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, spaces, place, dropped=None,
-              gm_only=False) -> None:
+              gm_only=False, windows=False) -> None:
         """Append the nodes of output tile `o` (ids from `nid`): the nodes the lowering makes, with
         the spaces of `spaces` and the maps `place` gives, without the loads of `dropped` (their
         readers reading the loads `dropped` names instead), only the loads and stores if
-        `gm_only` (see `NodeLoop.make`)."""
+        `gm_only` (see `NodeLoop.make`), only (op, GM window) of each if `windows` too."""
         ml0, _, nl0, _ = self.tile
         s_a1, s_b1, s_c = self.s_a1, self.s_b1, self.s_c
         _, _, s_a0, s_b0 = self.x
@@ -1114,7 +1117,8 @@ class _MatmulLoop:
                 a = Attrs.of({"gm": _bias_row(bias, n0, nv), "key": "bias1", "persistent": True})
                 space = sp(("TLOAD", "bias1"), q) if sp else q
                 if dropped is None or nid not in dropped:
-                    append(make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
+                    append(("TLOAD", a._dict["gm"]) if windows else
+                           make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
                                 place(a, o) if place is not None and space != q else a, loc, o))
                 if not gm_only:
                     a = self.bt_attrs
@@ -1127,14 +1131,16 @@ class _MatmulLoop:
             p = chunk if a_ring else lin
             a1, b1 = (nid,), (nid + 1,)
             if dropped is None or nid not in dropped:
-                append(make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
+                append(("TLOAD", attrs._dict["gm"]) if windows else
+                       make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
                             place(attrs, p) if place is not None and sp_a1 != q else attrs, loc, p))
             else:
                 a1 = (dropped[nid],)
             attrs, valid = bl[chunk]
             p = chunk if b_ring else lin
             if dropped is None or nid + 1 not in dropped:
-                append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
+                append(("TLOAD", attrs._dict["gm"]) if windows else
+                       make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
                             place(attrs, p) if place is not None and sp_b1 != q else attrs, loc, p))
             else:
                 b1 = (dropped[nid + 1],)
@@ -1169,8 +1175,10 @@ class _MatmulLoop:
         bi = self.bis[b]
         result, act = self.result, self.act
         for ref in self.outs:
-            a = Attrs.of({"gm": _sub2d(ref, bi[len(bi) - len(ref.shape[:-2]):], m0, n0, mv, nv), **act, "key": "st"})
-            append(make(nid, "TSTORE", (c,), (), (), result.dtype, "", group, o, step, a, result.loc, lin - 1))
+            gm = _sub2d(ref, bi[len(bi) - len(ref.shape[:-2]):], m0, n0, mv, nv)
+            append(("TSTORE", gm) if windows else
+                   make(nid, "TSTORE", (c,), (), (), result.dtype, "", group, o, step,
+                        Attrs.of({"gm": gm, **act, "key": "st"}), result.loc, lin - 1))
             nid += 1
 
 
