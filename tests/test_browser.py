@@ -87,9 +87,11 @@ def softmax(x: pypto.Tensor([D, 256], F), out: pypto.Tensor([D, 256], F)):
 x = np.random.default_rng(0).standard_normal(({DYN_ROWS}, 256)).astype(np.float32)
 out = np.zeros_like(x)
 """
-# A mixed-dtype kernel (fp16 in, fp32 out); a matmul whose T slider, moved from 64 to 32, takes a
-# few seconds to recompile (1024^3 fp16: 50k instructions at T=64, 400k at T=32); and the first
-# render of a matmul twice as wide, which takes over a second (nothing cached).
+# A mixed-dtype kernel (fp16 in, fp32 out); a matmul whose T slider, moved from 64 to 32, takes
+# seconds to recompile (2048x2048x1024 fp16: 200k instructions at T=64, 1.6M at T=32, 1.7 s to
+# compile on the 2-core machine, the busy bar showing from 0.3 s: 1024^3, 0.4 s since the
+# compiler got faster, left it too little time); and the first render of a matmul twice as
+# wide, which takes seconds (nothing cached: 0.4 s to compile, 1.9 s to simulate and check).
 MORE = "more.ipynb"
 MORE_CELLS = [
     "import numpy as np\nimport pypto\nrng = np.random.default_rng(0)",
@@ -105,13 +107,13 @@ def mm(a, b, c, *, T: int = 64):
     pypto.set_cube_tile_shapes([T, T], [T, T], [T, T])
     c[:] = pypto.matmul(a, b, out_dtype=pypto.DT_FP32)
 
-A = rng.standard_normal((1024, 1024)).astype(np.float16)
-B = rng.standard_normal((1024, 1024)).astype(np.float16)
-pypto.explore(mm, A, B, np.zeros((1024, 1024), np.float32), ranges={"T": [32, 64, 128]})  # slider""",
+A = rng.standard_normal((2048, 2048)).astype(np.float16)
+B = rng.standard_normal((2048, 1024)).astype(np.float16)
+pypto.explore(mm, A, B, np.zeros((2048, 1024), np.float32), ranges={"T": [32, 64, 128]})  # slider""",
     # a first render that takes seconds (nothing cached): its busy bar is in the cell's output
     """mm.cache_clear()
-B2 = rng.standard_normal((1024, 2048)).astype(np.float16)
-pypto.explore(mm, A, B2, np.zeros((1024, 2048), np.float32), ranges={"T": [32, 64, 128]})""",
+B2 = rng.standard_normal((2048, 2048)).astype(np.float16)
+pypto.explore(mm, A, B2, np.zeros((2048, 2048), np.float32), ranges={"T": [32, 64, 128]})""",
 ]
 DYN_LABEL = "N (rows of x, out)"     # the size slider: the dim's symbol and the parameters having it
 DYN_CELLS = [DYN_KERNEL, "print(pypto.__file__)", "pypto.explore(softmax, x, out)"]
