@@ -687,7 +687,7 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
     (see `gm_slowdown`; default 1); `cycles`, `shared`: what streams of one pass share (see
     `_Stream`); `skey`: the stream's `_shape_key`, when the caller has it."""
     instrs = tuple(instrs)
-    if not _schedulable(instrs):
+    if skey is None and not _schedulable(instrs):     # (a stream with a key is schedulable: `_stream_key`)
         return TaskSchedule(instrs, None, None, "original")
     if slowdown is not None and slowdown > BANDWIDTH_BOUND:
         # the level waits for the shared HBM / L2 whatever each core's order: keep it
