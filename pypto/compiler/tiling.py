@@ -179,7 +179,7 @@ class _Plan:
 
     def windows(self, out: list, base: int, start: tuple, dropped) -> int:
         """(op, GM window) of each node `made(..., gm_only=True)` would append, in order, without
-        the nodes (the windows of a twin task, `schedule._LoopTwins`); the id after them."""
+        the nodes (a twin task's windows, `NodeLoop.windows`); the id after them."""
         steps = self.steps
         for j in self._gm_steps():
             if dropped is not None and base + j in dropped:

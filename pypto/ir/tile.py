@@ -176,6 +176,9 @@ class NodeLoop:
       two iterations of one kind whose `par` agree modulo a slot's copies get the same copies;
     - `windows_apart`: no two outer iterations load the same GM window (each of a vector group's
       loads moves with every outer dim: l1_reuse has nothing to find in its tasks);
+    - `windows(spaces, place, dropped, outer)`: (op, GM window) of the loads and stores `make`
+      would make, without making them when the loop's lowering gives them (the twins of a task
+      that `l1_reuse` and `select` read);
     - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
       `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
       fn(attrs, par) -> the attribute map of a node with a space (buffer allocation; None: the
@@ -202,9 +205,10 @@ class NodeLoop:
 
     def gm_nodes(self, spaces, place, dropped, outer, placed: bool = True) -> list:
         """`make(spaces, place, dropped, outer, gm_only=True)`, each outer iteration's made once
-        per (spaces, place, dropped), the objects (`gm`).  `placed=False`: a reader of GM windows
-        only, which takes the nodes made with a placement when they are there, else makes them
-        without one (cheaper)."""
+        per (spaces, place, dropped), the objects (`gm`); with loads dropped, taken from the set
+        made before they were (less those loads) when it is there.  `placed=False`: a reader of GM
+        windows only, which takes the nodes made with a placement when they are there, else makes
+        them without one (cheaper)."""
         base = None         # a set made before any load was dropped, of these spaces and maps
         for sp, pl, dr, mm in self.gm.values():
             if sp is spaces and (pl is place or not placed):
@@ -242,11 +246,11 @@ class NodeLoop:
                 made[o].extend(nodes)
         return list(itertools.chain.from_iterable(map(made.__getitem__, outer)))
 
-
     def windows(self, spaces, place, dropped, outer) -> list[tuple]:
         """(op, GM window) of each of `gm_nodes(spaces, place, dropped, outer)`, in order: read off
-        the nodes when a pass made them (their windows do not depend on the placement), else
-        worked out without them when the loop can (a vector group's), else off nodes made now."""
+        the nodes when a pass made them (their windows do not depend on the placement; made
+        before loads were dropped, less those), else worked out without them when the loop can
+        (a vector group's from its plans, a matmul's from its tiles), else off nodes made now."""
         for sp, _, dr, made in self.gm.values():
             if sp is spaces and (dr is dropped or dr is None) and all(o in made for o in outer):
                 nodes = itertools.chain.from_iterable(map(made.__getitem__, outer))
