@@ -94,6 +94,26 @@ def test_twins_of_a_loop_select_what_op_by_op_selection_does(kernel, specs, opti
     _same(fast, plain)
 
 
+@pytest.mark.parametrize("kernel,specs,options", LOOP_CASES, ids=["tails", "single_buffer", "no_l1_reuse", "mixed"])
+def test_tiles_of_a_loop_task_select_what_op_by_op_selection_does(kernel, specs, options, monkeypatch):
+    """A loop's task with no twin yet is selected output tile by output tile, a tile alike one
+    selected before copying its instructions (`_TileTwins`): fewer tiles selected op by op than
+    the tasks hold, and the instructions of op-by-op selection."""
+    g = dict(kernel.compile(*specs, snapshots=True, options=options).snapshots)["wavefronts"]
+    tiles, by_op = [], []
+    split, ids = schedule._TileTwins._tiles, schedule._Ids.__init__
+    monkeypatch.setattr(schedule._TileTwins, "_tiles",
+                        staticmethod(lambda *a: tiles.append(split(*a)) or tiles[-1]))
+    monkeypatch.setattr(schedule._Ids, "__init__", lambda self, nodes: by_op.append(1) or ids(self, nodes))
+    fast = select_instructions(g)
+    monkeypatch.undo()
+    held = sum(len(x) for x in tiles if x is not None)
+    assert held and len(by_op) < held
+    plain, none = _selected(g, monkeypatch, twins=False)
+    assert none == 0
+    _same(fast, plain)
+
+
 # hand-built: per task, `N` iterations of load -> exp -> store of one row block of x
 
 N = 30

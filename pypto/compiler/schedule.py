@@ -32,6 +32,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
     select = _selector(nodes)
     twins = _Twins(nodes)
     loop_twins = _LoopTwins(twins)
+    tile_twins = _TileTwins(select, nodes, loop_twins.periods)
     tasks = []
     shapes: dict[int, tuple] = {}       # the STREAM_SHAPES side table: see below
     for k, t in enumerate(g.tasks):
@@ -39,8 +40,7 @@ def select_instructions(g: BlockGraph, ctx: PassContext | None = None) -> ExecGr
         if part is not None:
             instrs, rep = loop_twins.stream(t, part)
             if instrs is None:
-                nodes.update((n.id, n) for n in part.nodes(t.outer))
-                instrs, moved = select(t)
+                instrs, moved = tile_twins.stream(t, part)
                 loop_twins.add(instrs, moved)
         else:
             instrs, rep = twins.stream(t)
@@ -217,6 +217,7 @@ def _selector(nodes: dict):
             append(ins)
         return tuple(instrs), None if flags else moved
 
+    select.refs = refs          # (`_TileTwins` reads and gives the tiles of the tiles it copies)
     return select
 
 
@@ -364,6 +365,92 @@ class _LoopTwins:
             if all(instrs[k].op in ("TLOAD", "TSTORE") for k in moved):
                 self.twins.made += 1
                 self.reps[self.key] = _Rep(None, instrs, moved, b"", self.twins.made)
+
+
+class _TileTwins:
+    """A loop's task selected op by op (no task like it selected before), output tile by output
+    tile: a tile alike one selected before runs that one's instructions but for its GM windows,
+    which the loop gives without making its nodes (`NodeLoop.windows`); only the other tiles'
+    nodes are made and selected (a 4096^3 matmul's first tasks of each class: 64 tiles, 8 kinds).
+
+    Alike: of the same kind of iteration and the same copies of its slots (`o % period`, as
+    `_LoopTwins` tells tasks apart), the same pattern of node ids (the same loads dropped), and
+    the very on-chip operands where it reads a tile of an earlier output tile (a kept load):
+    then every tile op's op, attribute map and operands are the earlier tile's, and so is every
+    instruction without a window (equal instructions are one object, `_selector`'s `made`)."""
+
+    def __init__(self, select, nodes: dict, periods: dict):
+        self.select, self.nodes, self.periods = select, nodes, periods
+        # key of a tile -> (its `_Rep`, its instructions' positions with a window, in order, the
+        # tiles its ops make and those they read from earlier tiles: (id less the tile's first, tile))
+        self.reps: dict[tuple, tuple] = {}
+
+    def stream(self, t, part) -> tuple:
+        """(task `t`'s instructions, the positions of those with a GM window): `select(t)`."""
+        loop, refs = part[0], self.select.refs
+        period = self.periods.get(id(loop))
+        if period is None:
+            period = self.periods[id(loop)] = copy_period(part)
+        got = self._tiles(t, loop, period)
+        if got is None:
+            self.nodes.update((n.id, n) for n in part.nodes(t.outer))
+            return self.select(t)
+        instrs: list = []
+        moved: list[int] = []
+        kind, start, per = loop.kind, loop.start, loop.per
+        for o, ids in got:
+            base = start + o * per
+            key = (kind(o), o % period, (ids - base).tobytes())
+            known = self.reps.get(key)
+            if known is not None and all(refs.get(base + r) is ref for r, ref in known[3]):
+                rep, at, made, _ = known
+                wins = part.windows([o])
+                gms = [gm for op, gm in wins if op == "TLOAD"] + [gm for op, gm in wins if op == "TSTORE"]
+                if len(gms) == len(rep.moved):
+                    refs.update((base + r, ref) for r, ref in made)
+                    moved.extend(len(instrs) + k for k in at)
+                    instrs.extend(rep.with_windows(gms)[0])
+                    continue
+            mine = ids.tolist()
+            tile = part.nodes([o])
+            self.nodes.update((n.id, n) for n in tile)
+            tile_instrs, at = self.select(_Ids(mine))
+            if at is None:              # (flags of its own: no twins)
+                self.nodes.update((n.id, n) for n in part.nodes(t.outer))
+                return self.select(t)
+            if key not in self.reps:
+                end = base + per
+                read = {j for n in tile for j in n.inputs if not base <= j < end}
+                self.reps[key] = (_Rep(None, tile_instrs, at, b"", 0), at,
+                                  [(i - base, refs[i]) for i in mine if i in refs],
+                                  [(j - base, refs[j]) for j in sorted(read)])
+            moved.extend(len(instrs) + k for k in at)
+            instrs.extend(tile_instrs)
+        return tuple(instrs), moved
+
+    @staticmethod
+    def _tiles(t, loop, period) -> list | None:
+        """(outer iteration, its node ids (an int64 array)) of each tile of `t`, in order; None
+        when the loop cannot tell tiles alike (no kinds, no period) or the task's ids do not come
+        iteration by iteration."""
+        if not period or loop.kind is None or not loop.per or len(t.nodes) < _Twins.MIN_OPS:
+            return None
+        ids = np.fromiter(t.nodes, np.int64, len(t.nodes))
+        which = (ids - loop.start) // loop.per
+        cuts = [0, *(np.flatnonzero(np.diff(which)) + 1).tolist(), len(ids)]
+        outer = which[cuts[:-1]].tolist()
+        if outer != list(t.outer):
+            return None
+        return [(o, ids[a:b]) for o, a, b in zip(outer, cuts, cuts[1:])]
+
+
+class _Ids:
+    """A task of only these tile op ids, for `select` (one output tile of a task)."""
+
+    __slots__ = ("nodes",)
+
+    def __init__(self, nodes: list):
+        self.nodes = nodes
 
 
 _SIG = attrgetter("op", "space", "dtype", "shape", "valid", "loc")
