@@ -94,7 +94,21 @@ def test_twins_of_a_loop_select_what_op_by_op_selection_does(kernel, specs, opti
     _same(fast, plain)
 
 
-@pytest.mark.parametrize("kernel,specs,options", LOOP_CASES, ids=["tails", "single_buffer", "no_l1_reuse", "mixed"])
+@pypto.jit
+def _softmax_rows(x, out):
+    pypto.set_vec_tile_shapes(8, 512)
+    out[:] = pypto.softmax(x)
+
+
+TILE_CASES = LOOP_CASES + [
+    # five vector loops of alike tiles (the same kinds, slot copies and id patterns): a tile is
+    # alike only one of its own loop
+    (_softmax_rows, (T([8192, 512], F32), T([8192, 512], F32)), {"fusion": False}),
+]
+
+
+@pytest.mark.parametrize("kernel,specs,options", TILE_CASES,
+                         ids=["tails", "single_buffer", "no_l1_reuse", "mixed", "unfused_softmax"])
 def test_tiles_of_a_loop_task_select_what_op_by_op_selection_does(kernel, specs, options, monkeypatch):
     """A loop's task with no twin yet is selected output tile by output tile, a tile alike one
     selected before copying its instructions (`_TileTwins`): fewer tiles selected op by op than
@@ -193,3 +207,28 @@ def test_twins_moved_by_one_offset_per_buffer_share_a_stream_shape():
     fast, n = _selected(moved, pytest.MonkeyPatch(), twins=True)
     assert n == 1
     assert stream_shape(fast, fast.tasks[1].instrs) is None
+
+
+@pypto.jit
+def _plus_row_index(x, out):
+    m, _ = x.shape
+    pypto.set_vec_tile_shapes(2, 64)
+    out[:] = x + pypto.arange(m, dtype=pypto.DT_FP32).reshape(m, 1)
+
+
+def test_a_loop_whose_iotas_start_where_their_tile_does_is_not_copied(monkeypatch):
+    """A vector loop with an iota (TCI's first value is the row its tile starts at) moves more than
+    GM windows from iteration to iteration (`NodeLoop.windows_only` False): neither its tasks nor its
+    tiles are copied from one another (they were: every task and tile ran its representative's
+    first rows, 245760 off).  The program is that of op-by-op selection and the values numpy's."""
+    import numpy as np
+    x = np.random.default_rng(0).random((8192, 64), dtype=np.float32)
+    ck = _plus_row_index.compile(x, np.zeros_like(x), machine="teach", snapshots=True)
+    g = dict(ck.snapshots)["wavefronts"]
+    iotas = [p for p in g.tiles.parts if hasattr(p, "count") and not p[0].windows_only]
+    assert iotas and max(len(t.nodes) for t in g.tasks if t.group == iotas[0][0].templates[0][0].group) \
+        >= schedule._Twins.MIN_OPS                  # (tasks long enough to be copied otherwise)
+    plain, _ = _selected(g, monkeypatch, twins=False)
+    _same(select_instructions(g), plain)
+    res = ck.simulate(x, np.zeros_like(x))
+    assert np.array_equal(res.outputs["out"], x + np.arange(8192, dtype=np.float32)[:, None])

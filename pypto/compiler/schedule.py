@@ -339,8 +339,8 @@ class _LoopTwins:
         period = self.periods.get(id(loop))
         if period is None:
             period = self.periods[id(loop)] = copy_period(part)
-        if len(t.nodes) < _Twins.MIN_OPS:
-            return None
+        if len(t.nodes) < _Twins.MIN_OPS or not loop.windows_only:
+            return None         # (an iota's first value moves too: not copied)
         return part.task_key(t.outer, t.nodes, period)
 
     def stream(self, t, part) -> tuple:
@@ -373,8 +373,9 @@ class _TileTwins:
     which the loop gives without making its nodes (`NodeLoop.windows`); only the other tiles'
     nodes are made and selected (a 4096^3 matmul's first tasks of each class: 64 tiles, 8 kinds).
 
-    Alike: of the same kind of iteration and the same copies of its slots (`o % period`, as
-    `_LoopTwins` tells tasks apart), the same pattern of node ids (the same loads dropped), and
+    Alike: of the same loop, the same kind of iteration and the same copies of its slots
+    (`o % period`, as `_LoopTwins` tells tasks apart), the same pattern of node ids (the same loads
+    dropped), and
     the very on-chip operands where it reads a tile of an earlier output tile (a kept load):
     then every tile op's op, attribute map and operands are the earlier tile's, and so is every
     instruction without a window (equal instructions are one object, `_selector`'s `made`)."""
@@ -400,7 +401,7 @@ class _TileTwins:
         kind, start, per = loop.kind, loop.start, loop.per
         for o, ids in got:
             base = start + o * per
-            key = (kind(o), o % period, (ids - base).tobytes())
+            key = (id(loop), kind(o), o % period, (ids - base).tobytes())
             known = self.reps.get(key)
             if known is not None and all(refs.get(base + r) is ref for r, ref in known[3]):
                 rep, at, made, _ = known
@@ -433,7 +434,8 @@ class _TileTwins:
         """(outer iteration, its node ids (an int64 array)) of each tile of `t`, in order; None
         when the loop cannot tell tiles alike (no kinds, no period) or the task's ids do not come
         iteration by iteration."""
-        if not period or loop.kind is None or not loop.per or len(t.nodes) < _Twins.MIN_OPS:
+        if (not period or loop.kind is None or not loop.per or not loop.windows_only
+                or len(t.nodes) < _Twins.MIN_OPS):
             return None
         ids = np.fromiter(t.nodes, np.int64, len(t.nodes))
         which = (ids - loop.start) // loop.per

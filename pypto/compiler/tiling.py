@@ -502,7 +502,9 @@ def _vector_loop(g, gid, ms, homes, extra_stores, v: "_VectorSetup", start: int)
                 if st[0] == "TLOAD" for name, fn in st[8] if name == "gm")
     info = GroupInfo(gid, "vector", v.domain, tuple(v.tile), len(v.outer_space), v.n_inner, v.first.loc)
     return info, NodeLoop(start, per * len(v.outer_space), templates, (first, first + most), True,
-                          loop.make, per, loop.kind, windows_apart=apart, windows=loop.windows)
+                          loop.make, per, loop.kind, windows_apart=apart, windows=loop.windows,
+                          windows_only=all(name == "gm" for plan in plans.values() for st in plan.steps
+                                           for name, _ in st[8]))
 
 
 def _outer_kind(v: _VectorSetup, oidx) -> tuple:

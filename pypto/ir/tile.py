@@ -179,6 +179,10 @@ class NodeLoop:
     - `windows(spaces, place, dropped, outer)`: (op, GM window) of the loads and stores `make`
       would make, without making them when the loop's lowering gives them (the twins of a task
       that `l1_reuse` and `select` read);
+    - `windows_only`: iterations of one kind differ in nothing an instruction holds but their GM
+      windows (and slot copies, valid shapes of their kind): False for a vector group whose ops
+      have another attribute worked out from where its tile starts (an iota's first value), whose
+      tasks `select` may not copy from one another;
     - `make(spaces, place, dropped=None, outer=None, gm_only=False)`: its nodes, in order.
       `spaces`: {(op, key): space} for the nodes whose space is "?" (None: left "?"); `place`:
       fn(attrs, par) -> the attribute map of a node with a space (buffer allocation; None: the
@@ -188,13 +192,14 @@ class NodeLoop:
     """
 
     __slots__ = ("start", "count", "templates", "longest", "distinct_loads", "make", "per", "kind", "gm",
-                 "windows_apart", "_windows")
+                 "windows_apart", "_windows", "windows_only")
 
     def __init__(self, start: int, count: int, templates: tuple, longest: tuple, distinct_loads: bool, make,
-                 per: int | None = None, kind=None, windows_apart: bool = False, windows=None):
+                 per: int | None = None, kind=None, windows_apart: bool = False, windows=None,
+                 windows_only: bool = True):
         self.start, self.count, self.templates = start, count, templates
         self.longest, self.distinct_loads, self.make, self.per = longest, distinct_loads, make, per
-        self.kind, self.windows_apart = kind, windows_apart
+        self.kind, self.windows_apart, self.windows_only = kind, windows_apart, windows_only
         # fn(dropped, outer) -> (op, GM window) of each node `make(..., gm_only=True)` makes, in
         # order, without making them; None: read off the nodes
         self._windows = windows
