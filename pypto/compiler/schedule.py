@@ -10,7 +10,7 @@ from operator import attrgetter, itemgetter
 import numpy as np
 
 from ..ir.block import BlockGraph
-from ..ir.tile import LoopPart, LoopTileGraph
+from ..ir.tile import LoopTileGraph
 from ..ir.core import Attrs
 from ..ir.exec import STREAM_SHAPES, ExecGraph, carry_streams, ExecTask, Instr, TileRef, pipe_of
 from ..ir.gm import GMRef, moved_alike, window_columns

@@ -352,13 +352,14 @@ class FlagPlanner:
             # (no flag) in place of ones this one already had to see
             for a in accesses[idx]:
                 overlapping, own = found.get(id(a)) or resolve(a)
-                if a[3]:                    # a write: after the last writer and the readers since
-                    for v in overlapping:
-                        p = v[0]
-                        if p != q:
-                            j = v[1]
-                            if j > sq[p] and j > need.get(p, -1):
-                                need[p] = j
+                write = a[3]
+                for v in overlapping:
+                    p = v[0]                # any access: after the last writer
+                    if p != q:
+                        j = v[1]
+                        if j > sq[p] and j > need.get(p, -1):
+                            need[p] = j
+                    if write:               # a write: after the readers since too
                         for p, j in v[2].items():
                             if p != q and j > sq[p] and j > need.get(p, -1):
                                 need[p] = j
@@ -366,19 +367,10 @@ class FlagPlanner:
                         v[0] = q
                         v[1] = idx
                         v[2] = {}
-                    if own is None:         # its range is new
-                        ranges.add(a, [q, idx, {}])
-                else:                       # a read: after the last writer
-                    for v in overlapping:
-                        p = v[0]
-                        if p != q:
-                            j = v[1]
-                            if j > sq[p] and j > need.get(p, -1):
-                                need[p] = j
-                    if own is None:
-                        ranges.add(a, [-1, -1, {q: idx}])
-                    else:
-                        own[2][q] = idx
+                if own is None:             # its range is new
+                    ranges.add(a, [q, idx, {}] if write else [-1, -1, {q: idx}])
+                elif not write:
+                    own[2][q] = idx
             cq = clock[q]
             if need:
                 pre = before[idx] = []
