@@ -179,14 +179,16 @@ def test_lines_counts_the_instructions_of_the_text():
 @pytest.mark.parametrize("chunks", [1, 3])
 def test_streams_folded_after_others_take_the_same_loops(chunks):
     """One `_Tokens` for several streams (what the pass learnt of the first ones: its ids, its
-    instructions given steps) and a fresh one per stream fold alike."""
+    instructions given steps, the descriptions of the instruction objects streams share, kept for
+    the whole pass) and a fresh one per stream fold alike."""
     streams = [_stream(t, chunks, ring, ev) for t, ring, ev in itertools.product((4, 9), (1, 2, 4), (0, 3))]
+    # (and streams of the very instruction objects of earlier ones: folded again, and spliced)
+    streams += [streams[0], streams[3], streams[1] + streams[4], streams[5][::-1]]
     known = _Tokens()
     tiles = _Tokens(tiles=True, base=known)
     for stream in streams:
         _exactly(fold(stream, known), fold(stream))
         _exactly(fold(stream, tiles), fold(stream, _Tokens(tiles=True)))
-        tiles.forget()
 
 
 def test_an_instruction_given_one_step_at_two_depths_is_two_instructions():

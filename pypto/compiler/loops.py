@@ -124,10 +124,9 @@ FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instr
 
 def _moving(instrs, tiles: _Tokens) -> _Template:
     """The fold of a stream with its tiles' addresses moving (the second stage)."""
-    got = _folding(instrs, tiles)
-    tiles.forget()          # (its descriptions of this task's instructions: the ids stay, and
-                            # `of_base` gives them again at once)
-    return got
+    # (its descriptions of the task's instructions are kept for the pass: the tasks of other
+    # shapes share most of their instruction objects, the flags and on-chip ones)
+    return _folding(instrs, tiles)
 
 
 def _lines(items) -> int:
@@ -446,11 +445,6 @@ class _Tokens:
         self.stepped: dict = {}     # (id, step attribute, step) -> id of the instruction with it
         self.given: dict = {}       # (id(instruction), depth, steps) -> `with_step` of it
         self.folded: dict = {}      # the ids of a stream folded -> its `_Template`
-
-    def forget(self) -> None:
-        """Let go of what was worked out per token object (the ids stay)."""
-        self.memo.clear()
-        self.given.clear()      # (keyed by id(): an object let go may give its id to another)
 
     def describe(self, x) -> tuple:
         """(id, moving components `_offsets`, x) of an instruction or loop: equal ids for

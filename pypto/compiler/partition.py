@@ -262,7 +262,7 @@ class _Access(dict):
 def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     """Task B depends on earlier task A when A writes what B reads or writes, or reads what B writes.
     (A task of a loop, `LoopTileGraph.loop_of`, has its windows from the loop's loads and stores
-    alone, made for its iterations: its nodes are not made.)"""
+    (`NodeLoop.windows`): no node of it is made here.)"""
     if len({t.group for t in g.tasks}) < 2:
         # tasks of one group never depend on each other (their ops are one group's iterations,
         # apart by construction): a plain matmul's hundreds of tiles need no footprint
@@ -276,16 +276,18 @@ def dependencies(g: BlockGraph, ctx: PassContext | None = None) -> BlockGraph:
     for k, t in enumerate(g.tasks):
         both = ([], [])                 # the windows the task reads, writes
         part = parts[k] if parts is not None else None
-        if part is not None:
-            ops = part.nodes(t.outer, gm_only=True, placed=False)
+        if part is not None:            # (its windows, read off the loop: no node made)
+            for op, gm in part.windows(t.outer):
+                a = access[op]
+                if a:
+                    both[a - 1].append(gm)
         else:
             if tile_nodes is None:
                 tile_nodes = tiles.plain_by_id() if parts is not None else tiles.by_id()
-            ops = map(tile_nodes.__getitem__, t.nodes)
-        for n in ops:
-            k = access[n.op]
-            if k:
-                both[k - 1].append(n.attrs._dict["gm"])
+            for n in map(tile_nodes.__getitem__, t.nodes):
+                a = access[n.op]
+                if a:
+                    both[a - 1].append(n.attrs._dict["gm"])
         r, w = Footprint(), Footprint()
         r.add_all(both[0])
         w.add_all(both[1])
