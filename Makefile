@@ -38,6 +38,7 @@ bench: install
 	$(PYTHON) benchmarks/first_kernels.py
 	$(PYTHON) benchmarks/hbm_efficiency.py
 	$(PYTHON) benchmarks/compile_time.py
+	$(PYTHON) benchmarks/check_speed.py
 	$(PYTHON) benchmarks/dynamic_shapes.py
 	$(PYTHON) benchmarks/cost_fidelity.py
 	$(PYTHON) benchmarks/tune.py
