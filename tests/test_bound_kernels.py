@@ -155,3 +155,26 @@ def test_a_small_check_does_not_load_the_kernels():
             "print(bool(numerics._KERNELS), 'numba' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_the_fused_comparison_gives_numpys_verdict(monkeypatch):
+    """`within_bound`'s one pass (fp32 / fp64 outputs, every element within its allowance) gives
+    the same largest error and ratio as numpy's; a mismatch (specials scattered in) the same
+    verdict too, worked out by numpy."""
+    from pypto.ir.numerics import within_bound
+    rng = np.random.default_rng(11)
+    verdicts = set()
+    for _ in range(150):
+        n = int(rng.integers(1, 3000))
+        for dtype in (np.float32, np.float64):
+            want = rng.standard_normal(n).astype(dtype)
+            got = (want + rng.standard_normal(n) * rng.choice([0, 1e-7, 1e-3])).astype(dtype)
+            bound = np.abs(rng.standard_normal(n)) * rng.choice([0, 1e-7, 1e-3, 1])
+            for a in (got, want, bound):
+                k = int(rng.integers(0, 3))
+                a[rng.integers(0, n, k)] = rng.choice([np.nan, np.inf, -np.inf, 0.0, -0.0], k)
+            bound = np.abs(bound)
+            plain, fused = _both(monkeypatch, lambda: within_bound(got, want, bound, dt.DT_FP32))
+            assert plain == fused
+            verdicts.add(plain["ok"])
+    assert verdicts == {True, False}

@@ -18,7 +18,7 @@ from FUSED_MIN elements once they are loaded.
 from __future__ import annotations
 
 import numpy as np
-from numba import vectorize
+from numba import njit, vectorize
 
 _F32, _F64 = "float32", "float64"
 
@@ -64,3 +64,25 @@ def div_bound(ae, v, bv, be):
     if den > 0:
         return (ae + abs(v) * be) / den
     return np.inf
+
+
+@njit(cache=True, error_model="numpy")
+def compare_errors(got, want, bound, safety):
+    """`numerics.within_bound`'s pass over the elements (flat arrays of one size): (the largest
+    finite |got - want|, how many elements are not within `safety` x their bound, the largest
+    error over its allowance among those where that is not NaN).  Maxima: the same whatever the
+    order of the elements, and each error and ratio is numpy's own expression."""
+    largest = 0.0
+    outside = 0
+    ratio = 0.0
+    for k in range(got.size):
+        err = abs(np.float64(got[k]) - np.float64(want[k]))
+        allowed = bound[k] * safety
+        if not err <= allowed:
+            outside += 1
+        if err > largest and err != np.inf:
+            largest = err
+        r = err / allowed
+        if r > ratio:
+            ratio = r
+    return largest, outside, ratio
