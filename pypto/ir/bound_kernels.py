@@ -3,9 +3,9 @@
 numpy evaluates a bound rule one operation at a time: mul's |b| e_a + |a| e_b + e_a e_b makes five
 temporaries as large as the value, rounding's |v| u + e + the smallest subnormal three.  On
 millions of elements those temporaries are most of the check's time (a fresh 256 MiB array costs
-35-45 ms of page faults before a byte is computed, against 13 ms for the product itself), and the
-check is most of `ck.simulate()` (a layernorm 8192x4096: 6 s of bounds against 0.1 s of
-simulation).  These kernels (numba ufuncs) compute the same expressions element by element: the
+35-600 ms of page faults on this project's machine, by the state of the process's memory, before a
+byte is computed, against 13 ms for a product into a touched one), and the check is most of
+`ck.simulate()` (a layernorm 8192x4096: 3 s of bounds against 0.08 s of simulation).  These kernels (numba ufuncs) compute the same expressions element by element: the
 same operations on the same operands in the same order and precision (an fp32 rounding bound is
 summed in fp32, as numpy's in-place sum does), so they give the very bits numpy gives, NaN and
 infinities included (`tests/test_bound_kernels.py` holds them to numpy on edge values).  No
