@@ -178,3 +178,26 @@ def test_the_fused_comparison_gives_numpys_verdict(monkeypatch):
             assert plain == fused
             verdicts.add(plain["ok"])
     assert verdicts == {True, False}
+
+
+def test_a_product_with_an_exact_factor_bounds_as_the_whole_rule():
+    """With one factor exact (its bound the 0-d zero: a number, an input) the product's bound is one
+    product, NaN where the rule's 0 x inf would be: the whole rule's array, shape and values."""
+    rng = np.random.default_rng(2)
+    shapes = [(64, 512), (512,), (64, 1), (1, 512), ()]
+    for _ in range(120):
+        sa, sb, se = (shapes[int(rng.integers(0, k))] for k in (4, 5, 5))
+        for dtype in (np.float32, np.float64):
+            av = (rng.standard_normal(sa) * 10).astype(dtype)
+            bv = (rng.standard_normal(sb) * 10).astype(dtype)
+            ea = np.abs(rng.standard_normal(se)) * 1e-6
+            if av.ndim and rng.random() < 0.3:
+                av.flat[int(rng.integers(0, av.size))] = rng.choice([np.inf, np.nan])
+            if ea.ndim and rng.random() < 0.2:
+                ea.flat[0] = np.inf
+            a, b = Approx(av, ea), Approx(bv)
+            for x, y in ((a, b), (b, a)):
+                with np.errstate(all="ignore"):
+                    got = (x * y).e
+                    want = np.abs(y.v) * x.e + np.abs(x.v) * y.e + x.e * y.e
+                assert _same(got, want)

@@ -131,6 +131,16 @@ class Approx:
         a, b = self.v, o.v
         if _fusing(a, self.e, b, o.e):
             e = _kernels().mul_bound(a, self.e, b, o.e)
+        elif (o.e is _ZERO or self.e is _ZERO) and _c_order(a, b, self.e, o.e) and (
+                np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(self.e), np.shape(o.e))
+                == np.broadcast_shapes(*((np.shape(b), np.shape(self.e)) if o.e is _ZERO
+                                         else (np.shape(a), np.shape(o.e))))):
+            # an exact factor (a number, an input): the terms of its zero bound add 0, or NaN where
+            # the other factor's value or bound is not finite (0 x inf): one product is the sum
+            x, ex, y = (a, self.e, b) if o.e is _ZERO else (b, o.e, a)
+            e = np.abs(y) * ex
+            if not (np.isfinite(x).all() and np.isfinite(ex).all()):
+                e = np.abs(b) * self.e + np.abs(a) * o.e + self.e * o.e
         else:
             e = np.abs(b) * self.e + np.abs(a) * o.e + self.e * o.e
         return _lazy(lambda: a * b, e)
