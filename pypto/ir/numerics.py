@@ -104,9 +104,11 @@ class Approx:
                 e = k.rounded_bound_f64(v, self.e, u, top, UNDERFLOW[dtype.name], out=into)
             return _owned(v, e)
         mag = np.abs(v)
-        if np.isinf(mag).any():             # an exact inf (the -inf of a causal mask) rounds to itself
-            mag = np.where(np.isinf(mag), 0.0, mag)
-        over = bool(np.any(mag > top))      # beyond the largest finite value: it may overflow
+        over = False
+        if not mag.size or not np.max(mag) <= top:      # (all finite and within range: one pass)
+            if np.isinf(mag).any():         # an exact inf (the -inf of a causal mask) rounds to itself
+                mag = np.where(np.isinf(mag), 0.0, mag)
+            over = bool(np.any(mag > top))  # beyond the largest finite value: it may overflow
         beyond = mag > top if over else None
         if np.ndim(mag) and mag.shape == np.broadcast_shapes(mag.shape, np.shape(self.e)):
             e = np.multiply(mag, u, out=mag)            # in place: one array
