@@ -344,8 +344,8 @@ def _step(op: str, d: dt.DType, a, ins: list[Approx], y: np.ndarray, float_acc: 
         raise KeyError(op)
     e = out.e
     # (a bound the rule made for itself, of the result's shape: the rounding may write into it)
-    into = e if (getattr(out, "_own", False) and isinstance(e, np.ndarray) and e.shape == np.shape(y)
-                 and e.flags.writeable and e.flags.c_contiguous) else None
+    into = e if (getattr(out, "_own", False) and all(out is not x for x in ins) and isinstance(e, np.ndarray)
+                 and e.shape == np.shape(y) and e.flags.writeable and e.flags.c_contiguous) else None
     out = Approx(y, np.broadcast_to(e, np.shape(y)))
     if row.precision == "exact" or row.kind == "composite":
         return out                           # exact, or rounded by its last step already
@@ -389,7 +389,7 @@ def within_bound(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: dt
     """Compare one output with its reference and bound: {'ok', 'max_abs_err', 'max_err_ratio',
     'worst'}: the largest error, the largest error over its allowance (below 1 when ok), and
     for a mismatch the index of the worst element."""
-    got, want = np.asarray(got), np.asarray(want)
+    got, want, bound = np.asarray(got), np.asarray(want), np.asarray(bound)
     k = _kernels(got.size) if got.size >= FUSED_MIN else None
     if (k is not None and got.dtype in _KEPT and want.dtype in _KEPT and got.shape == want.shape == np.shape(bound)
             and got.flags.c_contiguous and want.flags.c_contiguous and bound.flags.c_contiguous
