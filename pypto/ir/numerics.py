@@ -65,7 +65,7 @@ class Approx:
 
     def __init__(self, v, e=None):
         # fp32 values stay fp32 (no copy): they only scale bounds, computed in float64
-        self._v = v if isinstance(v, np.ndarray) and v.dtype in _KEPT else np.asarray(v, _F64)
+        self._v = _value(v)
         self.e = _ZERO if e is None else np.asarray(e, _F64)    # broadcasts to v; NaN: unknown too
         self._make = None
         self._own = False       # e made for this value alone (`_lazy`): nothing else reads it
@@ -75,7 +75,7 @@ class Approx:
         v = self._v
         if v is None:           # (made now: see the class; the same array it would have had)
             v = self._make()
-            v = self._v = v if isinstance(v, np.ndarray) and v.dtype in _KEPT else np.asarray(v, _F64)
+            v = self._v = _value(v)
             self._make = None
         return v
 
@@ -94,10 +94,9 @@ class Approx:
             return self
         v = self.v
         top = float(np.finfo(dtype.np_dtype).max)
-        if (np.ndim(v) and v.size >= FUSED_MIN and v.shape == np.broadcast_shapes(v.shape, np.shape(self.e))
-                and _c_order(v, self.e) and _kernels(v.size) is not None):
+        k = _fused(v, self.e) if np.ndim(v) and v.shape == np.broadcast_shapes(v.shape, np.shape(self.e)) else None
+        if k is not None:
             # (the in-place steps below, element by element: the same bits, no temporaries)
-            k = _kernels()
             if v.dtype == np.float32:
                 e = k.rounded_bound_f32(v, self.e, np.float32(u), top, np.float32(UNDERFLOW[dtype.name]), out=into)
             else:
@@ -131,27 +130,29 @@ class Approx:
     def __mul__(self, o):
         o = _approx(o)
         a, b = self.v, o.v
-        if _fusing(a, self.e, b, o.e):
-            e = _kernels().mul_bound(a, self.e, b, o.e)
-        elif (o.e is _ZERO or self.e is _ZERO) and _c_order(a, b, self.e, o.e) and (
-                np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(self.e), np.shape(o.e))
-                == np.broadcast_shapes(*((np.shape(b), np.shape(self.e)) if o.e is _ZERO
-                                         else (np.shape(a), np.shape(o.e))))):
+        k = _fused(a, self.e, b, o.e)
+        e = None
+        if k is not None:
+            e = k.mul_bound(a, self.e, b, o.e)
+        elif (o.e is _ZERO or self.e is _ZERO) and _c_order(a, b, self.e, o.e):
             # an exact factor (a number, an input): the terms of its zero bound add 0, or NaN where
-            # the other factor's value or bound is not finite (0 x inf): one product is the sum
+            # the other factor's value or bound is not finite (0 x inf): one product is the sum,
+            # when it has the whole rule's shape
             x, ex, y = (a, self.e, b) if o.e is _ZERO else (b, o.e, a)
             e = np.abs(y) * ex
-            if not (np.isfinite(x).all() and np.isfinite(ex).all()):
-                e = np.abs(b) * self.e + np.abs(a) * o.e + self.e * o.e
-        else:
+            if (np.shape(e) != np.broadcast_shapes(np.shape(e), np.shape(x))
+                    or not (np.isfinite(x).all() and np.isfinite(ex).all())):
+                e = None
+        if e is None:
             e = np.abs(b) * self.e + np.abs(a) * o.e + self.e * o.e
         return _lazy(lambda: a * b, e)
 
     def __truediv__(self, o):
         o = _approx(o)
         v = self.v / o.v
-        if _fusing(self.e, v, o.v, o.e):
-            return _owned(v, _kernels().div_bound(self.e, v, o.v, o.e))
+        k = _fused(self.e, v, o.v, o.e)
+        if k is not None:
+            return _owned(v, k.div_bound(self.e, v, o.v, o.e))
         den = np.abs(o.v) - o.e                 # the divisor's magnitude can shrink to this
         with np.errstate(all="ignore"):
             e = (self.e + np.abs(v) * o.e) / den
@@ -232,6 +233,11 @@ def _approx(x) -> Approx:
     return x if isinstance(x, Approx) else Approx(x)
 
 
+def _value(v) -> np.ndarray:
+    """A value as Approx keeps it: fp32 and fp64 arrays as they are, anything else as fp64."""
+    return v if isinstance(v, np.ndarray) and v.dtype in _KEPT else np.asarray(v, _F64)
+
+
 def _lazy(make, e) -> Approx:
     """An Approx whose value `make()` gives when first read, of bound `e`, an array made for it."""
     out = object.__new__(Approx)
@@ -246,16 +252,14 @@ def _owned(v, e) -> Approx:
     return out
 
 
-def _fusing(*operands) -> bool:
-    """Whether a bound of these operands (broadcast together) is worked out by a fused kernel
-    (`bound_kernels`): from FUSED_MIN elements (see `_kernels`), with numba; the values fp32 or
-    fp64, in C order (`_c_order`)."""
+def _fused(*operands):
+    """The fused kernels (`bound_kernels`) when a bound of these operands (broadcast together) is
+    worked out by them: from FUSED_MIN elements (see `_kernels`), with numba, the values fp32 or
+    fp64, in C order (`_c_order`); else None."""
     size = max(map(np.size, operands))
-    if size < FUSED_MIN:
-        return False
-    if any(np.asarray(x).dtype not in _KEPT for x in operands) or not _c_order(*operands):
-        return False
-    return _kernels(size) is not None
+    if size < FUSED_MIN or any(np.asarray(x).dtype not in _KEPT for x in operands) or not _c_order(*operands):
+        return None
+    return _kernels(size)
 
 
 def _c_order(*arrays) -> bool:
