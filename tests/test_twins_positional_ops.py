@@ -13,57 +13,24 @@ import pypto
 from pypto.compiler import schedule
 from pypto.ir.tile import LoopPart
 
+from common import unary_kernel
+
 M, N = 2048, 64
-F32, I32 = pypto.DT_FP32, pypto.DT_INT32
+F32 = pypto.DT_FP32
 
 
-@pypto.jit
-def _tril(x, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.tril(x)
+def _indexed(fn):
+    """A kernel `out[:] = fn(x, i)` of 2-row tiles (`common.unary_kernel`, with an index operand)."""
+    @pypto.jit
+    def indexed(x, i, out):
+        pypto.set_vec_tile_shapes(2, 64)
+        out[:] = fn(x, i)
+    return indexed
 
 
-@pypto.jit
-def _triu(x, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.triu(x, 1)
-
-
-@pypto.jit
-def _iota_columns(x, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = x + pypto.arange(64, dtype=F32).reshape(1, 64)
-
-
-@pypto.jit
-def _iota_rows(x, out):
-    m, _ = x.shape
-    pypto.set_vec_tile_shapes(4, 32)
-    out[:] = x * pypto.arange(m, dtype=F32).reshape(m, 1)
-
-
-@pypto.jit
-def _index_select(x, i, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.index_select(x, 0, i)
-
-
-@pypto.jit
-def _embedding(x, i, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.embedding(i, x)
-
-
-@pypto.jit
-def _gather(x, i, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.gather(x, 1, i)
-
-
-@pypto.jit
-def _one_hot(i, out):
-    pypto.set_vec_tile_shapes(2, 64)
-    out[:] = pypto.one_hot(i, 64)
+def _rows_times_iota(x):
+    m = x.shape[0]
+    return x * pypto.arange(m, dtype=F32).reshape(m, 1)
 
 
 def _cases():
@@ -72,29 +39,33 @@ def _cases():
     rows = rng.integers(0, M, M).astype(np.int32)
     cols = rng.integers(0, N, (M, N)).astype(np.int32)
     labels = rng.integers(0, N, M).astype(np.int32)
+    rows_of_2 = dict(TM=2, TN=64)
     return [
-        ("tril", _tril, (x,), np.tril(x)),
-        ("triu", _triu, (x,), np.triu(x, 1)),
-        ("iota columns", _iota_columns, (x,), x + np.arange(N, dtype=np.float32)[None]),
-        ("iota rows", _iota_rows, (x,), x * np.arange(M, dtype=np.float32)[:, None]),
-        ("index_select", _index_select, (x, rows), x[rows]),
-        ("embedding", _embedding, (x, rows), x[rows]),
-        ("gather", _gather, (x, cols), np.take_along_axis(x, cols, 1)),
-        ("one_hot", _one_hot, (labels,), np.eye(N, dtype=np.int32)[labels]),
+        ("tril", unary_kernel(pypto.tril), (x,), rows_of_2, np.tril(x)),
+        ("triu", unary_kernel(lambda a: pypto.triu(a, 1)), (x,), rows_of_2, np.triu(x, 1)),
+        ("iota columns", unary_kernel(lambda a: a + pypto.arange(N, dtype=F32).reshape(1, N)), (x,), rows_of_2,
+         x + np.arange(N, dtype=np.float32)[None]),
+        ("iota rows", unary_kernel(_rows_times_iota), (x,), dict(TM=4, TN=32),
+         x * np.arange(M, dtype=np.float32)[:, None]),
+        ("index_select", _indexed(lambda a, i: pypto.index_select(a, 0, i)), (x, rows), {}, x[rows]),
+        ("embedding", _indexed(lambda a, i: pypto.embedding(i, a)), (x, rows), {}, x[rows]),
+        ("gather", _indexed(lambda a, i: pypto.gather(a, 1, i)), (x, cols), {}, np.take_along_axis(x, cols, 1)),
+        ("one_hot", unary_kernel(lambda a: pypto.one_hot(a, N)), (labels,), rows_of_2,
+         np.eye(N, dtype=np.int32)[labels]),
     ]
 
 
 CASES = _cases()
 
 
-@pytest.mark.parametrize("name,kern,args,want", CASES, ids=[c[0] for c in CASES])
-def test_long_tasks_of_positional_ops_compute_numpys_values(name, kern, args, want, monkeypatch):
+@pytest.mark.parametrize("name,kern,args,consts,want", CASES, ids=[c[0] for c in CASES])
+def test_long_tasks_of_positional_ops_compute_numpys_values(name, kern, args, consts, want, monkeypatch):
     copies = []
     with_windows = schedule._Rep.with_windows
     monkeypatch.setattr(schedule._Rep, "with_windows", lambda self, gms: copies.append(1) or with_windows(self, gms))
     out = np.zeros_like(want)
     kern.cache_clear()
-    ck = kern.compile(*args, out, machine="teach", snapshots=True)
+    ck = kern.compile(*args, out, machine="teach", snapshots=True, **consts)
     g = dict(ck.snapshots)["wavefronts"]
     loops = [p[0] for p in getattr(g.tiles, "parts", ()) if isinstance(p, LoopPart)]
     assert max(len(t.nodes) for t in g.tasks) >= schedule._Twins.MIN_OPS      # (long enough)
