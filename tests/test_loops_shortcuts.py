@@ -71,8 +71,8 @@ class _Forgetful(dict):
         pass
 
 
-def _forgetful(tiles: bool = False, base: _Tokens | None = None) -> _Tokens:
-    known = _Tokens(tiles=tiles, base=base)
+def _forgetful(tiles: bool = False, base: _Tokens | None = None, rings: dict | None = None) -> _Tokens:
+    known = _Tokens(tiles=tiles, base=base, rings=rings)
     known.given = _Forgetful()
     return known
 

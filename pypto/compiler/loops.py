@@ -37,9 +37,10 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir.core import Attrs
-from ..ir.exec import (EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
+from ..ir.exec import (ADDR_RING, ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
                        ExecTask, Instr, Loop, TileRef, n_instrs, stream_shape, tile_operands)
 from ..ir.gm import GMRef
+from ..ir.tile import tile_bytes
 from .listsched import REGION_MIN
 from .pipeline import Pass, PassContext
 
@@ -67,7 +68,9 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
     if ctx is not None and not ctx.options.get("loops", True):
         return g
     known = _Tokens()               # what the folds learn of the tasks' instructions
-    tiles = _Tokens(tiles=True, base=known)     # ... and the second stage's, whose tiles move
+    # ... and the second stage's, whose tiles move: one per table of the rings of slots they
+    # move around (`_rings`: the tasks of a group share their allocation, so their table)
+    tiles: dict = {}
     tasks, shapes, folded = [], {}, {}
     for t in g.tasks:
         shape = stream_shape(g, t.instrs)
@@ -86,7 +89,7 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                     # double-buffered slots, so the fold with the tiles moving finds their loop
                     # (the other one is tried when it leaves more than a quarter)
                     known.describe_all(t.instrs)        # (what the second stage starts from)
-                    moving = _moving(t.instrs, tiles)
+                    moving = _moving(t.instrs, known, tiles)
                     if _lines(moving.items) * LEFT <= n:
                         template = moving
                 if template is None:
@@ -96,7 +99,7 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                         # few repetitions with the very same tiles: those whose tiles move by
                         # constant steps (a matmul's A panel, one L1 copy per K chunk)
                         if moving is None:
-                            moving = _moving(t.instrs, tiles)
+                            moving = _moving(t.instrs, known, tiles)
                         if _lines(moving.items) * BETTER < lines:
                             template = moving
             else:
@@ -122,11 +125,86 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
 
 
-def _moving(instrs, tiles: _Tokens) -> _Template:
-    """The fold of a stream with its tiles' addresses moving (the second stage)."""
-    # (its descriptions of the task's instructions are kept for the pass: the tasks of other
-    # shapes share most of their instruction objects, the flags and on-chip ones)
-    return _folding(instrs, tiles)
+def _moving(instrs, known: _Tokens, tiles: dict) -> _Template:
+    """The fold of a stream with its tiles' addresses moving (the second stage), around the
+    rings of slots its tiles take turns in; its steps written as plain steps where no iteration
+    wraps around a ring (`_linear`)."""
+    rings = _rings(instrs)
+    mine = tiles.get(rings)
+    if mine is None:
+        # (its descriptions of the task's instructions are kept for the pass: the tasks of other
+        # shapes share most of their instruction objects, the flags and on-chip ones)
+        mine = tiles[rings] = _Tokens(tiles=True, base=known, rings=dict(rings))
+    template = _folding(instrs, mine)
+    items = _linear(template.items, (), {})
+    return template if items is template.items else _Template(template.first, items, template.moving)
+
+
+def _rings(instrs) -> frozenset:
+    """The rings of slots the stream's tiles take turns in: {(space, dtype, shape, valid): (lo,
+    hi)} (as a frozenset of its items) for each kind of tile found at two or more addresses, all
+    one slot apart (a matmul's A panel: four L1 slots; a double-buffered load's two), [lo, hi)
+    the bytes of its slots."""
+    seen: dict = {}
+    for x in {id(x): x for x in instrs}.values():
+        for o in tile_operands(x):
+            seen.setdefault((o.space, o.dtype, o.shape, o.valid), set()).add(o.addr)
+    out = []
+    for key, addrs in seen.items():
+        if len(addrs) < 2:
+            continue
+        a = sorted(addrs)
+        d = a[1] - a[0]
+        if all(y - x == d for x, y in zip(a, a[1:])) and d >= tile_bytes(key[2], key[1]):
+            out.append((key, (a[0], a[-1] + d)))
+    return frozenset(out)
+
+
+def _linear(items, counts: tuple, memo: dict):
+    """The folded items with the steps of each ring tile (`ADDR_RING`) written as plain steps
+    when no iteration of the loops around it (`counts`) wraps around its ring: the steps the
+    fold of the stream without rings wrote.  Those that wrap keep their ring, their steps the
+    shortest way around it.  `items` itself when nothing changes."""
+    out, changed = [], False
+    for it in items:
+        if isinstance(it, Loop):
+            body = _linear(it.body, counts + (it.count,), memo)
+            if body is not it.body:
+                it, changed = Loop(it.count, body), True
+        elif ADDR_RING in it.attrs._dict:
+            key = (id(it), counts)
+            y = memo.get(key)
+            if y is None:
+                y = memo[key] = _linear_instr(it, counts)     # (`it` stays alive in items: its id its own)
+            if y is not it:
+                it, changed = y, True
+        out.append(it)
+    return tuple(out) if changed else items
+
+
+def _linear_instr(x: Instr, counts: tuple) -> Instr:
+    """`_linear` of one instruction inside loops of `counts` iterations."""
+    a = x.attrs._dict
+    cols = [list(col) for col in zip(*a[ADDR_STEP])]        # per tile operand: a step per loop
+    rings = list(a[ADDR_RING])
+    for k, (t, ring) in enumerate(zip(tile_operands(x), rings)):
+        if ring is None:
+            continue
+        lo, hi = ring
+        z = hi - lo
+        steps = [s % z for s in cols[k]]
+        for choice in itertools.product(*[(s, s - z) if s else (0,) for s in steps]):
+            if (lo <= t.addr + sum(r * (c - 1) for r, c in zip(choice, counts) if r < 0)
+                    and t.addr + sum(r * (c - 1) for r, c in zip(choice, counts) if r > 0) < hi):
+                cols[k], rings[k] = list(choice), None
+                break
+        else:
+            cols[k] = [s if 2 * s <= z else s - z for s in steps]
+    attrs = {key: v for key, v in a.items() if key != ADDR_RING}
+    attrs[ADDR_STEP] = tuple(zip(*cols))
+    if any(r is not None for r in rings):
+        attrs[ADDR_RING] = tuple(rings)
+    return Instr._make(x.op, x.pipe, x.dst, x.srcs, Attrs.of(attrs), x.loc)
 
 
 def _lines(items) -> int:
@@ -143,6 +221,11 @@ def moved(template, first, instrs) -> tuple | None:
 
 
 _KIND, _VALUE = operator.itemgetter(0), operator.itemgetter(1)     # of a moving component
+
+
+def _STEP_KIND(c) -> int:
+    """The kind of a moving component as its step attribute has it: a ring tile's (4) is a tile's."""
+    return 3 if c[0] == 4 else c[0]
 _INT = frozenset((int,))
 
 
@@ -231,6 +314,8 @@ class _Template:
             return False                # (then folded anew: the same loops, found again)
         if 1 in kinds:                  # (event ids move modulo their count, as `_steps` has it)
             shift[np.asarray(kinds) == 1] %= EVENTS_PER_PIPE_PAIR
+        if 4 in kinds and shift[np.asarray(kinds) == 4].any():
+            return False                # (a ring tile moved off its place: its ring is not the same)
         moves = np.zeros(len(order), np.int64)
         moves[np.repeat(np.asarray(other), lengths)] = shift
         moves = moves[order]
@@ -308,7 +393,7 @@ def _shifted(plan, instrs, same) -> tuple:
                 out[k] = Instr._make(x.op, x.pipe, x.dst, x.srcs, it.attrs, x.loc)
         else:
             steps = it.attrs._dict
-            out[k] = _with_attrs(x, {s: steps[s] for s in MOVING_STEPS if s in steps})
+            out[k] = _with_attrs(x, {s: steps[s] for s in _LOOP_ATTRS if s in steps})
     for k, count, body in loops:
         out[k] = Loop(count, _shifted(body, instrs, same))
     return tuple(out)
@@ -432,12 +517,16 @@ class _Tokens:
     worked out once per token: a task's instructions are folded again in the loop bodies (inner
     loops).  Only whether two ids are equal matters, so one table serves every fold."""
 
-    def __init__(self, tiles: bool = False, base: "_Tokens | None" = None):
+    def __init__(self, tiles: bool = False, base: "_Tokens | None" = None, rings: dict | None = None):
         # `tiles`: the on-chip tiles' addresses move too (ids without them, `_tile_offsets`);
         # `base`: the first stage's, which described the instructions already: an id of its
-        # (an instruction's key, tiles included) gives one of these and the tiles' addresses
+        # (an instruction's key, tiles included) gives one of these and the tiles' addresses;
+        # `rings`: the rings of slots the tiles move around (`_rings`), whose addresses are
+        # components of their own kind, compared modulo their ring
         self.tiles, self.base, self.of_base = tiles, base, {}
         self.key, self.offsets = (_tile_key, _tile_offsets) if tiles else (_key, _offsets)
+        if rings:
+            self.offsets = lambda x: _ring_offsets(x, rings)
         self.ids: dict = {}         # key of a token -> its id
         self.memo: dict = {}        # id(token) -> (its id, its moving components, the token)
         self.alike: dict = {}       # an instruction's op, pipe, identity of its operands and
@@ -509,9 +598,10 @@ class _Tokens:
         """`with_step` of an instruction of id i and moving components `moving`."""
         a = x.attrs._dict
         new = {}
-        for kind, comps in itertools.groupby(moving, key=_KIND):
+        for kind, comps in itertools.groupby(moving, key=_STEP_KIND):
             key = MOVING_STEPS[kind]
-            n = len(list(comps))
+            comps = list(comps)
+            n = len(comps)
             mine = tuple(itertools.islice(steps, n)) if kind >= 2 else next(steps)
             if kind == 3 and key not in a:
                 if not any(mine):
@@ -519,6 +609,8 @@ class _Tokens:
                 new[key] = (mine,) + ((0,) * n,) * depth
             else:
                 new[key] = (mine,) + a.get(key, ())
+            if kind == 3 and any(c[0] == 4 for c in comps):     # (tiles on rings: see `_linear`)
+                new[ADDR_RING] = tuple((c[3], c[3] + c[2]) if c[0] == 4 else None for c in comps)
         if not new:
             return x
         y = _with_attrs(x, new)
@@ -613,6 +705,15 @@ def _tile_key(x: Instr) -> tuple:
             _attrs_key(x.attrs), x.loc)
 
 
+def _ring_offsets(x: Instr, rings: dict) -> tuple:
+    """`_tile_offsets` with the tiles on a ring of `rings` as (4, address, ring size, ring start)."""
+    tiles = []
+    for o in tile_operands(x):
+        r = rings.get((o.space, o.dtype, o.shape, o.valid))
+        tiles.append((3, o.addr) if r is None else (4, o.addr, r[1] - r[0], r[0]))
+    return _offsets(x) + tuple(tiles) if tiles else _offsets(x)
+
+
 def _tile_operand_key(o):
     if isinstance(o, TileRef):
         return ("tile", o.space, o.dtype, o.shape, o.valid)
@@ -625,6 +726,7 @@ def _tile_offsets(x: Instr) -> tuple[tuple[int, int], ...]:
     return _offsets(x) + tiles if tiles else _offsets(x)
 
 
+_LOOP_ATTRS = MOVING_STEPS + (ADDR_RING,)      # what a template's instruction hands the stream taking it
 _MOVING = {"event", "offsets"}      # attributes that may move from copy to copy (with the GM windows)
 
 
@@ -634,8 +736,8 @@ def _steps(xs, ys) -> list:
     their count, extract offsets, tile addresses."""
     # (one comprehension, not a call per component: a matmul's output tiles are copies of a
     # thousand tokens, compared copy by copy)
-    return [(b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else b[1] - a[1]
-            for x, y in zip(xs, ys) for a, b in zip(x, y)]
+    return [(b[1] - a[1]) % EVENTS_PER_PIPE_PAIR if a[0] == 1 else (b[1] - a[1]) % a[2] if a[0] == 4
+            else b[1] - a[1] for x, y in zip(xs, ys) for a, b in zip(x, y)]
 
 
 def _fold_pass(tokens, keys, offs, known: _Tokens):

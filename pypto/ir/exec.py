@@ -83,7 +83,7 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP, ADDR_STEP) else _val(a[k])}"
+            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP, ADDR_STEP) else ring_text(a[k]) if k == ADDR_RING else _val(a[k])}"
                      for k in TEXT_ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
@@ -108,7 +108,14 @@ OFFSETS_STEP = "offsets_step"
 # chunk, kept for the next output tile); buffers that alternate repeat every second iteration
 # and are written twice in the body instead.
 ADDR_STEP = "addr_step"
-TEXT_ATTRS = ATTRS + (GM_STEP, OFFSETS_STEP, ADDR_STEP)
+# A tile whose buffer is one of a ring of equal slots walked in turn (a matmul's A panel, one L1
+# slot per K chunk; double-buffered loads) moves modulo the ring: `addr_ring` names, per tile
+# operand (dst first), the byte range [lo, hi) of its ring, or None (written `-`) for a tile that
+# moves by its steps alone.  At loop indices (i0, i1, ..) a ring tile's address is
+# lo + (addr + i0*s0 + i1*s1 + ... - lo) mod (hi - lo): one K chunk is a loop body, whatever slot it
+# starts in.  Written only where some iteration wraps around the ring (`addr_ring=(-,0x0:0x40000)`).
+ADDR_RING = "addr_ring"
+TEXT_ATTRS = ATTRS + (GM_STEP, OFFSETS_STEP, ADDR_STEP, ADDR_RING)
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,8 @@ def unrolled(items, _at: tuple = ()):
 
 
 MOVING_STEPS = (GM_STEP, EVENT_STEP, OFFSETS_STEP, ADDR_STEP)
-STEP_KEYS = frozenset(MOVING_STEPS)     # (for `STEP_KEYS.isdisjoint(attrs)`: an instruction without steps)
+# (for `STEP_KEYS.isdisjoint(attrs)`: an instruction without steps, nor a ring its steps move around)
+STEP_KEYS = frozenset(MOVING_STEPS + (ADDR_RING,))
 
 
 def at_iteration(ins: "Instr", at: tuple) -> "Instr":
@@ -176,7 +184,7 @@ def at_iteration(ins: "Instr", at: tuple) -> "Instr":
     keys = [k for k in MOVING_STEPS if k in a]
     if not keys:
         return ins
-    attrs = {k: v for k, v in a.items() if k not in keys}
+    attrs = {k: v for k, v in a.items() if k not in keys and k != ADDR_RING}
     dst, srcs = ins.dst, ins.srcs
     for key in keys:
         steps = a[key]
@@ -192,12 +200,15 @@ def at_iteration(ins: "Instr", at: tuple) -> "Instr":
             attrs["offsets"] = tuple(o + sum(i * s[d] for i, s in zip(at, steps)) for d, o in enumerate(a["offsets"]))
         else:
             tiles = iter(range(len(steps[0])))
+            rings = a.get(ADDR_RING) or ()
 
             def shift(o):
                 if not isinstance(o, TileRef):
                     return o
                 k = next(tiles)
                 d = sum(i * s[k] for i, s in zip(at, steps))
+                if d and k < len(rings) and rings[k] is not None:
+                    d = ring_moved(o.addr, d, rings[k]) - o.addr
                 return TileRef(o.space, o.addr + d, o.dtype, o.shape, o.valid) if d else o
             dst = shift(dst)
             srcs = tuple(shift(o) for o in srcs)
@@ -282,7 +293,7 @@ class _Unroll:
     def moved(self, ins: Instr, a: dict, keys: list, loops: list, n: int, deltas: dict) -> list:
         """`instances`, worked out: per step attribute, the operands or the attribute it moves
         at each iteration, then the instructions."""
-        attrs = {k: v for k, v in a.items() if k not in keys}      # (in their order)
+        attrs = {k: v for k, v in a.items() if k not in keys and k != ADDR_RING}      # (in their order)
         ops = (ins.dst, *ins.srcs)
         moving = [None] * len(ops)      # per operand: it at each iteration (None: it does not move)
         values = {}                     # per attribute that moves: it at each iteration
@@ -319,6 +330,7 @@ class _Unroll:
                 tiles = [k for k, o in enumerate(ops) if isinstance(o, TileRef)]
                 if len(tiles) > len(steps[0]):
                     raise IndexError("more tiles than steps: at_iteration's path")
+                rings = a.get(ADDR_RING) or ()
                 for t, k in enumerate(tiles):
                     o = ops[k]
                     if type(o) is not TileRef:
@@ -326,6 +338,8 @@ class _Unroll:
                     d = _deltas(loops, tuple([s[t] for s in steps]), n, deltas)
                     if d is not None:
                         space, addr, dtype, shape, valid = o.space, o.addr, o.dtype, o.shape, o.valid
+                        if t < len(rings) and rings[t] is not None:
+                            d = [ring_moved(addr, x, rings[t]) - addr for x in d]
                         # (a tile that does not move at an iteration is the same object, as in
                         # at_iteration; the tiles it moves to, one object per address)
                         ring = self.tiles.setdefault((space, dtype, shape, valid), {})
@@ -383,6 +397,17 @@ class _Unroll:
             d.update(zip(values, v))            # (keys already there: their places kept)
             all_attrs.append(Attrs.of(d))
         return [make(op, pipe, dst, s, at, loc) for dst, s, at in zip(dsts, srcs, all_attrs)]
+
+
+def ring_moved(addr: int, delta: int, ring: tuple) -> int:
+    """A ring tile's address moved by `delta` bytes: around its ring [lo, hi) (`ADDR_RING`)."""
+    lo, hi = ring
+    return lo + (addr + delta - lo) % (hi - lo)
+
+
+def ring_text(rings: tuple) -> str:
+    """An addr_ring value: `(-,0x0:0x40000)`, one entry per tile operand."""
+    return "(" + ",".join("-" if r is None else f"{r[0]:#x}:{r[1]:#x}" for r in rings) + ")"
 
 
 def _int_steps(steps) -> bool:
@@ -755,11 +780,23 @@ def _step_problem(it: Instr, a: dict, depth: int, counts: tuple) -> tuple[str, S
                 or any(not isinstance(x, tuple) or len(x) != len(tiles) for x in ast)):
             return (f"{it.op}: addr_step= needs one step per loop around it ({depth}), each with "
                     f"one value per tile operand ({len(tiles)}), got {ast!r}", it.loc)
+        rings = a.get(ADDR_RING)
+        if rings is not None:
+            if not isinstance(rings, tuple) or len(rings) != len(tiles) or any(
+                    r is not None and not (isinstance(r, tuple) and len(r) == 2 and all(type(v) is int for v in r)
+                                           and r[0] <= t.addr and t.addr + t.nbytes <= r[1])
+                    for r, t in zip(rings, tiles)):
+                return (f"{it.op}: addr_ring= needs one entry per tile operand ({len(tiles)}), each - or "
+                        f"the range lo:hi of bytes its tile lies in, got {rings!r}", it.loc)
         for k, t in enumerate(tiles):
+            if rings is not None and rings[k] is not None:
+                continue            # (stays in its ring)
             if t.addr + sum(x[k] * (c - 1) for x, c in zip(ast, counts) if x[k] < 0) < 0:
                 return (f"{it.op}: a later iteration's tile address is below 0 "
                         f"(addr_step={steps_text(ast)} over {'x'.join(map(str, counts))} iterations)",
                         it.loc)
+    elif ADDR_RING in a:
+        return f"{it.op} has addr_ring= but no addr_step=", it.loc
     step = a.get(GM_STEP)
     if step is None:
         return None
@@ -855,7 +892,7 @@ def _steps_fine(instrs, counts: tuple, values: set) -> bool:
                 continue
         # everything `_step_problem`'s verdict depends on (op and loc only go into its message)
         key = (counts, ins.dst, ins.srcs, a.get(EVENT_STEP), "event" in a, a.get(OFFSETS_STEP),
-               a.get("offsets"), a.get(ADDR_STEP), a.get(GM_STEP))
+               a.get("offsets"), a.get(ADDR_STEP), a.get(ADDR_RING), a.get(GM_STEP))
         if key in values:
             continue
         if _step_problem(ins, a, depth, counts):

@@ -30,7 +30,7 @@ from ..target.isa import COMPARE_MODES, INSTRUCTIONS, KINDS, ROUND_MODES
 from ..target.machine import get_machine
 from ..target.semantics import ACTIVATIONS
 from .core import Attrs, pair_problem, prod
-from .exec import (ADDR_STEP, AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, TEXT_ATTRS, ExecTask, Instr, Loop, TileRef,
+from .exec import (ADDR_RING, ADDR_STEP, AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR, GM_STEP, OFFSETS_STEP, TEXT_ATTRS, ExecTask, Instr, Loop, TileRef,
                    loop_problem, pipe_of, static_instrs)
 from .gm import GMBuffer, GMRef, natural_strides
 from .tile import ON_CHIP, tile_bytes
@@ -112,6 +112,7 @@ _INT = r"-?\d+"
 _INT_RE, _DIGITS, _SIGNED_RE = re.compile(_INT), re.compile(r"\d+"), re.compile(r"[+-]?\d+")
 _WORD = re.compile(r"\w+")
 _RANGE = re.compile(r"(\d+)\s*:\s*(\d+)")
+_ADDR_RE = re.compile(r"0x[0-9a-fA-F]+|\d+")
 _PAREN, _PAREN_FLAT = re.compile(r"\(([^)]*)\)"), re.compile(r"\(([^()]*)\)")
 _PARENS = re.compile(r"\((\([^()]*\)(?:\s*,\s*\([^()]*\))*)\)")
 _LOOP = re.compile(r"\.loop\s+(\d+)")
@@ -275,6 +276,23 @@ def _attr_value(key: str, text: str):
         if not m:
             raise _Problem(f"bad {key}", expected=f"{key}=(a,b) or {key}=((a,b),(a,b),..)", got=text)
         return tuple(_ints(x, key, allow_negative=True) for x in _PAREN_FLAT.findall(m[1]))
+    if key == ADDR_RING:        # per tile operand: - or lo:hi
+        m = _PAREN_FLAT.fullmatch(text)
+        out = []
+        for part in (m[1].split(",") if m else ()):
+            part = part.strip()
+            lo, colon, hi = part.partition(":")
+            if part == "-":
+                out.append(None)
+            elif colon and _ADDR_RE.fullmatch(lo.strip()) and _ADDR_RE.fullmatch(hi.strip()):
+                out.append((int(lo, 0), int(hi, 0)))
+            else:
+                m = None
+                break
+        if not m:
+            raise _Problem("bad addr_ring", expected="addr_ring=(-,0x0:0x40000): per tile operand - or lo:hi",
+                           got=text)
+        return tuple(out)
     if key == GM_STEP:          # one step per loop around the instruction, outermost first
         if _INT_RE.fullmatch(text):
             return (int(text),)
