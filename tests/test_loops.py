@@ -309,9 +309,10 @@ def _matmul_flat():
 
 def test_a_long_stream_folds_with_its_tiles_moving_first(monkeypatch):
     """A task scheduled tile by tile (longer than REGION_MIN) is folded with its tiles moving
-    first: its output tiles take turns in double-buffered slots.  The fold with the tiles fixed
-    runs only when that one leaves more than a quarter of the instructions (then the shorter
-    text wins, as for any task).  The folded tasks run their very instructions."""
+    first, output tile by output tile (the regions it was scheduled by): its output tiles take
+    turns in double-buffered slots.  The fold with the tiles fixed runs only when that one
+    leaves more than a quarter of the instructions (then the shorter text wins, as for any
+    task).  The folded tasks run their very instructions."""
     from kernels import matmul_auto
     from pypto.compiler import loops
     from pypto.compiler.listsched import REGION_MIN
@@ -319,29 +320,36 @@ def test_a_long_stream_folds_with_its_tiles_moving_first(monkeypatch):
     args = (T([2048, 2048], pypto.DT_FP16),) * 3
     flat = matmul_auto.compile(*args, options={"loops": False})
     calls = []
-    real = loops._folding
+    real_folding, real_moving = loops._folding, loops._moving
 
-    def spy(instrs, known):
+    def folding(instrs, known):
         if len(instrs) > REGION_MIN:
-            calls.append((len(instrs), known.tiles))
-        return real(instrs, known)
+            calls.append((len(instrs), "fixed" if not known.tiles else "moving, whole"))
+        return real_folding(instrs, known)
 
-    monkeypatch.setattr(loops, "_folding", spy)
+    def moving(instrs, known, tiles, by_tiles=False):
+        calls.append((len(instrs), "moving, by tiles" if by_tiles else "moving"))
+        return real_moving(instrs, known, tiles, by_tiles)
+
+    monkeypatch.setattr(loops, "_folding", folding)
+    monkeypatch.setattr(loops, "_moving", moving)
     g = loops.fold_loops(flat.exec_graph)
     assert calls and all(n > REGION_MIN for n, _ in calls)
     firsts = {}
-    for n, moving in calls:
-        firsts.setdefault(n, []).append(moving)
+    for n, stage in calls:
+        firsts.setdefault(n, []).append(stage)
     for n, stages in firsts.items():
-        assert stages[0] is True                # the tiles moving, first
-    fixed_too = {n for n, stages in firsts.items() if False in stages}
-    assert fixed_too and fixed_too != set(firsts)   # (2048^3: some shapes need both, one does not)
+        assert stages[0] == "moving, by tiles" and "moving, whole" not in stages
+    fixed_too = {n for n, stages in firsts.items() if "fixed" in stages}
     for t, u in zip(g.tasks, flat.exec_graph.tasks):
         assert _texts(unrolled(t.code)) == _texts(u.instrs)
         lines = sum(1 for _ in static_instrs(t.code))
         if len(u.instrs) in firsts and len(u.instrs) not in fixed_too:
             assert lines * loops.LEFT <= len(u.instrs)
             assert any(ADDR_STEP in i.attrs for i, _ in static_instrs(t.code))
+            # (a loop's body is at most two output tiles: K folded inside each)
+            assert max(sum(i.op == "TSTORE" for i in unrolled(x.body)) for x in t.code if isinstance(x, Loop)) <= 2
+    assert fixed_too != set(firsts)
 
 
 def test_a_repeated_line_is_parsed_once_and_checked_where_it_stands():

@@ -12,7 +12,7 @@ import math
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
-from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, stream_accesses, stream_shape
+from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, store_regions, stream_accesses, stream_shape
 from ..ir.gm import GMRef
 from ..target.cost import is_vector, pipe_cycles
 from ..target.machine import Machine, get_machine
@@ -754,13 +754,11 @@ def _by_tiles(instrs: tuple, machine: Machine, cache, latency, slowdown, cycles,
     (`_decision`: regions alike share one through the cache), the regions kept in their order,
     so every dependence between two of them holds.  (the new order or None, None, None, how):
     not timed as a whole; None for a stream of one region."""
-    ends = [k + 1 for k, op in enumerate(map(_OP, instrs)) if op == "TSTORE"]
-    if not ends or ends[-1] != len(instrs):
-        ends.append(len(instrs))
-    if len(ends) < 2:
+    regions = store_regions(instrs)
+    if len(regions) < 2:
         return None
-    perm, at, reordered = [], 0, 0
-    for end in ends:
+    perm, reordered = [], 0
+    for at, end in regions:
         region = instrs[at:end]
         got = _decision(region, machine, cache, latency[at:end], slowdown, cycles, shared)[0] \
             if _schedulable(region) else None
@@ -769,7 +767,6 @@ def _by_tiles(instrs: tuple, machine: Machine, cache, latency, slowdown, cycles,
         else:
             perm.extend([at + k for k in got])
             reordered += 1
-        at = end
     if not reordered:
         return None, None, None, "original"
-    return tuple(perm), None, None, f"by tile ({reordered} of {len(ends)} reordered)"
+    return tuple(perm), None, None, f"by tile ({reordered} of {len(regions)} reordered)"

@@ -38,7 +38,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir.core import Attrs
 from ..ir.exec import (ADDR_RING, ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
-                       ExecTask, Instr, Loop, TileRef, n_instrs, stream_shape, tile_operands)
+                       ExecTask, Instr, Loop, TileRef, n_instrs, store_regions, stream_shape, tile_operands)
 from ..ir.gm import GMRef
 from ..ir.tile import tile_bytes
 from .listsched import REGION_MIN
@@ -49,6 +49,9 @@ MIN_BODY = 8                    # a loop body is searched for inner loops from t
 SMALL_PERIOD = 48               # the periods up to this many tokens that occur are tried (inner
                                 # loops), and the structural periods of the outer repetitions
 MAX_DEPTH = 4                   # loops nest at most this deep
+# streams of the same ids that do not move alike are folded anew: the folds of the first few are
+# kept for the ones to come (a matmul's output tiles walking K forward and back, one each)
+TEMPLATES_PER_IDS = 4
 # a task whose folded text keeps more than 1/LEFT of its instructions is folded again with the
 # addresses of its on-chip tiles moving (`addr_step`); that folding is taken when its text is
 # under 1/BETTER of the first one's.  Kernels whose tiles stay put fold as they did.
@@ -86,10 +89,9 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
                 moving = template = None
                 if n > REGION_MIN:
                     # a long stream, scheduled tile by tile: its output tiles take turns in
-                    # double-buffered slots, so the fold with the tiles moving finds their loop
-                    # (the other one is tried when it leaves more than a quarter)
-                    known.describe_all(t.instrs)        # (what the second stage starts from)
-                    moving = _moving(t.instrs, known, tiles)
+                    # double-buffered slots, so the fold with the tiles moving finds their loop,
+                    # tile by tile (the other one is tried when it leaves more than a quarter)
+                    moving = _moving(t.instrs, known, tiles, by_tiles=True)
                     if _lines(moving.items) * LEFT <= n:
                         template = moving
                 if template is None:
@@ -125,38 +127,63 @@ def fold_loops(g: ExecGraph, ctx: PassContext | None = None) -> ExecGraph:
 FOLD_LOOPS = Pass("loops", "exec", fold_loops, "write each task's repeated instruction sequences once, as loops")
 
 
-def _moving(instrs, known: _Tokens, tiles: dict) -> _Template:
+def _moving(instrs, known: _Tokens, tiles: dict, by_tiles: bool = False) -> _Template:
     """The fold of a stream with its tiles' addresses moving (the second stage), around the
     rings of slots its tiles take turns in; its steps written as plain steps where no iteration
-    wraps around a ring (`_linear`)."""
-    rings = _rings(instrs)
+    wraps around a ring (`_linear`).
+
+    `by_tiles`: the stream cut after each GM store (`store_regions`, the regions it was scheduled
+    and its flags planned by), each region folded alone, then the sequence of their folds.  Alike
+    regions fold as one (`_folding`): a matmul task's twenty-odd output tiles are two or three
+    folds (K walked forward, back) taken by the others, and a tile's K chunks, one slot further
+    around the rings each, a loop inside it."""
+    rings = _rings(known.examples(instrs))
     mine = tiles.get(rings)
     if mine is None:
         # (its descriptions of the task's instructions are kept for the pass: the tasks of other
         # shapes share most of their instruction objects, the flags and on-chip ones)
         mine = tiles[rings] = _Tokens(tiles=True, base=known, rings=dict(rings))
-    template = _folding(instrs, mine)
-    items = _linear(template.items, (), {})
-    return template if items is template.items else _Template(template.first, items, template.moving)
+    if not by_tiles:
+        template = _folding(instrs, mine)
+        items = _linear(template.items, (), {})
+        return template if items is template.items else _Template(template.first, items, template.moving)
+    tokens = []
+    for lo, hi in store_regions(instrs):
+        tokens.extend(_folding(instrs[lo:hi], mine).items)
+    for _ in range(MAX_DEPTH):
+        keys, offs = mine.describe_all(tokens)
+        folded = _fold_pass(tokens, keys, offs, mine)
+        if folded is None:
+            break
+        tokens = folded
+    return _Template(instrs, _linear(tuple(tokens), (), {}))
 
 
 def _rings(instrs) -> frozenset:
-    """The rings of slots the stream's tiles take turns in: {(space, dtype, shape, valid): (lo,
-    hi)} (as a frozenset of its items) for each kind of tile found at two or more addresses, all
-    one slot apart (a matmul's A panel: four L1 slots; a double-buffered load's two), [lo, hi)
-    the bytes of its slots."""
+    """The rings of slots the tiles of `instrs` (a stream's, or one of each of its kinds:
+    `_Tokens.examples`) take turns in: {(space, dtype, shape, valid,
+    address): (lo, hi)} (as a frozenset of its items) for the tiles of a kind found at two or
+    more addresses one slot apart, in a row (a matmul's A panel: four L1 slots; a double-buffered
+    load's two), [lo, hi) the bytes of their slots.  (Addresses of a kind are cut into runs
+    evenly spaced, smallest first: a kernel's other tiles of that shape are rings of their own.)"""
     seen: dict = {}
-    for x in {id(x): x for x in instrs}.values():
+    for x in instrs:
         for o in tile_operands(x):
             seen.setdefault((o.space, o.dtype, o.shape, o.valid), set()).add(o.addr)
     out = []
     for key, addrs in seen.items():
-        if len(addrs) < 2:
-            continue
         a = sorted(addrs)
-        d = a[1] - a[0]
-        if all(y - x == d for x, y in zip(a, a[1:])) and d >= tile_bytes(key[2], key[1]):
-            out.append((key, (a[0], a[-1] + d)))
+        size = tile_bytes(key[2], key[1])
+        i = 0
+        while i + 1 < len(a):
+            d, j = a[i + 1] - a[i], i + 1
+            while j + 1 < len(a) and a[j + 1] - a[j] == d:
+                j += 1
+            if d < size:            # (slots that overlap are no ring)
+                i += 1
+                continue
+            out += [((*key, addr), (a[i], a[j] + d)) for addr in a[i:j + 1]]
+            i = j + 1
     return frozenset(out)
 
 
@@ -187,16 +214,19 @@ def _linear_instr(x: Instr, counts: tuple) -> Instr:
     a = x.attrs._dict
     cols = [list(col) for col in zip(*a[ADDR_STEP])]        # per tile operand: a step per loop
     rings = list(a[ADDR_RING])
+    spans = [c - 1 for c in counts]
     for k, (t, ring) in enumerate(zip(tile_operands(x), rings)):
         if ring is None:
             continue
         lo, hi = ring
         z = hi - lo
         steps = [s % z for s in cols[k]]
-        for choice in itertools.product(*[(s, s - z) if s else (0,) for s in steps]):
-            if (lo <= t.addr + sum(r * (c - 1) for r, c in zip(choice, counts) if r < 0)
-                    and t.addr + sum(r * (c - 1) for r, c in zip(choice, counts) if r > 0) < hi):
-                cols[k], rings[k] = list(choice), None
+        # per loop: the step forward or back around the ring, with how far below and above the
+        # first address its iterations reach that way
+        ways = [((s, 0, s * n), (s - z, (s - z) * n, 0)) if s else ((0, 0, 0),) for s, n in zip(steps, spans)]
+        for choice in itertools.product(*ways):
+            if lo <= t.addr + sum([w[1] for w in choice]) and t.addr + sum([w[2] for w in choice]) < hi:
+                cols[k], rings[k] = [w[0] for w in choice], None
                 break
         else:
             cols[k] = [s if 2 * s <= z else s - z for s in steps]
@@ -314,8 +344,6 @@ class _Template:
             return False                # (then folded anew: the same loops, found again)
         if 1 in kinds:                  # (event ids move modulo their count, as `_steps` has it)
             shift[np.asarray(kinds) == 1] %= EVENTS_PER_PIPE_PAIR
-        if 4 in kinds and shift[np.asarray(kinds) == 4].any():
-            return False                # (a ring tile moved off its place: its ring is not the same)
         moves = np.zeros(len(order), np.int64)
         moves[np.repeat(np.asarray(other), lengths)] = shift
         moves = moves[order]
@@ -493,9 +521,10 @@ def _folding(instrs, known: _Tokens) -> _Template:
     components are that one's moved by one offset per id (and component), folds as it did (the
     bodies of a matmul's output tiles, a task of another shape but the same instructions)."""
     keys, offs = known.describe_all(instrs)
-    like = known.folded.get(tuple(keys))
-    if like is not None and like.moves_alike(keys, offs):
-        return _Template(instrs, like.taken(instrs), offs)
+    alike = known.folded.get(tuple(keys), ())
+    for like in alike:
+        if like.moves_alike(keys, offs):
+            return _Template(instrs, like.taken(instrs), offs)
     first = keys, offs
     tokens = list(instrs)
     for depth in range(MAX_DEPTH):
@@ -506,7 +535,8 @@ def _folding(instrs, known: _Tokens) -> _Template:
             break
         tokens = folded
     template = _Template(instrs, tuple(tokens) if len(tokens) != len(instrs) else tuple(instrs), first[1])
-    known.folded.setdefault(tuple(first[0]), template)
+    if len(alike) < TEMPLATES_PER_IDS:
+        known.folded[tuple(first[0])] = (*alike, template)
     return template
 
 
@@ -525,15 +555,21 @@ class _Tokens:
         # components of their own kind, compared modulo their ring
         self.tiles, self.base, self.of_base = tiles, base, {}
         self.key, self.offsets = (_tile_key, _tile_offsets) if tiles else (_key, _offsets)
-        if rings:
-            self.offsets = lambda x: _ring_offsets(x, rings)
+        if rings:                   # (a ring tile's ring is part of its id: copies on two rings differ)
+            self.key, self.offsets = (lambda x: _ring_key(x, rings)), (lambda x: _ring_offsets(x, rings))
         self.ids: dict = {}         # key of a token -> its id
         self.memo: dict = {}        # id(token) -> (its id, its moving components, the token)
         self.alike: dict = {}       # an instruction's op, pipe, identity of its operands and
                                     # source line, attributes -> (id, moving, instruction)
         self.stepped: dict = {}     # (id, step attribute, step) -> id of the instruction with it
         self.given: dict = {}       # (id(instruction), depth, steps) -> `with_step` of it
-        self.folded: dict = {}      # the ids of a stream folded -> its `_Template`
+        self.folded: dict = {}      # the ids of a stream folded -> the `_Template`s of its folds
+        self.example: dict = {}     # id -> an instruction of it
+
+    def examples(self, instrs) -> list:
+        """One instruction of each id among `instrs` (of the first stage: their tiles as theirs)."""
+        ids, _ = self.describe_all(instrs)
+        return list(map(self.example.__getitem__, set(ids)))
 
     def describe(self, x) -> tuple:
         """(id, moving components `_offsets`, x) of an instruction or loop: equal ids for
@@ -650,6 +686,7 @@ class _Tokens:
                     like = got = None       # (a nan: not equal to another, as the keys compare)
             if got is None:
                 got = (self._id(self.key(x)), self.offsets(x), x)   # (x kept: its operands' ids stay theirs)
+                self.example.setdefault(got[0], x)
                 if like is not None:
                     self.alike[like] = got
             i, moving = got[0], got[1]
@@ -709,9 +746,18 @@ def _ring_offsets(x: Instr, rings: dict) -> tuple:
     """`_tile_offsets` with the tiles on a ring of `rings` as (4, address, ring size, ring start)."""
     tiles = []
     for o in tile_operands(x):
-        r = rings.get((o.space, o.dtype, o.shape, o.valid))
+        r = rings.get((o.space, o.dtype, o.shape, o.valid, o.addr))
         tiles.append((3, o.addr) if r is None else (4, o.addr, r[1] - r[0], r[0]))
     return _offsets(x) + tuple(tiles) if tiles else _offsets(x)
+
+
+def _ring_key(x: Instr, rings: dict) -> tuple:
+    """`_tile_key` with the ring of each tile on one (`_rings`)."""
+    def key(o):
+        if isinstance(o, TileRef):
+            return ("tile", o.space, o.dtype, o.shape, o.valid, rings.get((o.space, o.dtype, o.shape, o.valid, o.addr)))
+        return _operand_key(o)
+    return (x.op, x.pipe, key(x.dst), tuple(map(key, x.srcs)), _attrs_key(x.attrs), x.loc)
 
 
 def _tile_operand_key(o):

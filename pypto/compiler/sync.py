@@ -19,7 +19,7 @@ import numpy as np
 
 from ..ir.core import Attrs
 from ..ir.exec import (EVENTS_PER_PIPE_PAIR, STREAM_SHAPES, ExecGraph, ExecTask, Instr, Intervals, stream_accesses,
-                       stream_shape)
+                       store_regions, stream_shape)
 from .pipeline import PassContext
 
 
@@ -666,10 +666,7 @@ def region_layout(instrs, cache: RegionCache) -> tuple:
     n = len(instrs)
     pipes = list(map(_PIPE, instrs))
     acc = stream_accesses(instrs)
-    ends = [k + 1 for k in itertools.compress(range(n), map("TSTORE".__eq__, map(_OP, instrs)))]
-    if not ends or ends[-1] != n:
-        ends.append(n)
-    bounds = list(zip([0] + ends[:-1], ends))
+    bounds = store_regions(instrs)
     sigs, skip, users = stream_facts(pipes, acc, bounds, cache.interned)
     records = plan_regions(pipes, acc, bounds, sigs, cache.memo, skip, users)
     names = tuple(sorted(set(pipes), key=str))

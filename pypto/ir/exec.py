@@ -458,6 +458,17 @@ def steps_text(steps: tuple) -> str:
     return one[0] if len(one) == 1 else "(" + ",".join(one) + ")"
 
 
+def store_regions(instrs) -> list[tuple[int, int]]:
+    """A stream cut after each of its GM stores (TSTORE): the [lo, hi) of each region, in order
+    (a matmul task's output tiles, a vector task's row blocks), the last one ending the stream.
+    The passes that work tile by tile cut streams here: the scheduler, the flag planner, `loops`."""
+    n = len(instrs)
+    ends = [k + 1 for k in itertools.compress(range(n), map("TSTORE".__eq__, map(_OP, instrs)))]
+    if not ends or ends[-1] != n:
+        ends.append(n)
+    return list(zip([0] + ends[:-1], ends))
+
+
 def static_instrs(items, _depth: int = 0):
     """(instruction, loop depth) of every instruction of the program text (loops not unrolled)."""
     for it in items:
