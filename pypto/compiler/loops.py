@@ -11,6 +11,13 @@ the first iteration and by how much it moves per iteration (`gm_step=`, see `ir.
       ...
     .endloop
 
+Tiles taking turns in a ring of slots (a matmul's A panel in four L1 slots, a double-buffered
+load's two) move around the ring (`addr_ring`, see `ir.exec`): their steps are compared modulo
+the ring, so a K chunk is one loop body whichever slot it starts in; the ring is written only
+where an iteration wraps around it.  A long stream (scheduled output tile by output tile) is
+folded tile by tile: each region up to a GM store alone, alike ones sharing one fold, then the
+sequence of their folds (a loop over a task's tiles, K loops inside each).
+
 Loops are found inner first: a pass over the instructions folds the runs of identical copies
 of a sequence (the longest saving first at each position), then the same over the loops and
 instructions it made, which nests loops (a matmul's K chunks inside its output tiles), until
@@ -161,11 +168,11 @@ def _moving(instrs, known: _Tokens, tiles: dict, by_tiles: bool = False) -> _Tem
 
 def _rings(instrs) -> frozenset:
     """The rings of slots the tiles of `instrs` (a stream's, or one of each of its kinds:
-    `_Tokens.examples`) take turns in: {(space, dtype, shape, valid,
-    address): (lo, hi)} (as a frozenset of its items) for the tiles of a kind found at two or
-    more addresses one slot apart, in a row (a matmul's A panel: four L1 slots; a double-buffered
-    load's two), [lo, hi) the bytes of their slots.  (Addresses of a kind are cut into runs
-    evenly spaced, smallest first: a kernel's other tiles of that shape are rings of their own.)"""
+    `_Tokens.examples`) take turns in: {(space, dtype, shape, valid, address): (lo, hi)} (as a
+    frozenset of its items) for the tiles of a kind found at two or more addresses one slot
+    apart in a row (a matmul's A panel: four L1 slots; a double-buffered load's two), [lo, hi)
+    the bytes of their slots.  The addresses of a kind are cut into evenly spaced runs, lowest
+    first: a kernel's other tiles of that shape are rings of their own, or none."""
     seen: dict = {}
     for x in instrs:
         for o in tile_operands(x):
@@ -251,12 +258,12 @@ def moved(template, first, instrs) -> tuple | None:
 
 
 _KIND, _VALUE = operator.itemgetter(0), operator.itemgetter(1)     # of a moving component
-
-
-def _STEP_KIND(c) -> int:
-    """The kind of a moving component as its step attribute has it: a ring tile's (4) is a tile's."""
-    return 3 if c[0] == 4 else c[0]
 _INT = frozenset((int,))
+
+
+def _step_kind(c) -> int:
+    """The kind of a moving component as its step attribute has it: a ring tile's (4) is a tile's (3)."""
+    return 3 if c[0] == 4 else c[0]
 
 
 class _Template:
@@ -634,7 +641,7 @@ class _Tokens:
         """`with_step` of an instruction of id i and moving components `moving`."""
         a = x.attrs._dict
         new = {}
-        for kind, comps in itertools.groupby(moving, key=_STEP_KIND):
+        for kind, comps in itertools.groupby(moving, key=_step_kind):
             key = MOVING_STEPS[kind]
             comps = list(comps)
             n = len(comps)
