@@ -59,6 +59,10 @@ MAX_DEPTH = 4                   # loops nest at most this deep
 # streams of the same ids that do not move alike are folded anew: the folds of the first few are
 # kept for the ones to come (a matmul's output tiles walking K forward and back, one each)
 TEMPLATES_PER_IDS = 4
+# a long stream is folded output tile by output tile when its tiles (regions up to a GM store)
+# are this many instructions on average (a matmul's: hundreds); shorter ones (a vector kernel's
+# row blocks of a few dozen) fold faster as one stream, into the same text
+TILE_MIN = 128
 # a task whose folded text keeps more than 1/LEFT of its instructions is folded again with the
 # addresses of its on-chip tiles moving (`addr_step`); that folding is taken when its text is
 # under 1/BETTER of the first one's.  Kernels whose tiles stay put fold as they did.
@@ -140,7 +144,8 @@ def _moving(instrs, known: _Tokens, tiles: dict, by_tiles: bool = False) -> _Tem
     wraps around a ring (`_linear`).
 
     `by_tiles`: the stream cut after each GM store (`store_regions`, the regions it was scheduled
-    and its flags planned by), each region folded alone, then the sequence of their folds.  Alike
+    and its flags planned by; when they are TILE_MIN instructions long on average), each region
+    folded alone, then the sequence of their folds.  Alike
     regions fold as one (`_folding`): a matmul task's twenty-odd output tiles are two or three
     folds (K walked forward, back) taken by the others, and a tile's K chunks, one slot further
     around the rings each, a loop inside it."""
@@ -150,12 +155,13 @@ def _moving(instrs, known: _Tokens, tiles: dict, by_tiles: bool = False) -> _Tem
         # (its descriptions of the task's instructions are kept for the pass: the tasks of other
         # shapes share most of their instruction objects, the flags and on-chip ones)
         mine = tiles[rings] = _Tokens(tiles=True, base=known, rings=dict(rings))
-    if not by_tiles:
+    regions = store_regions(instrs) if by_tiles else ()
+    if len(regions) < 2 or len(instrs) < TILE_MIN * len(regions):
         template = _folding(instrs, mine)
         items = _linear(template.items, (), {})
         return template if items is template.items else _Template(template.first, items, template.moving)
     tokens = []
-    for lo, hi in store_regions(instrs):
+    for lo, hi in regions:
         tokens.extend(_folding(instrs[lo:hi], mine).items)
     for _ in range(MAX_DEPTH):
         keys, offs = mine.describe_all(tokens)
