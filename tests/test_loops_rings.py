@@ -58,6 +58,11 @@ def test_a_ring_tile_wraps_around_its_ring():
     assert pypto.sim.simulate(p, machine="a2a3", mode="timing", progress=False).cycles > 0
 
 
+def test_a_ring_in_decimal_reads_as_in_hex():
+    text = _hand(RING.replace("addr_ring=(0x0:0x4000)", "addr_ring=(0:16384)"))
+    assert pypto.Program.parse(text, machine="a2a3").text() == pypto.Program.parse(_hand(RING), machine="a2a3").text()
+
+
 def test_at_iteration_moves_around_the_ring_both_ways():
     t = TileRef("UB", 2 * SLOT, F32, (4, 256), (4, 256))
     for step, want in [(SLOT, [2, 3, 0, 1, 2]), (-SLOT, [2, 1, 0, 3, 2]), (3 * SLOT, [2, 1, 0, 3, 2])]:
@@ -74,6 +79,7 @@ def test_at_iteration_moves_around_the_ring_both_ways():
     (("addr_ring=(0x0:0x4000)", "addr_ring=(0x1000:0x4000)"), "the range lo:hi of bytes its tile lies in"),
     (("addr_ring=(-,0x0:0x4000)", "addr_ring=(0x0:0x4000)"), "one entry per tile operand"),
     (("addr_ring=(0x0:0x4000)", "addr_ring=(0x0-0x4000)"), "bad addr_ring"),
+    (("addr_ring=(0x0:0x4000)", "addr_ring=(010:0x4000)"), "bad addr_ring"),
 ])
 def test_broken_rings_are_located_errors(change, message):
     with pytest.raises(PTOSyntaxError, match=message):

@@ -44,8 +44,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir.core import Attrs
-from ..ir.exec import (ADDR_RING, ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES, ExecGraph,
-                       ExecTask, Instr, Loop, TileRef, n_instrs, store_regions, stream_shape, tile_operands)
+from ..ir.exec import (ADDR_RING, ADDR_STEP, EVENTS_PER_PIPE_PAIR, MOVING_STEPS, SIM_CACHE, STEP_KEYS, STREAM_SHAPES,
+                       ExecGraph, ExecTask, Instr, Loop, TileRef, n_instrs, store_regions, stream_shape, tile_operands)
 from ..ir.gm import GMRef
 from ..ir.tile import tile_bytes
 from .listsched import REGION_MIN

@@ -208,7 +208,6 @@ class RangeValues:
 
 _FIRST = operator.itemgetter(0)
 _PIPE = operator.attrgetter("pipe")
-_OP = operator.attrgetter("op")
 
 SET, WAIT = "SET_FLAG", "WAIT_FLAG"     # the op names of a plan's operations (these very strings)
 

@@ -83,8 +83,7 @@ class Instr:
         else:
             ops = [_operand(self.dst)] if self.dst is not None else []
             ops += [_operand(s) for s in self.srcs]
-            extra = [f"{k}={steps_text(a[k]) if k in (GM_STEP, OFFSETS_STEP, ADDR_STEP) else ring_text(a[k]) if k == ADDR_RING else _val(a[k])}"
-                     for k in TEXT_ATTRS if k in a]
+            extra = [f"{k}={_attr_text(k, a[k])}" for k in TEXT_ATTRS if k in a]
             body = ", ".join(ops + extra)
         loc = f"  ; {self.loc.short()}" if self.loc else ""
         return f"{self.op:<18} {body}{loc}"
@@ -105,8 +104,7 @@ OFFSETS_STEP = "offsets_step"
 # bytes each tile's address moves per iteration of each loop around it: one tuple per loop
 # (outermost first) with one step per tile operand, in operand order (dst first).  A ring of
 # buffers walked in turn moves by one slot per iteration (a matmul's A panel, one L1 copy per K
-# chunk, kept for the next output tile); buffers that alternate repeat every second iteration
-# and are written twice in the body instead.
+# chunk, kept for the next output tile), around the ring where an iteration wraps (`addr_ring`).
 ADDR_STEP = "addr_step"
 # A tile whose buffer is one of a ring of equal slots walked in turn (a matmul's A panel, one L1
 # slot per K chunk; double-buffered loads) moves modulo the ring: `addr_ring` names, per tile
@@ -408,6 +406,13 @@ def ring_moved(addr: int, delta: int, ring: tuple) -> int:
 def ring_text(rings: tuple) -> str:
     """An addr_ring value: `(-,0x0:0x40000)`, one entry per tile operand."""
     return "(" + ",".join("-" if r is None else f"{r[0]:#x}:{r[1]:#x}" for r in rings) + ")"
+
+
+def _attr_text(key: str, value) -> str:
+    """An instruction attribute's value as the text writes it."""
+    if key in (GM_STEP, OFFSETS_STEP, ADDR_STEP):
+        return steps_text(value)
+    return ring_text(value) if key == ADDR_RING else _val(value)
 
 
 def _int_steps(steps) -> bool:
