@@ -81,3 +81,33 @@ def test_the_gather_kernel_computes_what_numpy_does():
     want = x.astype(np.float64).copy()
     np.add.at(want, idx, x[idx].astype(np.float64) + 1.0)
     assert res.ok and np.allclose(res.outputs["out"], want, rtol=1e-5, atol=1e-4)
+
+
+def _matmul_auto():
+    from kernels import matmul_auto
+    return matmul_auto
+
+
+@pytest.mark.parametrize("kernel,specs,consts", [
+    (matmul_bias_gelu, (T([900, 512], F16), T([512, 1000], F16), T([1000], F16), T([900, 1000], F16)), dict(VM=32, VN=64)),
+    (None, (T([2048, 2048], F16), T([2048, 2048], F16), T([2048, 2048], F16)), {}),
+], ids=["tails_and_bias", "serpentine_l1_reuse"])
+def test_a_matmul_loops_windows_are_those_of_its_nodes(kernel, specs, consts):
+    """A matmul loop's windows worked out without its nodes (`_tile_windows`: per row and column of
+    tiles, ids counted) are those of the loads and stores its nodes have, in order, without the
+    loads l1_reuse drops (K walked forward and back)."""
+    kernel = kernel or _matmul_auto()
+    kernel.cache_clear()
+    g = dict(kernel.compile(*specs, snapshots=True, **consts).snapshots)["dependencies"]
+    kernel.cache_clear()
+    checked = fewer = 0
+    for t, part in zip(g.tasks, g.tiles.loop_tasks(g.tasks)):
+        if part is None or part[0]._windows is None:
+            continue
+        loop, _, _, drop = part
+        nodes = part.nodes(t.outer, gm_only=True, placed=False)
+        got = loop._windows(drop, t.outer)
+        assert got == [(n.op, n.attrs._dict["gm"]) for n in nodes], f"task {t.id}"
+        checked += 1
+        fewer += len(got) < len(loop._windows(None, t.outer))
+    assert checked and (fewer or kernel is matmul_bias_gelu)

@@ -1067,23 +1067,68 @@ class _MatmulLoop:
         (`NodeLoop.windows`: a twin task's windows, no node made)."""
         nodes: list = []
         per = self.per_tile
+        if windows:
+            tiles = ((o, *divmod(o, self.nn)) for o in outer) if outer is not None else \
+                ((o, b * self.nm + mi, ni) for o, b, mi, ni in self._tiles())
+            for o, bm, ni in tiles:
+                self._tile_windows(nodes, start + o * per, o, *divmod(bm, self.nm), ni, dropped)
+            return nodes
         if outer is None:
             for o, b, mi, ni in self._tiles():
-                self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only, windows)
+                self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
             return nodes
         nn, nm = self.nn, self.nm
         for o in outer:
             bm, ni = divmod(o, nn)
             b, mi = divmod(bm, nm)
-            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only, windows)
+            self._tile(nodes, start + o * per, o, b, mi, ni, spaces, place, dropped, gm_only)
         return nodes
 
+    def _tile_windows(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, dropped) -> None:
+        """`_tile(..., gm_only=True, windows=True)`: append (op, GM window) of the loads and stores
+        of output tile `o` (ids from `nid`), without the loads of `dropped`; a twin task's windows
+        are a few hundred tiles' (`NodeLoop.windows`), so the chunks' windows are made once per row
+        and column of tiles and only the ids are counted here."""
+        ml0, _, nl0, _ = self.tile
+        m0, n0 = mi * ml0, ni * nl0
+        mv, nv = min(ml0, self.M - m0), min(nl0, self.N - n0)
+        append = nodes.append
+        if self.bias is not None:
+            if dropped is None or nid not in dropped:
+                append(("TLOAD", _bias_row(self.bias, n0, nv)))
+            nid += 2
+        wins = self.__dict__.get("_windows")
+        if wins is None:        # per chunk: (op, window) of the A load of each (batch, row), the B of each column
+            wins = self._windows = (
+                [[[("TLOAD", a._dict["gm"]) for a, _ in al] for al in row] for row in self.a_loads],
+                [[[("TLOAD", a._dict["gm"]) for a, _ in bl] for bl in col] for col in self.b_loads],
+                [2 + 3 * ceil_div(kv, self.tile[1]) for kv in self.kv1])     # ids per chunk
+        al, bl, span = wins[0][b][mi], wins[1][b][ni], wins[2]
+        order = range(len(span))
+        if self.shared is not None and o % 2 == 1:
+            order = reversed(order)
+        if dropped is None:
+            for chunk in order:
+                append(al[chunk])
+                append(bl[chunk])
+                nid += span[chunk]
+        else:
+            for chunk in order:
+                if nid not in dropped:
+                    append(al[chunk])
+                if nid + 1 not in dropped:
+                    append(bl[chunk])
+                nid += span[chunk]
+        bi = self.bis[b]
+        for ref in self.outs:
+            append(("TSTORE", _sub2d(ref, bi[len(bi) - len(ref.shape[:-2]):], m0, n0, mv, nv)))
+
     def _tile(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, spaces, place, dropped=None,
-              gm_only=False, windows=False) -> None:
+              gm_only=False) -> None:
         """Append the nodes of output tile `o` (ids from `nid`): the nodes the lowering makes, with
         the spaces of `spaces` and the maps `place` gives, without the loads of `dropped` (their
         readers reading the loads `dropped` names instead), only the loads and stores if
-        `gm_only` (see `NodeLoop.make`), only (op, GM window) of each if `windows` too."""
+        `gm_only` (see `NodeLoop.make`; their windows alone: `_tile_windows`)."""
         ml0, _, nl0, _ = self.tile
         s_a1, s_b1, s_c = self.s_a1, self.s_b1, self.s_c
         _, _, s_a0, s_b0 = self.x
@@ -1119,8 +1164,7 @@ class _MatmulLoop:
                 a = Attrs.of({"gm": _bias_row(bias, n0, nv), "key": "bias1", "persistent": True})
                 space = sp(("TLOAD", "bias1"), q) if sp else q
                 if dropped is None or nid not in dropped:
-                    append(("TLOAD", a._dict["gm"]) if windows else
-                           make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
+                    append(make(nid, "TLOAD", (), s_bias, (1, nv), bias.dtype, space, group, o, 0,
                                 place(a, o) if place is not None and space != q else a, loc, o))
                 if not gm_only:
                     a = self.bt_attrs
@@ -1133,16 +1177,14 @@ class _MatmulLoop:
             p = chunk if a_ring else lin
             a1, b1 = (nid,), (nid + 1,)
             if dropped is None or nid not in dropped:
-                append(("TLOAD", attrs._dict["gm"]) if windows else
-                       make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
+                append(make(nid, "TLOAD", (), s_a1, valid, dtype, sp_a1, group, o, step,
                             place(attrs, p) if place is not None and sp_a1 != q else attrs, loc, p))
             else:
                 a1 = (dropped[nid],)
             attrs, valid = bl[chunk]
             p = chunk if b_ring else lin
             if dropped is None or nid + 1 not in dropped:
-                append(("TLOAD", attrs._dict["gm"]) if windows else
-                       make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
+                append(make(nid + 1, "TLOAD", (), s_b1, valid, dtype, sp_b1, group, o, step,
                             place(attrs, p) if place is not None and sp_b1 != q else attrs, loc, p))
             else:
                 b1 = (dropped[nid + 1],)
@@ -1178,8 +1220,7 @@ class _MatmulLoop:
         result, act = self.result, self.act
         for ref in self.outs:
             gm = _sub2d(ref, bi[len(bi) - len(ref.shape[:-2]):], m0, n0, mv, nv)
-            append(("TSTORE", gm) if windows else
-                   make(nid, "TSTORE", (c,), (), (), result.dtype, "", group, o, step,
+            append(make(nid, "TSTORE", (c,), (), (), result.dtype, "", group, o, step,
                         Attrs.of({"gm": gm, **act, "key": "st"}), result.loc, lin - 1))
             nid += 1
 
