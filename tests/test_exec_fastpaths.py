@@ -139,3 +139,55 @@ def test_transfer_tables_shared_by_shape_match_each_tasks_own():
     assert load_latencies(g, A2, shapes) == lat
     assert len(set(lat)) > 2                                  # hits and misses differ within a shape
     assert gm_slowdown(g, A2, lat, shapes) == gm_slowdown(g, A2, lat) == gm_slowdown(g, A2)
+
+
+def _slot_stream(rng: random.Random, n: int) -> tuple:
+    """Like `_random_stream`, but every tile is one of a few slots of UB and L1 that never overlap
+    (a slot of 1 to 3 granules, the same slot always the same tile): the streams `task_pressure`
+    works out slot by slot."""
+    slots, at = [], 0
+    for space in ("UB", "L1"):
+        for _ in range(rng.randint(2, 5)):
+            shape = (1, 8 * rng.randint(1, 3))
+            slots.append(TileRef(space, at, DT_FP32, shape, shape))
+            at += G * shape[1] // 8 + G * rng.randint(0, 1)
+    flag = Instr("SET_FLAG", "V", None, (), Attrs.of({"src": "V", "dst": "MTE3", "event": 0}))
+    out = []
+    for _ in range(n):
+        srcs = tuple(rng.choice(slots) for _ in range(rng.randint(1, 2)))
+        dst = rng.choice(srcs) if rng.random() < 0.3 else rng.choice(slots)
+        out.append(Instr("TADD", "V", dst, srcs))
+        if rng.random() < 0.3:
+            out.append(flag)
+    return tuple(out)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_task_pressure_slot_by_slot_matches_a_granule_count(seed):
+    from pypto.compiler.pressure import _slot_pressure
+    s = _slot_stream(random.Random(seed), 16)
+    assert _slot_pressure(s, {}) is not None                # (the slot path: no partial overlap)
+    assert task_pressure(s) == _granule_pressure(s)
+
+
+def test_task_pressure_of_compiled_kernels_slot_by_slot_and_piece_by_piece():
+    """A matmul's, a fused epilogue's and an attention's task streams (thousands of instructions,
+    rings of slots, in-place accumulations): the slot path and the piece path agree."""
+    import sys
+    import os
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    import pypto
+    from kernels import causal_attention, matmul_auto, matmul_bias_gelu_auto
+    from pypto.compiler.pressure import _piece_pressure, _slot_pressure
+    T, F16 = pypto.Tensor, pypto.DT_FP16
+    memo, slot_streams = {}, 0
+    for kernel, args in [(matmul_auto, (T([1024, 2048], F16), T([2048, 768], F16), T([1024, 768], F16))),
+                         (matmul_bias_gelu_auto, (T([768, 1024], F16), T([1024, 640], F16), T([1, 640], F16),
+                                                  T([768, 640], F16))),
+                         (causal_attention, (T([256, 64], F16),) * 4)]:
+        for t in kernel.compile(*args).exec_graph.tasks:
+            got = _slot_pressure(t.instrs, memo)
+            if got is not None:
+                slot_streams += 1
+                assert got == _piece_pressure(t.instrs), (kernel, t.id)
+    assert slot_streams >= 20

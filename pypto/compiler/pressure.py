@@ -25,9 +25,11 @@ instruction indices `at` move with them).
 """
 from __future__ import annotations
 
-from itertools import compress
-from operator import attrgetter, not_
+from itertools import chain, compress
+from operator import attrgetter, itemgetter, not_
 from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import VerificationError
 from ..ir.exec import SYNC_OPS, ExecGraph, accesses, per_shape
@@ -112,15 +114,97 @@ def _minus(gaps, lo, hi):
 
 _SYNC = frozenset(SYNC_OPS)
 _OP = attrgetter("op")
+_WRITE = attrgetter("write")
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
 
 
-def task_pressure(instrs) -> dict[str, tuple[int, int, int]]:
+def task_pressure(instrs, memo: dict | None = None) -> dict[str, tuple[int, int, int]]:
     """{space: (peak bytes, index of the first instruction at the peak, tiles live there)} of one
     task's instruction stream (sync instructions are skipped; indices are into `instrs`).
 
     Live bytes are tracked as pieces [lo, hi) of the tiles written (a write over part of a tile
     ends that part only); bytes read and never written in the task are live from its start.
+    A stream whose tiles never overlap but for being the same (slots: a matmul's, most) is worked
+    out slot by slot with numpy (`_slot_pressure`), the same figures (`memo`: what it learnt of
+    the instruction objects of other streams of the graph, which share most of theirs).
     """
+    got = _slot_pressure(instrs, {} if memo is None else memo)
+    return got if got is not None else _piece_pressure(instrs)
+
+
+def _slot_pressure(instrs, memo: dict) -> dict[str, tuple[int, int, int]] | None:
+    """`task_pressure` of a stream whose on-chip accesses are whole slots that never overlap one
+    another (None for any other stream): the accesses of each slot in order, reads before writes
+    in an instruction, cut into the pieces of `_piece_pressure` at its writes (a piece lives from
+    its write to its last read before the next write, or from the task's start for reads before
+    the first), their bytes summed over the stream with numpy."""
+    n = len(instrs)
+    at = list(compress(range(n), map(not_, map(_SYNC.__contains__, map(_OP, instrs)))))
+    if not at:
+        return {}
+    slots = memo.setdefault("slots", {})           # (space, lo, hi) -> slot number
+    rows = memo.setdefault("rows", {})             # id of an instruction -> (its slots, writes), reads first
+    objs = itemgetter(*at)(instrs) if len(at) > 1 else (instrs[at[0]],)
+    ids = list(map(id, objs))
+    for key, x in dict(zip(ids, objs)).items():     # (each instruction object once, in order)
+        if key in rows:
+            continue
+        acc = sorted((a for a in accesses(x) if not a.key.startswith("GM:")), key=_WRITE)
+        rows[key] = ([slots.setdefault(a[:3], len(slots)) for a in acc], [a.write for a in acc], x)
+    got = list(map(rows.__getitem__, ids))
+    slot = list(chain.from_iterable(map(_FIRST, got)))
+    write = list(chain.from_iterable(map(_SECOND, got)))
+    pos = np.repeat(np.array(at, np.int64), np.fromiter(map(len, map(_FIRST, got)), np.int64, len(got)))
+    if not slot:
+        return {}
+    keys = memo.get("keys")
+    if keys is None or len(keys) != len(slots):
+        keys = memo["keys"] = list(slots)
+    by_space: dict = {}
+    for k in dict.fromkeys(slot):                  # (the slots of this stream)
+        space, lo, hi = keys[k]
+        by_space.setdefault(space, []).append((lo, hi))
+    for ranges in by_space.values():
+        ranges.sort()
+        if any(b[0] < a[1] for a, b in zip(ranges, ranges[1:])):
+            return None         # (tiles that overlap in part: piece by piece)
+    last = at[-1]
+    pos_a, slot_a, write_a = pos, np.array(slot, np.int64), np.array(write, bool)
+    order = np.argsort(slot_a, kind="stable")       # each slot's accesses in stream order
+    pos_a, slot_a, write_a = pos_a[order], slot_a[order], write_a[order]
+    # the pieces: from each slot's first access (reads before any write: live from the start)
+    # and from each write, to the access before the next piece's first
+    first = np.ones(len(slot_a), bool)
+    first[1:] = slot_a[1:] != slot_a[:-1]
+    first = np.flatnonzero(first | write_a)
+    p_slot, p_write = slot_a[first], write_a[first]
+    p_start = np.where(p_write, pos_a[first], 0)
+    p_end = np.maximum.reduceat(pos_a, first)        # its last read (or its write)
+    # a piece whose slot's next write is the instruction of its last read is overwritten in place:
+    # its bytes are the new piece's there
+    next_write = np.zeros(len(first), bool)
+    next_write[:-1] = (p_slot[1:] == p_slot[:-1]) & p_write[1:]
+    in_place = next_write & (p_end == np.append(pos_a[first[1:]], -1))
+    end = p_end - in_place
+    size = np.array([hi - lo for _, lo, hi in keys], np.int64)[p_slot]
+    space_of = np.array([k[0] for k in keys], object)[p_slot]      # (all slots: a few dozen)
+    out = {}
+    for space in sorted(by_space):
+        mine = space_of == space
+        live = mine & (end >= p_start)
+        delta = np.bincount(p_start[live], size[live], minlength=last + 2) - \
+            np.bincount(end[live] + 1, size[live], minlength=last + 2)
+        curve = np.cumsum(delta[:last + 1])
+        k = int(curve.argmax())
+        peak = int(curve[k])
+        if peak <= 0:
+            peak, k = 0, 0
+        out[space] = (peak, k, int(np.count_nonzero(mine & (p_start <= k) & (k <= end))))
+    return out
+
+
+def _piece_pressure(instrs) -> dict[str, tuple[int, int, int]]:
+    """`task_pressure` piece by piece (any stream)."""
     # space -> the open pieces {lo: [lo, hi, start, last read, tile id]}: they never overlap (a
     # write cuts what it overlaps), so their starts differ, and an access of exactly a piece's
     # range touches that piece only: one dict probe (a task's accesses are mostly whole tiles,
@@ -217,8 +301,9 @@ def buffer_pressure(g: ExecGraph, machine) -> PressureTable:
     caps = machine.capacities()
     table = PressureTable()
     known: dict = {}
+    memo: dict = {}             # (the instruction objects the streams share, for `task_pressure`)
     for t in g.tasks:
-        found = per_shape(g, known, t.instrs, lambda: task_pressure(t.instrs))
+        found = per_shape(g, known, t.instrs, lambda: task_pressure(t.instrs, memo))
         for space in sorted(found, key=lambda s: (SPACE_ORDER.index(s) if s in SPACE_ORDER else 99, s)):
             peak, at, tiles = found[space]
             cap = caps.get(space, 0)
