@@ -143,7 +143,7 @@ def _slot_pressure(instrs, memo: dict) -> dict[str, tuple[int, int, int]] | None
     if not at:
         return {}
     slots = memo.setdefault("slots", {})           # (space, lo, hi) -> slot number
-    rows = memo.setdefault("rows", {})             # id of an instruction -> (its slots, writes), reads first
+    rows = memo.setdefault("rows", {})             # id of an instruction -> (its slots, writes: reads first; it)
     objs = itemgetter(*at)(instrs) if len(at) > 1 else (instrs[at[0]],)
     ids = list(map(id, objs))
     for key, x in dict(zip(ids, objs)).items():     # (each instruction object once, in order)

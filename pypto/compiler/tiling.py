@@ -1068,10 +1068,10 @@ class _MatmulLoop:
         nodes: list = []
         per = self.per_tile
         if windows:
-            tiles = ((o, *divmod(o, self.nn)) for o in outer) if outer is not None else \
-                ((o, b * self.nm + mi, ni) for o, b, mi, ni in self._tiles())
-            for o, bm, ni in tiles:
-                self._tile_windows(nodes, start + o * per, o, *divmod(bm, self.nm), ni, dropped)
+            nn, nm = self.nn, self.nm
+            tiles = self._tiles() if outer is None else ((o, *divmod(o // nn, nm), o % nn) for o in outer)
+            for o, b, mi, ni in tiles:
+                self._tile_windows(nodes, start + o * per, o, b, mi, ni, dropped)
             return nodes
         if outer is None:
             for o, b, mi, ni in self._tiles():
@@ -1085,8 +1085,8 @@ class _MatmulLoop:
         return nodes
 
     def _tile_windows(self, nodes: list, nid: int, o: int, b: int, mi: int, ni: int, dropped) -> None:
-        """`_tile(..., gm_only=True, windows=True)`: append (op, GM window) of the loads and stores
-        of output tile `o` (ids from `nid`), without the loads of `dropped`; a twin task's windows
+        """Append (op, GM window) of the loads and stores `_tile(..., gm_only=True)` makes for output
+        tile `o` (ids from `nid`), without the loads of `dropped`; a twin task's windows
         are a few hundred tiles' (`NodeLoop.windows`), so the chunks' windows are made once per row
         and column of tiles and only the ids are counted here."""
         ml0, _, nl0, _ = self.tile
@@ -1097,9 +1097,9 @@ class _MatmulLoop:
             if dropped is None or nid not in dropped:
                 append(("TLOAD", _bias_row(self.bias, n0, nv)))
             nid += 2
-        wins = self.__dict__.get("_windows")
+        wins = self.__dict__.get("_gm_windows")
         if wins is None:        # per chunk: (op, window) of the A load of each (batch, row), the B of each column
-            wins = self._windows = (
+            wins = self._gm_windows = (
                 [[[("TLOAD", a._dict["gm"]) for a, _ in al] for al in row] for row in self.a_loads],
                 [[[("TLOAD", a._dict["gm"]) for a, _ in bl] for bl in col] for col in self.b_loads],
                 [2 + 3 * ceil_div(kv, self.tile[1]) for kv in self.kv1])     # ids per chunk
