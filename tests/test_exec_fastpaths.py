@@ -85,12 +85,14 @@ def _granule_pressure(instrs) -> dict:
     return out
 
 
-def _random_stream(rng: random.Random, n: int) -> tuple:
+def _random_stream(rng: random.Random, n: int, tile=None) -> tuple:
     """Vector instructions on UB tiles of 1 to 4 granules at granule addresses (overlapping
-    partly, wholly, or not at all), some in place, with flags between them."""
-    def tile():
-        shape = (1, 8 * rng.randint(1, 4))
-        return TileRef("UB", G * rng.randrange(12), DT_FP32, shape, shape)
+    partly, wholly, or not at all), some in place, with flags between them (`tile`: another
+    way to pick each tile)."""
+    if tile is None:
+        def tile():
+            shape = (1, 8 * rng.randint(1, 4))
+            return TileRef("UB", G * rng.randrange(12), DT_FP32, shape, shape)
 
     flag = Instr("SET_FLAG", "V", None, (), Attrs.of({"src": "V", "dst": "MTE3", "event": 0}))
     out = []
@@ -151,15 +153,7 @@ def _slot_stream(rng: random.Random, n: int) -> tuple:
             shape = (1, 8 * rng.randint(1, 3))
             slots.append(TileRef(space, at, DT_FP32, shape, shape))
             at += G * shape[1] // 8 + G * rng.randint(0, 1)
-    flag = Instr("SET_FLAG", "V", None, (), Attrs.of({"src": "V", "dst": "MTE3", "event": 0}))
-    out = []
-    for _ in range(n):
-        srcs = tuple(rng.choice(slots) for _ in range(rng.randint(1, 2)))
-        dst = rng.choice(srcs) if rng.random() < 0.3 else rng.choice(slots)
-        out.append(Instr("TADD", "V", dst, srcs))
-        if rng.random() < 0.3:
-            out.append(flag)
-    return tuple(out)
+    return _random_stream(rng, n, lambda: rng.choice(slots))
 
 
 @pytest.mark.parametrize("seed", range(60))
