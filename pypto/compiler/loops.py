@@ -145,10 +145,10 @@ def _moving(instrs, known: _Tokens, tiles: dict, by_tiles: bool = False) -> _Tem
 
     `by_tiles`: the stream cut after each GM store (`store_regions`, the regions it was scheduled
     and its flags planned by; when they are TILE_MIN instructions long on average), each region
-    folded alone, then the sequence of their folds.  Alike
-    regions fold as one (`_folding`): a matmul task's twenty-odd output tiles are two or three
-    folds (K walked forward, back) taken by the others, and a tile's K chunks, one slot further
-    around the rings each, a loop inside it."""
+    folded alone, then the sequence of their folds.  Alike regions fold as one (`_folding`): a
+    matmul task's twenty-odd output tiles are two or three folds (K walked forward, back) taken
+    by the others, and a tile's K chunks, one slot further around the rings each, a loop inside
+    it."""
     rings = _rings(known.examples(instrs))
     mine = tiles.get(rings)
     if mine is None:
