@@ -30,7 +30,11 @@ def describe(executor) -> str:
         return "in process"
     if is_dask_client(executor):
         try:
-            n = len(executor.scheduler_info().get("workers", {}))
+            # a client of a cluster it knows (a LocalCluster): the workers the cluster runs, even
+            # at a moment the scheduler misses one (a worker's heartbeat late on a loaded machine);
+            # else the workers the scheduler has
+            workers = getattr(getattr(executor, "cluster", None), "workers", None)
+            n = len(workers) if workers is not None else len(executor.scheduler_info().get("workers", {}))
         except Exception:  # noqa: BLE001 - a scheduler that does not answer: say Dask only
             return "Dask"
         return f"Dask, {n} worker{'s' if n != 1 else ''}"

@@ -140,6 +140,19 @@ def test_a_dask_local_cluster_gives_the_same_results():
     assert [e.done for e in events if not e.closed] == list(range(1, 9))
 
 
+def test_a_dask_client_is_described_by_its_workers():
+    """A client of a LocalCluster counts the workers the cluster runs (the scheduler may miss one
+    for a moment on a loaded machine); a client of a scheduler's address, the scheduler's."""
+    distributed = pytest.importorskip("distributed")
+    from pypto.sweep import describe
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None,
+                                  silence_logs=40) as cluster, distributed.Client(cluster) as client:
+        assert client.cluster is cluster and describe(client) == "Dask, 2 workers"
+        with distributed.Client(cluster.scheduler_address) as remote:
+            remote.wait_for_workers(2)
+            assert remote.cluster is None and describe(remote) == "Dask, 2 workers"
+
+
 def test_a_job_that_raises_is_raised_here():
     def boom(job):
         raise ValueError(f"bad job {job}")
