@@ -160,8 +160,7 @@ def _slot_stream(rng: random.Random, n: int) -> tuple:
 def test_task_pressure_slot_by_slot_matches_a_granule_count(seed):
     from pypto.compiler.pressure import _slot_pressure
     s = _slot_stream(random.Random(seed), 16)
-    assert _slot_pressure(s, {}) is not None                # (the slot path: no partial overlap)
-    assert task_pressure(s) == _granule_pressure(s)
+    assert _slot_pressure(s, {}) == _granule_pressure(s) == task_pressure(s)
 
 
 def test_task_pressure_of_compiled_kernels_slot_by_slot_and_piece_by_piece():

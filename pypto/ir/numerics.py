@@ -434,4 +434,3 @@ def within_bound(got: np.ndarray, want: np.ndarray, bound: np.ndarray, dtype: dt
         err /= allowed                      # NaN where both are 0 or inf: not counted
         ratio = float(np.nanmax(err, initial=0.0)) if err.size else 0.0
     return {"ok": True, "max_abs_err": max_err, "max_err_ratio": ratio if np.isfinite(ratio) else 0.0, "worst": None}
-
