@@ -36,7 +36,9 @@ import numpy as np
 from ..errors import PyptoError, SimulationError
 from ..gcpause import gc_paused
 from ..progress import stage
-from ..ir.exec import AIC_PIPES, AIV_PIPES, SIM_CACHE, stream_shape
+from ..ir.core import Attrs
+from ..ir.exec import (AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR as EVENTS, GM_STEP, SIM_CACHE, Instr,
+                       Loop, has_loops, static_instrs, stream_shape)
 from ..ir.gm import GMRef
 from ..ir.program import Program
 from ..target.cost import base_cycles, dma_bytes, dma_path, gm_fixed_cycles, is_vector
@@ -147,7 +149,10 @@ class _Categories(dict):
 _CATEGORY = _Categories({"SET_FLAG": _FLAG, "WAIT_FLAG": _FLAG, "CROSS_SET_FLAG": _CROSS,
                          "CROSS_WAIT_FLAG": _CROSS, "TLOAD": _TRANSFER, "TSTORE": _TRANSFER})
 _OP, _PIPE, _DST, _SRCS, _ATTRS = map(attrgetter, ("op", "pipe", "dst", "srcs", "attrs"))
-_BUF, _SHAPE, _STRIDES = map(attrgetter, ("buf", "shape", "strides"))
+_BUF, _SHAPE, _STRIDES, _OFFSET = map(attrgetter, ("buf", "shape", "strides", "offset"))
+_STEPS = frozenset((GM_STEP, EVENT_STEP))          # the steps that move what a row holds
+_EVENT_FORMS = frozenset(("SET_FLAG", "WAIT_FLAG"))     # flags whose row holds their event id
+_INT = frozenset((int,))
 _FIRST = itemgetter(0)
 
 
@@ -189,6 +194,8 @@ class Decoder:
         # whose first task has GM transfers of windows that are not GM windows (each task decodes)
         self.shapes: dict[int, tuple] = {}
         self.flops = 0                                  # of the matmuls of the tasks decoded
+        self.made: list = []                            # flags made by `_event_form`, kept alive
+        self.event_forms: dict[tuple, int] = {}         # (op, pipe, src, dst, event id) -> form
 
     def task(self, task, program=None) -> list[tuple]:
         """The rows of a task's instructions (`decoded`, each form with its window)."""
@@ -207,7 +214,11 @@ class Decoder:
         known = self.shapes.get(shape) if shape is not None else None
         if known is None:
             before = self.flops
-            d = self._decode_stream(task.instrs)
+            d = None
+            if shape is None and "instrs" not in task.__dict__ and has_loops(task.code):
+                d = self._decode_loops(task.code)       # (a program read from its text)
+            if d is None:
+                d = self._decode_stream(task.instrs)
             if shape is not None and all(isinstance(w, GMRef) for w in d.windows):
                 self.shapes[shape] = (d, self.flops - before, _GMLayout(task.instrs, d))
             return d
@@ -235,9 +246,7 @@ class Decoder:
         flag = category <= _CROSS
         if flag.any():
             sub = list(compress(instrs, flag.tolist()))
-            form[flag] = self._known_forms(sub, lambda sub: (list(zip(map(_OP, sub), map(_PIPE, sub),
-                                                                           map(id, map(_ATTRS, sub)))),
-                                                                  self._flag_row))
+            form[flag] = self._known_forms(sub, self._flag_keys)
         # loads and stores: GM transfers (the form of their window's key) or on-chip moves
         other = category == _OTHER
         gm_at, windows, gm_form = [], [], []
@@ -259,6 +268,97 @@ class Decoder:
             form[other] = got
             self.flops += sum(map(self.form_flops.__getitem__, got.tolist()))
         return Decoded(form, np.array(gm_at, np.int64), windows)
+
+    def _decode_loops(self, code) -> Decoded | None:
+        """`_decode_stream` of the instructions `code` (with loops) runs, without making them: the
+        instructions of its text decoded once, as at the first iteration of their loops, then the
+        form and GM window of every instruction run worked out loop by loop with numpy.  Of a row
+        only a flag's event id (`event_step`) moves with the loops, and a transfer's window by its
+        offset (`gm_step`), which the row leaves out; tiles moving on the chip (`addr_step`) and
+        extract offsets move nothing a row holds (its cycles and bytes come from shapes, spaces
+        and types).  None when a step or offset is not an int (the instructions are made then)."""
+        static = [ins for ins, _ in static_instrs(code)]
+        n = len(static)
+        steps = [(k, ins.attrs._dict) for k, ins in enumerate(static) if not _STEPS.isdisjoint(ins.attrs._dict)]
+        depth = max((len(a[key]) for _, a in steps for key in _STEPS if key in a), default=0)
+        gm_step, ev_step = np.zeros((n, depth + 1), np.int64), np.zeros((n, depth + 1), np.int64)
+        events = np.zeros(n, np.int64)
+        for k, a in steps:
+            gs, es = a.get(GM_STEP), a.get(EVENT_STEP)
+            if gs is not None:
+                if not _INT.issuperset(map(type, gs)):
+                    return None
+                gm_step[k, :len(gs)] = gs
+            if es is not None and static[k].op in _EVENT_FORMS:
+                if not _INT.issuperset(map(type, es)) or type(a.get("event")) is not int:
+                    return None
+                ev_step[k, :len(es)] = es
+                events[k] = a["event"]
+        flops = self.flops
+        first = self._decode_stream(static)
+        self.flops = flops                  # (counted below, per instruction run)
+        offsets = np.zeros(n, np.int64)
+        if first.windows:
+            if not all(type(w) is GMRef and type(w.offset) is int for w in first.windows):
+                return None
+            offsets[first.gm_at] = list(map(_OFFSET, first.windows))
+        at = iter(range(n))
+
+        def expand(items, d: int) -> tuple:
+            """(static index, event id, GM offset) of each instruction `items` run, the loops
+            around them at their first iteration (`d` of them)."""
+            parts, run = [], []
+            for it in items:
+                if type(it) is not Loop:
+                    run.append(next(at))
+                    continue
+                if run:
+                    parts.append((np.asarray(run), events[run], offsets[run]))
+                    run = []
+                k, ev, off = expand(it.body, d + 1)
+                i = np.arange(it.count, dtype=np.int64)[:, None]
+                parts.append((np.tile(k, it.count), ((ev + i * ev_step[k, d]) % EVENTS).reshape(-1),
+                              (off + i * gm_step[k, d]).reshape(-1)))
+            if run:
+                parts.append((np.asarray(run), events[run], offsets[run]))
+            if len(parts) == 1:
+                return parts[0]
+            return tuple(np.concatenate(c) for c in zip(*parts))
+
+        k, ev, off = expand(code, 0)
+        form = first.form[k]
+        moving = ev_step.any(axis=1)[k]
+        if moving.any():                # flags whose event id moves: one form per (flag, id)
+            where = np.flatnonzero(moving)
+            pairs, inverse = np.unique(k[where] * EVENTS + ev[where], return_inverse=True)
+            got = [self._event_form(static[p // EVENTS], p % EVENTS) for p in pairs.tolist()]
+            form[where] = np.asarray(got, np.int32)[inverse]
+        transfers = np.zeros(n, bool)
+        transfers[first.gm_at] = True
+        gm_at = np.flatnonzero(transfers[k])
+        which = np.zeros(n, np.int64)
+        which[first.gm_at] = np.arange(len(first.gm_at))
+        windows = [w if o == w.offset else GMRef(w.buf, o, w.shape, w.strides)
+                   for w, o in zip(map(first.windows.__getitem__, which[k[gm_at]].tolist()), off[gm_at].tolist())]
+        self.flops += int(np.asarray(self.form_flops, np.int64)[form].sum())
+        return Decoded(form, gm_at.astype(np.int64), windows)
+
+    def _event_form(self, ins, event: int) -> int:
+        """The form of the flag `ins` with event id `event`: one per op, pipe, pipe pair and id
+        (what its row holds); the flag made for a new one is kept (forms are keyed by the ids of
+        attribute maps)."""
+        a = ins.attrs._dict
+        key = (ins.op, ins.pipe, a["src"], a["dst"], event)
+        f = self.event_forms.get(key)
+        if f is None:
+            x = Instr(ins.op, ins.pipe, ins.dst, ins.srcs, Attrs({**a, "event": event}), ins.loc)
+            self.made.append(x)
+            f = self.event_forms[key] = int(self._known_forms([x], self._flag_keys)[0])
+        return f
+
+    def _flag_keys(self, sub: list) -> tuple:
+        """(the keys of flags, their row): op, pipe and the attribute map (by id)."""
+        return list(zip(map(_OP, sub), map(_PIPE, sub), map(id, map(_ATTRS, sub)))), self._flag_row
 
     def _known_forms(self, instrs: list, keyed) -> np.ndarray:
         """The forms of flags or on-chip instructions: an instruction object met before (the
