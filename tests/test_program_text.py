@@ -61,6 +61,11 @@ def transpose3d(a, o1):
 
 
 @pypto.jit
+def column_to_row(x, out):
+    out[:] = pypto.transpose(pypto.exp(x), -2, -1)      # a [3,1] workspace read back as [1,3]
+
+
+@pypto.jit
 def exp_add(x, out):
     out[:] = pypto.exp(x) + 1.0
 
@@ -84,11 +89,12 @@ def _cases(rng):
         "transposed_reshaped_views": (views, [x, np.zeros((300, 100), f32), np.zeros((300, 100), f32),
                                               np.zeros((100, 128), f32)]),
         "transpose3d": (transpose3d, [x3, np.zeros((40, 30, 4), f32)]),
+        "column_to_row": (column_to_row, [x[:3, :1].copy(), np.zeros((1, 3), f32)]),
     }
 
 
 CASES = ["softmax", "layernorm", "matmul_tails_a_trans", "batched_matmul", "cast", "transposed_reshaped_views",
-         "transpose3d"]
+         "transpose3d", "column_to_row"]
 
 
 def _compile(name, rng, machine="teach"):
@@ -136,6 +142,9 @@ def test_round_trip_covers_both_gm_forms_and_all_operand_kinds(rng):
     assert "offsets=(" in texts["matmul_tails_a_trans"] and "TMATMUL_ACC" in texts["matmul_tails_a_trans"]
     assert "dim=1" in texts["softmax"] and "TROWEXPAND" in texts["layernorm"]
     assert "TSTORE" in texts["batched_matmul"]
+    # a window over the elements of a box but of another shape (a [3,1] buffer read as [1,3]):
+    # the box form would read back as the box's shape
+    assert "GM:ws0{off=0,shape=[1, 3],strides=[1, 1]}" in texts["column_to_row"]
 
 
 @pytest.mark.parametrize("name", CASES)

@@ -267,8 +267,11 @@ class GMRef:
 
     def text(self) -> str:
         b = self.box()
+        # (the box form reads back as the window of the box's shape with the buffer's strides: a
+        # window of another shape over the same elements, a transposed [1,3] of a [3,1] buffer,
+        # is written out)
         if b is not None and self.strides == natural_strides(self.buf.shape)[-len(self.shape):] \
-                and len(self.shape) == len(self.buf.shape):
+                and len(self.shape) == len(self.buf.shape) and all(hi - lo == n for (lo, hi), n in zip(b, self.shape)):
             return f"{self.buf.name}[" + ",".join(f"{lo}:{hi}" for lo, hi in b) + "]"
         return (f"{self.buf.name}{{off={self.offset},shape={list(self.shape)},"
                 f"strides={list(self.strides)}}}")
