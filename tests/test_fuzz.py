@@ -1,7 +1,8 @@
 """A bounded run of the differential fuzzer (tests/fuzz; the long run is `make fuzz`).
 
 Every case must end correct (within the reference's bound of each step's rounding, same cycles
-twice, checked mode silent, the call form filling the same outputs, pypto's own check agreeing)
+twice, checked mode silent, its printed program parsed back printing the same and timed to the
+same cycles, the call form filling the same outputs, pypto's own check agreeing)
 or as a PyptoError naming the kernel's file and line; one case in four (by data seed) also runs
 the dynamic stage (compiled with pypto.DYNAMIC first dims, right at every size it runs, or
 refused at a kernel line: tests/test_fuzz_dynamic.py).  Fixed seeds and a derandomized hypothesis

@@ -5,10 +5,11 @@ Outcome categories (`Outcome.category`):
 - correct      every output within the reference's bound, deterministic, checked mode silent,
                the call form fills the same outputs;
 - clear        a PyptoError whose text names the kernel's file and line (raised while compiling);
-- wrong        numbers outside the bound, the call form disagreeing, or an invalid construct
-               accepted;
+- wrong        numbers outside the bound, the call form disagreeing, an invalid construct
+               accepted, or the program's text parsed back printing otherwise or timed to other
+               cycles;
 - crash        a non-pypto exception, or any error once the kernel compiled (simulate, checked
-               mode flagging the compiler's own program, the call form);
+               mode flagging the compiler's own program, parsing or timing its text, the call form);
 - hang         more than LIMIT seconds to compile and simulate (or the child killed at the timeout);
 - unlocated    a PyptoError without the kernel's file and line;
 - nondet       two simulations of one program with different cycles or outputs.
@@ -383,6 +384,11 @@ class Runner:
             o.category = "nondet"
             o.detail = f"two simulations: cycles {res.get('cycles')} and {res.get('cycles2')}, " \
                        f"same outputs {res.get('same_outputs')}"
+            return o
+        if not res.get("text_same", True) or res.get("text_cycles", res.get("cycles")) != res.get("cycles"):
+            o.category, o.extra["what"] = "wrong", "program text"
+            o.detail = (f"the printed program parsed back: the same text {res.get('text_same')}, timed to "
+                        f"{res.get('text_cycles')} cycles against {res.get('cycles')}")
             return o
         if builtin_ok is False:
             o.builtin = "false alarm"

@@ -3,7 +3,8 @@
 A request is the kernel's source, the file to write it to, the arrays and the machine.  The
 worker writes the file, imports it as a module (so that tracebacks and pypto's errors name a
 real file and line), then runs in order: compile, simulate (full, with pypto's own check),
-simulate again (determinism), checked-mode simulation, and the call form `kernel(*arrays)`.
+simulate again (determinism), checked-mode simulation, the program's text parsed back and timed
+(`pypto.Program.parse`: the same text, the same cycles), and the call form `kernel(*arrays)`.
 The first exception ends the case; it comes back as text (type, module, message, traceback).
 
 A request with "dynamic" (the runner's second request for a case, `run_dynamic`) compiles the
@@ -87,6 +88,15 @@ def run_one(req: dict) -> dict:
         ck.simulate(*arrays, checked=True, check=False)
     except BaseException as e:  # noqa: BLE001
         out["error"] = _exc("checked", e)
+        return out
+    try:                # the printed program read back: the same text, timed to the same cycles
+        import pypto
+        text = ck.program.text()
+        parsed = pypto.Program.parse(text, machine=machine)
+        out["text_same"] = parsed.text() == text
+        out["text_cycles"] = pypto.sim.simulate(parsed, machine=machine, mode="timing", progress=False).cycles
+    except BaseException as e:  # noqa: BLE001
+        out["error"] = _exc("text", e)
         return out
     if req.get("call", True):
         copies = [np.array(a, copy=True) for a in req["arrays"]]
