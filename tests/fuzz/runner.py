@@ -6,8 +6,8 @@ Outcome categories (`Outcome.category`):
                the call form fills the same outputs;
 - clear        a PyptoError whose text names the kernel's file and line (raised while compiling);
 - wrong        numbers outside the bound, the call form disagreeing, an invalid construct
-               accepted, or the program's text parsed back printing otherwise or timed to other
-               cycles;
+               accepted, or the program's text parsed back printing otherwise, timed to other
+               cycles or computing other outputs;
 - crash        a non-pypto exception, or any error once the kernel compiled (simulate, checked
                mode flagging the compiler's own program, parsing or timing its text, the call form);
 - hang         more than LIMIT seconds to compile and simulate (or the child killed at the timeout);
@@ -385,10 +385,12 @@ class Runner:
             o.detail = f"two simulations: cycles {res.get('cycles')} and {res.get('cycles2')}, " \
                        f"same outputs {res.get('same_outputs')}"
             return o
-        if not res.get("text_same", True) or res.get("text_cycles", res.get("cycles")) != res.get("cycles"):
+        if (not res.get("text_same", True) or res.get("text_cycles", res.get("cycles")) != res.get("cycles")
+                or not res.get("text_outputs", True)):
             o.category, o.extra["what"] = "wrong", "program text"
             o.detail = (f"the printed program parsed back: the same text {res.get('text_same')}, timed to "
-                        f"{res.get('text_cycles')} cycles against {res.get('cycles')}")
+                        f"{res.get('text_cycles')} cycles against {res.get('cycles')}, the same outputs "
+                        f"{res.get('text_outputs')}")
             return o
         if builtin_ok is False:
             o.builtin = "false alarm"

@@ -3,8 +3,8 @@
 A request is the kernel's source, the file to write it to, the arrays and the machine.  The
 worker writes the file, imports it as a module (so that tracebacks and pypto's errors name a
 real file and line), then runs in order: compile, simulate (full, with pypto's own check),
-simulate again (determinism), checked-mode simulation, the program's text parsed back and timed
-(`pypto.Program.parse`: the same text, the same cycles), and the call form `kernel(*arrays)`.
+simulate again (determinism), checked-mode simulation, the program's text parsed back, timed and run
+(`pypto.Program.parse`: the same text, cycles and outputs), and the call form `kernel(*arrays)`.
 The first exception ends the case; it comes back as text (type, module, message, traceback).
 
 A request with "dynamic" (the runner's second request for a case, `run_dynamic`) compiles the
@@ -95,6 +95,10 @@ def run_one(req: dict) -> dict:
         parsed = pypto.Program.parse(text, machine=machine)
         out["text_same"] = parsed.text() == text
         out["text_cycles"] = pypto.sim.simulate(parsed, machine=machine, mode="timing", progress=False).cycles
+        given = {p: np.array(a, copy=True) for p, a in zip(req["params"], req["arrays"])}
+        got = pypto.sim.simulate(parsed, given, machine=machine, mode="functional").outputs
+        out["text_outputs"] = all(np.array_equal(np.asarray(got[k]), np.asarray(v), equal_nan=True)
+                                  for k, v in res.outputs.items())
     except BaseException as e:  # noqa: BLE001
         out["error"] = _exc("text", e)
         return out
