@@ -5,7 +5,8 @@ window by its offset; tiles moving on the chip change no row).
 
 What must hold: the rows (op kind, pipe, cycles, flag key, bytes, path, bandwidth, window) of
 every instruction run, the FLOPs, and the run's cycles and stats are those of the unrolled
-instructions, and no instruction is made."""
+instructions, and no instruction is made (nor for the run's trace, whose pipes, ops and source
+lines the compiled engine reads off the text: `ir.exec.run_sources`)."""
 from __future__ import annotations
 
 import pytest
@@ -92,5 +93,6 @@ def test_a_parsed_program_times_as_the_compiled_one(make, engine):
         assert not any("instrs" in t.__dict__ for t in p.tasks if has_loops(t.code))
     assert got.cycles == want.cycles and got.task_times == want.task_times
     assert got.stats["flops"] == want.stats["flops"] and got.stats["hbm_bytes"] == want.stats["hbm_bytes"]
-    assert [(e.task, e.index, e.start, e.end) for e in got.trace] == [(e.task, e.index, e.start, e.end)
-                                                                     for e in want.trace]
+    assert list(got.trace) == list(want.trace)          # (pipe, op and line read off the text)
+    if engine == "compiled":
+        assert not any("instrs" in t.__dict__ for t in p.tasks if has_loops(t.code))

@@ -474,6 +474,20 @@ def store_regions(instrs) -> list[tuple[int, int]]:
     return list(zip([0] + ends[:-1], ends))
 
 
+def run_sources(items) -> list:
+    """Per instruction a sequence of instructions and loops runs, in order, the instruction of the
+    text it is (a loop body's, as at the first iteration), without making the instructions run:
+    what does not move with the loops (op, pipe, source line) is read off it.  A loop's are its
+    body's, repeated (one list, not an instruction per iteration)."""
+    out = []
+    for it in items:
+        if type(it) is Loop:
+            out.extend(run_sources(it.body) * it.count)
+        else:
+            out.append(it)
+    return out
+
+
 def static_instrs(items, _depth: int = 0):
     """(instruction, loop depth) of every instruction of the program text (loops not unrolled)."""
     for it in items:
