@@ -669,7 +669,7 @@ class ExecTask:
 
     def pipe_counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
-        for i in self.instrs:
+        for i in run_sources(self.code):       # (a program read from text: not unrolled)
             out[i.pipe] = out.get(i.pipe, 0) + 1
         return out
 
@@ -692,7 +692,7 @@ class ExecGraph(TextForm):
         lines = [f"exec_graph {self.name} {{"]
         for t in self.tasks:
             pc = ", ".join(f"{p} {c}" for p, c in sorted(t.pipe_counts().items()))
-            syncs = sum(i.op in SYNC_OPS for i in t.instrs)
+            syncs = sum(i.op in SYNC_OPS for i in run_sources(t.code))
             core = t.core_type + ("" if t.core is None else str(t.core))
             loops = sum(1 for _ in loops_in(t.code))
             lines.append(f"  launch task {t.id} on {core} after {list(t.deps)}: "

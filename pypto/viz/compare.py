@@ -18,7 +18,7 @@ from __future__ import annotations
 import html
 from collections import Counter
 
-from ..ir.exec import SYNC_OPS
+from ..ir.exec import SYNC_OPS, run_sources
 
 DIFF_TASKS = 2            # the PTO diff covers the first tasks of each program
 MAX_DIFF_LINES = 300
@@ -69,13 +69,13 @@ def _verdict(res) -> str:
 def _pipe_counts(program) -> Counter:
     c: Counter = Counter()
     for t in program.tasks:
-        for i in t.instrs:
+        for i in run_sources(t.code):
             c["sync" if i.op in SYNC_OPS else i.pipe] += 1
     return c
 
 
 def _op_counts(program) -> Counter:
-    return Counter(i.op for t in program.tasks for i in t.instrs)
+    return Counter(i.op for t in program.tasks for i in run_sources(t.code))
 
 
 class Compare:

@@ -13,7 +13,7 @@ core, and the kernel source line it comes from.
 from __future__ import annotations
 
 from ..ir.core import fmt_shape, region_text
-from ..ir.exec import SYNC_OPS, loops_in, static_instrs
+from ..ir.exec import SYNC_OPS, loops_in, run_sources, static_instrs
 
 COLLAPSE_ABOVE = 32          # more tasks than this: one node per (group, wave)
 MAX_TILE_NODES = 160         # per group, so that a long inner (K) loop cannot swamp the view
@@ -247,7 +247,7 @@ def exec_graph(g, expand: bool = False, max_nodes: int = MAX_EXPANDED_NODES):
         pipes: dict[str, int] = {}
         syncs = 0
         for t in tasks:
-            for i in t.instrs:
+            for i in run_sources(t.code):
                 if i.op in SYNC_OPS:
                     syncs += 1
                 else:

@@ -10,6 +10,8 @@ figure shows what does limit them instead -- the achieved HBM bandwidth next to 
 """
 from __future__ import annotations
 
+from ..ir.exec import static_instrs
+
 
 def roofline_numbers(res) -> dict:
     """The figures the plot shows, as plain numbers (also handy in tests and text reports)."""
@@ -33,7 +35,7 @@ def fp32_cube(program) -> bool:
     """Whether the program's matmuls read fp32 operands (the cube runs them at half rate)."""
     prog = program
     return prog is not None and any(i.op.startswith("TMATMUL") and getattr(i.srcs[-1], "dtype", None) is not None
-                              and i.srcs[-1].dtype.name == "fp32" for t in prog.tasks for i in t.instrs)
+                              and i.srcs[-1].dtype.name == "fp32" for t in prog.tasks for i, _ in static_instrs(t.code))
 
 
 def _fmt_flops(v: float) -> str:
