@@ -121,6 +121,7 @@ def main(argv=None) -> None:
         if r.ms >= 1:
             print(f"  {r.name:<26} {r.ms:>9.1f} ms")
     print(f"  {'sum of the passes':<26} {sum(r.ms for r in logs[big]):>9.1f} ms")
+    from_text(big, specs(*next((m, k, n) for nm, m, k, n in SIZES if nm == big)))
     print("\ntargets (compile-time issue; the ratio needs the loops kept through the Execution level)")
 
     def target(what, ok, detail):
@@ -138,6 +139,29 @@ def main(argv=None) -> None:
         print("  (--quick: the targets need the 4096 sizes)")
         return
     fused()
+
+
+def from_text(name: str, args) -> None:
+    """The compiled program printed and read back (`pypto.Program.parse`), then timed: the timing
+    engines decode its loops as loops, so its instructions are never made (`task.instrs` unrolls
+    them, for the functional simulator or a check).  Median of 3 each."""
+    matmul_auto.cache_clear()
+    ck = matmul_auto.compile(*args)
+    text = ck.program.text()
+    want = ck.simulate(mode="timing").cycles
+    parse_s, time_s, made, cycles = [], [], 0, set()
+    for _ in range(3):
+        t0 = time.perf_counter()
+        p = pypto.Program.parse(text, machine=ck.machine)
+        t1 = time.perf_counter()
+        cycles.add(pypto.sim.simulate(p, machine=ck.machine, mode="timing", progress=False).cycles)
+        time_s.append(time.perf_counter() - t1)
+        parse_s.append(t1 - t0)
+        made += sum("instrs" in t.__dict__ and t.code is not t.instrs for t in p.tasks)
+    print(f"\nthe {name} program read from its text ({len(text) / 2 ** 20:.1f} MiB): parses in "
+          f"{statistics.median(parse_s):.2f} s, times in {statistics.median(time_s):.2f} s "
+          f"({'the' if cycles == {want} else 'NOT the'} compiled program's {want} cycles; "
+          f"instructions made for it: {made})")
 
 
 def fused() -> None:
