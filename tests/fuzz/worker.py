@@ -139,7 +139,7 @@ def run_dynamic(req: dict) -> dict:
     """The dynamic stage: compile with pypto.DYNAMIC first dims for req["dynamic"]["params"]
     (arrays for the other parameters), then, per size N of `dynamic_sizes`, ck.simulate on the
     arrays' rows taken to N rows by `row_map`, and the program of the call run functionally on
-    its own."""
+    its own, and its text read back (`pypto.Program.parse`) too."""
     import numpy as np
     import pypto
     from pypto.dtypes import from_numpy
@@ -194,6 +194,15 @@ def run_dynamic(req: dict) -> dict:
             got = {k: np.asarray(v)[:n] if k in ck.dynamic.params else np.asarray(v) for k, v in got.items()}
             run["program_differs"] = [k for k, v in run["outputs"].items()
                                       if k not in got or not np.array_equal(got[k], v, equal_nan=True)]
+            # ... and so does its text read back (printing the same)
+            text = program.text()
+            parsed = pypto.Program.parse(text, machine=ck.machine)
+            again = run_program(parsed, ck._padded(ck.bind(args), n), machine=ck.machine, mode="functional").outputs
+            again = {k: np.asarray(v)[:n] if k in ck.dynamic.params else np.asarray(v) for k, v in again.items()}
+            if parsed.text() != text:
+                run["program_differs"].append("(its text read back prints otherwise)")
+            run["program_differs"] += [f"{k} (its text read back)" for k, v in got.items()
+                                       if k not in again or not np.array_equal(again[k], v, equal_nan=True)]
         except BaseException as e:  # noqa: BLE001
             out["error"] = _exc("dynamic-program", e)
             out["error"]["size"] = n
