@@ -29,6 +29,9 @@ def test_every_instruction_is_a_slice_at_its_cycles(which, tmp_path):
     res = _runs()[which]
     path = res.to_chrome_trace(tmp_path / "t.json")
     assert path == str(tmp_path / "t.json")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert os.stat(path).st_mode & 0o777 == 0o666 & ~mask      # as a file `open(path, "w")` makes
     data = json.loads(open(path).read())
     events = data["traceEvents"]
     procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}

@@ -116,6 +116,9 @@ def write_chrome_trace(path, events, machine, name: str = "pypto", task_times=No
                     f.write("".join(chunk))
                     chunk.clear()
             f.write("".join(chunk))
+        mask = os.umask(0)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)        # (the mode `open(path, "w")` gives, not mkstemp's 0600)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
