@@ -9,9 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import chain, compress
 import math
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import NamedTuple
 
+from ..ir.core import gather
 from ..ir.exec import STREAM_SHAPES, SYNC_OPS, ExecGraph, Instr, TileRef, store_regions, stream_accesses, stream_shape
 from ..ir.gm import GMRef
 from ..target.cost import is_vector, pipe_cycles
@@ -696,7 +697,7 @@ def schedule_task(instrs, machine: Machine, cache: dict | None = None, latency=N
     if perm is None:
         return TaskSchedule(instrs, before, after, how, shape)
     # (one C-level gather: a task of a 4096^3 matmul is twelve thousand instructions)
-    return TaskSchedule(itemgetter(*perm)(instrs) if len(perm) > 1 else (instrs[perm[0]],), before, after, how, shape)
+    return TaskSchedule(gather(instrs, perm), before, after, how, shape)
 
 
 def _decision(instrs: tuple, machine: Machine, cache, latency, slowdown, cycles, shared, skey=None) -> tuple:

@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..errors import VerificationError
+from ..ir.core import gather
 from ..ir.exec import SYNC_OPS, ExecGraph, accesses, per_shape
 from ..target.machine import get_machine
 from .pipeline import Pass, PassContext
@@ -151,7 +152,7 @@ def _slot_pressure(instrs, memo: dict) -> dict[str, tuple[int, int, int]] | None
         return {}
     slots = memo.setdefault("slots", {})           # (space, lo, hi) -> slot number
     rows = memo.setdefault("rows", {})             # id of an instruction -> (its slots, writes: reads first; it)
-    objs = itemgetter(*at)(instrs) if len(at) > 1 else (instrs[at[0]],)
+    objs = gather(instrs, at)
     ids = list(map(id, objs))
     for key, x in dict(zip(ids, objs)).items():     # (each instruction object once, in order)
         if key in rows:

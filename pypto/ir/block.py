@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 import itertools
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 
 from ..errors import VerificationError
-from .core import TextForm, pair_problem, quick_init
+from .core import TextForm, gather, pair_problem, quick_init
 from .tile import LoopTileGraph, TileGraph
 
 
@@ -87,9 +87,9 @@ def verify(g: BlockGraph) -> None:
         if tiles is None:
             tiles = g.tiles.plain_by_id() if parts is not None else g.tiles.by_id()
         # every tile a task's ops read is its own: all their inputs at once (C-level: the ops
-        # by one itemgetter call, not a lookup call per op), and only when one is not, the op
+        # by one gather, not a lookup call per op), and only when one is not, the op
         # that reads it
-        ops = itemgetter(*t.nodes)(tiles) if len(t.nodes) > 1 else map(tiles.__getitem__, t.nodes)
+        ops = gather(tiles, t.nodes)
         read = set(chain.from_iterable(map(_INPUTS, ops)))
         if not read <= mine:
             for i in t.nodes:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from operator import itemgetter
 from typing import Any, Iterable, Mapping
 
 
@@ -291,3 +292,20 @@ def prod(xs) -> int:
     for x in xs:
         r *= x
     return r
+
+
+def gatherer(positions):
+    """A C-level gather of these positions (or keys) of a sequence (or mapping): a function of it
+    that returns their items as a tuple, of one or no position too (`itemgetter` gives one item
+    bare and takes no empty list)."""
+    if len(positions) > 1:
+        return itemgetter(*positions)
+    if len(positions):
+        p = positions[0]
+        return lambda seq: (seq[p],)
+    return lambda seq: ()
+
+
+def gather(seq, positions) -> tuple:
+    """`seq[p]` of each position p, as a tuple, by one C-level call (`gatherer`)."""
+    return gatherer(positions)(seq)

@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import PyptoError, SimulationError
 from ..gcpause import gc_paused
 from ..progress import stage
-from ..ir.core import Attrs
+from ..ir.core import Attrs, gatherer
 from ..ir.exec import (AIC_PIPES, AIV_PIPES, EVENT_STEP, EVENTS_PER_PIPE_PAIR as EVENTS, GM_STEP, SIM_CACHE, Instr,
                        Loop, has_loops, static_instrs, stream_shape)
 from ..ir.gm import GMRef
@@ -445,13 +445,6 @@ class Decoder:
         return (GM_STORE, ins.pipe, 0, None, dma_bytes(ins), path[0], path[1], ins.dst)
 
 
-def _gather(positions: list[int]):
-    """A C-level gather of these positions of a sequence, as a tuple (of one or none too)."""
-    if len(positions) > 1:
-        return itemgetter(*positions)
-    return (lambda seq: (seq[positions[0]],)) if positions else (lambda seq: ())
-
-
 class _GMLayout:
     """The GM transfers of the tasks of one stream shape (as the first task's `Decoded` has
     them), read with C-level gathers: the window of each (a load's source, a store's
@@ -463,9 +456,9 @@ class _GMLayout:
         loads = [j for j, k in enumerate(gm_at) if instrs[k].op == "TLOAD"]
         stores = [j for j, k in enumerate(gm_at) if instrs[k].op != "TLOAD"]
         self.n = len(gm_at)
-        self.loads, self.stores = _gather([gm_at[j] for j in loads]), _gather([gm_at[j] for j in stores])
+        self.loads, self.stores = gatherer([gm_at[j] for j in loads]), gatherer([gm_at[j] for j in stores])
         # the windows come as the loads' then the stores': back to program order
-        self.order = _gather(np.argsort(loads + stores).tolist()) if loads and stores else None
+        self.order = gatherer(np.argsort(loads + stores).tolist()) if loads and stores else None
         self.bufs, self.shapes, self.strides = _gm_keys(first.windows)
 
     def windows(self, instrs) -> list:

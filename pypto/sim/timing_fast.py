@@ -41,12 +41,13 @@ from operator import attrgetter
 import numpy as np
 
 from ..errors import SimulationError
+from ..ir.core import gather
 from ..ir.exec import AIC_PIPES, AIV_PIPES, run_sources, static_instrs, stream_shape
 from ..ir.gm import GMRef
 from ..progress import stage
 from ..ir.program import Program
 from ..target.machine import Machine
-from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent, _gather,
+from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent,
                      deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
 
 try:
@@ -823,7 +824,7 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
         return []
     tid, k, t0, end, ready = _executed(s, a)
     tasks = program.tasks
-    got = _gather(s.ex_g[:x].tolist())(list(chain.from_iterable(run_sources(t.code) for t in tasks)))
+    got = gather(list(chain.from_iterable(run_sources(t.code) for t in tasks)), s.ex_g[:x].tolist())
     texts: dict = {}                    # id of a source location -> its short text
     line = {}                           # id of an instruction of the text -> its line's text
     for t in tasks:
