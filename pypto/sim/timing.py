@@ -194,7 +194,6 @@ class Decoder:
         # whose first task has GM transfers of windows that are not GM windows (each task decodes)
         self.shapes: dict[int, tuple] = {}
         self.flops = 0                                  # of the matmuls of the tasks decoded
-        self.made: list = []                            # flags made by `_event_form`, kept alive
         self.event_forms: dict[tuple, int] = {}         # (op, pipe, src, dst, event id) -> form
 
     def task(self, task, program=None) -> list[tuple]:
@@ -246,7 +245,9 @@ class Decoder:
         flag = category <= _CROSS
         if flag.any():
             sub = list(compress(instrs, flag.tolist()))
-            form[flag] = self._known_forms(sub, self._flag_keys)
+            form[flag] = self._known_forms(sub, lambda sub: (list(zip(map(_OP, sub), map(_PIPE, sub),
+                                                                           map(id, map(_ATTRS, sub)))),
+                                                                  self._flag_row))
         # loads and stores: GM transfers (the form of their window's key) or on-chip moves
         other = category == _OTHER
         gm_at, windows, gm_form = [], [], []
@@ -345,20 +346,14 @@ class Decoder:
 
     def _event_form(self, ins, event: int) -> int:
         """The form of the flag `ins` with event id `event`: one per op, pipe, pipe pair and id
-        (what its row holds); the flag made for a new one is kept (forms are keyed by the ids of
-        attribute maps)."""
+        (what its row holds)."""
         a = ins.attrs._dict
         key = (ins.op, ins.pipe, a["src"], a["dst"], event)
         f = self.event_forms.get(key)
         if f is None:
             x = Instr(ins.op, ins.pipe, ins.dst, ins.srcs, Attrs({**a, "event": event}), ins.loc)
-            self.made.append(x)
-            f = self.event_forms[key] = int(self._known_forms([x], self._flag_keys)[0])
+            f = self.event_forms[key] = self._new_form(*self._flag_row(x))
         return f
-
-    def _flag_keys(self, sub: list) -> tuple:
-        """(the keys of flags, their row): op, pipe and the attribute map (by id)."""
-        return list(zip(map(_OP, sub), map(_PIPE, sub), map(id, map(_ATTRS, sub)))), self._flag_row
 
     def _known_forms(self, instrs: list, keyed) -> np.ndarray:
         """The forms of flags or on-chip instructions: an instruction object met before (the

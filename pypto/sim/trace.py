@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import threading
 
 from ..ir.exec import AIC_PIPES, AIV_PIPES, TileRef, static_instrs
 
@@ -106,9 +106,10 @@ def write_chrome_trace(path, events, machine, name: str = "pypto", task_times=No
     """Write the Chrome trace of a run to `path` as it is made, a few thousand slices at a time,
     into a file beside it renamed to `path` when complete: an error leaves no half-written trace."""
     path = os.fspath(path)
-    fd, tmp = tempfile.mkstemp(prefix=".trace-", suffix=".json", dir=os.path.dirname(os.path.abspath(path)))
+    head, tail = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(head, f".{tail}.{os.getpid()}.{threading.get_ident()}.tmp")    # (open()'s mode)
     try:
-        with os.fdopen(fd, "w") as f:
+        with open(tmp, "w") as f:
             chunk = []
             for text in _json_parts(events, machine, name, task_times, program):
                 chunk.append(text)
@@ -116,12 +117,10 @@ def write_chrome_trace(path, events, machine, name: str = "pypto", task_times=No
                     f.write("".join(chunk))
                     chunk.clear()
             f.write("".join(chunk))
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)        # (the mode `open(path, "w")` gives, not mkstemp's 0600)
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
         raise
     return path
 
