@@ -65,6 +65,49 @@ class TraceEvent(NamedTuple):
         return self.end if self.ready < 0 else self.ready
 
 
+class TraceColumns(NamedTuple):
+    """A trace as columns, one entry per executed instruction in execution order (what a timeline
+    of a million instructions reads, without a TraceEvent each): `core`, `pipe`, `op`, `line`
+    index the name tables `cores`, `pipes`, `ops`, `lines` (a line "" when none); the rest are
+    the TraceEvent fields of the same names."""
+    core: np.ndarray        # int32
+    pipe: np.ndarray        # int32
+    op: np.ndarray          # int32
+    line: np.ndarray        # int32
+    start: np.ndarray       # int64
+    end: np.ndarray         # int64
+    ready: np.ndarray       # int64
+    task: np.ndarray        # int64
+    index: np.ndarray       # int64
+    cores: tuple
+    pipes: tuple
+    ops: tuple
+    lines: tuple
+
+    def __len__(self):      # (the events', not the fields')
+        return len(self.start)
+
+
+def trace_columns(trace) -> TraceColumns:
+    """The columns of a trace: a `Trace` gives them from its run without making its events when it
+    can (the compiled engine's); a list of TraceEvents (the Python engine's, a merged profile's)
+    is read column by column."""
+    if isinstance(trace, Trace):
+        return trace.columns()
+    return _columns_of(trace)
+
+
+def _columns_of(events) -> TraceColumns:
+    n = len(events)
+    named = []
+    for field in ("core", "pipe", "op", "line"):
+        ids: dict = {}
+        col = np.fromiter((ids.setdefault(v, len(ids)) for v in map(attrgetter(field), events)), np.int32, n)
+        named.append((col, tuple(ids)))
+    ints = [np.fromiter(map(attrgetter(f), events), np.int64, n) for f in ("start", "end", "ready", "task", "index")]
+    return TraceColumns(*(c for c, _ in named), *ints, *(names for _, names in named))
+
+
 class Trace(Sequence):
     """The trace of a timing run: its TraceEvents in execution order, made when first read.
 
@@ -74,10 +117,19 @@ class Trace(Sequence):
     them (`make` returns the list; `n` is its length when known before).  Compares equal to the
     list of its events."""
 
-    __slots__ = ("_make", "_n", "_events")
+    __slots__ = ("_make", "_n", "_events", "_columns")
 
-    def __init__(self, make, n: int | None = None):
-        self._make, self._n, self._events = make, n, None
+    def __init__(self, make, n: int | None = None, columns=None):
+        # `columns`: fn() -> the TraceColumns of the run, made without the events (None: read
+        # off the events)
+        self._make, self._n, self._events, self._columns = make, n, None, columns
+
+    def columns(self) -> TraceColumns:
+        """The trace as columns (`TraceColumns`): from the run when the events are not made yet
+        and the run can give them, else read off the events."""
+        if self._events is None and self._columns is not None:
+            return self._columns()
+        return _columns_of(self.events)
 
     @property
     def events(self) -> list:
@@ -556,8 +608,7 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     if plain and engine == "auto":      # a chosen engine runs: the engines are compared so
         kept = _kept_run(program, machine)
         if kept is not None:
-            return kept if not trace else {**kept, "events": Trace(lambda: _fresh_trace(program, machine),
-                                                                    kept["instructions"])}
+            return kept if not trace else {**kept, "events": _rerun_trace(program, machine, kept["instructions"])}
     with gc_paused():
         out = _run_timing(program, machine, trace, record_times, checked, progress, engine)
     if plain:
@@ -565,10 +616,17 @@ def run_timing(program: Program, machine: Machine, trace: bool = True, record_ti
     return out
 
 
-def _fresh_trace(program: Program, machine: Machine):
-    """The trace of a kept run (`_kept_run`), made by running the program again with one."""
-    with gc_paused():
-        return _run_timing(program, machine, True, False, False, False, "auto")["events"]
+def _rerun_trace(program: Program, machine: Machine, n: int) -> Trace:
+    """The trace of a kept run (`_kept_run`), made when first read by running the program again
+    with one (once: its events and its columns read the same run)."""
+    run: list = []
+
+    def fresh():
+        if not run:
+            with gc_paused():
+                run.append(_run_timing(program, machine, True, False, False, False, "auto")["events"])
+        return run[0]
+    return Trace(fresh, n, lambda: trace_columns(fresh()))
 
 
 def _keep_run(program: Program, machine: Machine, run: dict) -> None:

@@ -42,13 +42,13 @@ import numpy as np
 
 from ..errors import SimulationError
 from ..ir.core import gather
-from ..ir.exec import AIC_PIPES, AIV_PIPES, run_sources, static_instrs, stream_shape
+from ..ir.exec import AIC_PIPES, AIV_PIPES, Loop, run_sources, static_instrs, stream_shape
 from ..ir.gm import GMRef
 from ..progress import stage
 from ..ir.program import Program
 from ..target.machine import Machine
-from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceEvent,
-                     deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
+from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceColumns,
+                     TraceEvent, deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
 
 try:
     from numba import njit
@@ -761,7 +761,8 @@ def run_compiled(program: Program, machine: Machine, trace: bool = True, record_
     unwaited = [unwaited_message(t, cores[sl][0], enc.keys[k]) for t, sl, k in
                 zip(s.uw_task[:n_uw].tolist(), s.uw_slot[:n_uw].tolist(), s.uw_key[:n_uw].tolist())]
     return timing_result(
-        int(s.g[G_END]), Trace(lambda: _trace(program, s, a, cores), int(s.g[G_EXEC])) if trace else [],
+        int(s.g[G_END]), Trace(lambda: _trace(program, s, a, cores), int(s.g[G_EXEC]),
+                               lambda: _columns(program, s, a, cores)) if trace else [],
         _busy(s, cores), _bytes_by_path(s, enc), int(s.g[G_HBM_BYTES]), enc.total, _task_times(s, cores),
         _times(program, s, a) if record_times else None, unwaited,
         int(s.g[G_HITS]), int(s.g[G_MISSES]), int(s.g[G_HIT_BYTES]), int(s.g[G_MISS_BYTES]), enc.flops)
@@ -840,6 +841,53 @@ def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
 
 
 _PIPE, _OP = attrgetter("pipe"), attrgetter("op")
+
+
+def _columns(program: Program, s: _State, a: _Enc, cores) -> TraceColumns:
+    """The run's trace as columns (`TraceColumns`), no TraceEvent made: per executed instruction
+    the pipe, op and source line of the instruction of the task's text it is (numbered per
+    distinct one, repeated over the loops and gathered with numpy), its task's core, its cycles."""
+    x = int(s.g[G_EXEC])
+    gi = s.ex_g[:x]
+    tid = np.searchsorted(a.ioff, gi, "right") - 1
+    pipes: dict = {}
+    ops: dict = {}
+    lines: dict = {}
+    texts: dict = {}                    # id of a source location -> its line's number
+    code: dict = {}                     # id of an instruction of the text -> pipe, op, line numbers
+    for t in program.tasks:
+        for ins, _ in static_instrs(t.code):
+            if id(ins) not in code:
+                loc = ins.loc
+                line = texts.get(id(loc))
+                if line is None:
+                    line = texts[id(loc)] = lines.setdefault(loc.short() if loc else "", len(lines))
+                code[id(ins)] = (pipes.setdefault(ins.pipe, len(pipes)), ops.setdefault(ins.op, len(ops)), line)
+    per_run = np.concatenate([_run_codes(t.code, code) for t in program.tasks]).reshape(-1, 3)[gi]
+    names: dict = {}
+    slot_core = np.array([names.setdefault(cores[sl][0], len(names)) if sl >= 0 else -1
+                          for sl in s.task_slot.tolist()], np.int32)
+    return TraceColumns(slot_core[tid], *(np.ascontiguousarray(per_run[:, j]) for j in range(3)),
+                        s.ex_t0[:x].astype(np.int64), s.ex_end[:x].astype(np.int64), s.ex_ready[:x].astype(np.int64),
+                        tid.astype(np.int64), (gi - a.ioff[tid]).astype(np.int64),
+                        tuple(names), tuple(pipes), tuple(ops), tuple(lines))
+
+
+def _run_codes(items, code: dict) -> np.ndarray:
+    """`code[id(instruction)]` (a tuple) of every instruction `items` runs, in order, flat: a loop's
+    body's once, repeated with numpy (`run_sources` without a list entry per instruction run)."""
+    parts, plain = [], []
+    for it in items:
+        if type(it) is Loop:
+            if plain:
+                parts.append(np.array(plain, np.int32).reshape(-1))
+                plain = []
+            parts.append(np.tile(_run_codes(it.body, code), it.count))
+        else:
+            plain.append(code[id(it)])
+    if plain:
+        parts.append(np.array(plain, np.int32).reshape(-1))
+    return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
 
 def _times(program: Program, s: _State, a: _Enc) -> list[list]:

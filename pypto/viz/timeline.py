@@ -33,9 +33,21 @@ def _core_key(core: str):
     return (core[:3] != "AIC", int(core[3:]) if core[3:].isdigit() else 0, core)
 
 
+def _columns(trace):
+    """`trace` (a trace, a list of TraceEvents or its columns) as `TraceColumns`."""
+    from ..sim.timing import TraceColumns, trace_columns
+    return trace if isinstance(trace, TraceColumns) else trace_columns(trace)
+
+
+def _present(cols) -> list[str]:
+    """The cores with events, in no particular order."""
+    import numpy as np
+    return [cols.cores[i] for i in np.unique(cols.core).tolist()]
+
+
 def _pick_cores(trace, cores, max_cores):
     """(cores to show in display order, number of cores left out)."""
-    present = sorted({e.core for e in trace}, key=_core_key)
+    present = sorted(_present(_columns(trace)), key=_core_key)
     if cores is not None:
         wanted = set(cores)
         shown = [c for c in present if c in wanted]
@@ -62,14 +74,41 @@ def _pick_cores(trace, cores, max_cores):
 
 
 def timeline_rows(trace, cores):
-    """The (core, pipe) rows that have events, top to bottom."""
-    have = {(e.core, e.pipe) for e in trace}
+    """The (core, pipe) rows that have events, top to bottom (`trace`: a trace or its columns)."""
+    import numpy as np
+    cols = _columns(trace)
+    pairs = np.unique(cols.core.astype(np.int64) * len(cols.pipes) + cols.pipe).tolist()
+    have = {(cols.cores[k // len(cols.pipes)], cols.pipes[k % len(cols.pipes)]) for k in pairs}
     rows = []
     for c in cores:
         for p in (AIC_PIPES if c.startswith("AIC") else AIV_PIPES):
             if (c, p) in have:
                 rows.append((c, p))
     return rows
+
+
+def _row_and_class(cols, rows):
+    """Per event of `cols`: its row among `rows` (-1: not shown) and its instruction class."""
+    import numpy as np
+    row_of = {r: k for k, r in enumerate(rows)}
+    row = np.array([[row_of.get((c, p), -1) for p in cols.pipes] for c in cols.cores] or [[-1]], np.int64)
+    cls = np.array([[instr_class(o, p) for o in cols.ops] for p in cols.pipes] or [[0]], np.int64)
+    if not len(cols):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return row[cols.core, cols.pipe], cls[cols.pipe, cols.op]
+
+
+def busy_in_bins(start, end, edges):
+    """Cycles of the intervals [start, end) that fall in each bin between consecutive `edges`:
+    the integral of the number of intervals running at t, at each edge, differenced (exact for
+    any intervals, overlapping or not)."""
+    import numpy as np
+    s = np.sort(np.asarray(start, np.float64))
+    e = np.sort(np.asarray(end, np.float64))
+    cs, ce = np.concatenate([[0.0], np.cumsum(s)]), np.concatenate([[0.0], np.cumsum(e)])
+    ks, ke = np.searchsorted(s, edges, "right"), np.searchsorted(e, edges, "right")
+    covered = (ks * edges - cs[ks]) - (ke * edges - ce[ke])
+    return np.diff(covered)
 
 
 @functools.cache
@@ -110,17 +149,33 @@ def fit_margins(fig, top_in: float = TOP_IN, bottom_in: float = BOTTOM_IN, hspac
 def occupancy(trace, n_cores: dict[str, int]):
     """Per (core type, pipe): step times and the fraction of that type's cores busy on the pipe."""
     import numpy as np
-    steps: dict[tuple[str, str], list] = {}
-    for e in trace:
-        key = (e.core[:3], e.pipe)
-        steps.setdefault(key, []).extend(((e.start, 1), (max(e.end, e.start + 1), -1)))
+    cols = _columns(trace)
     out = {}
-    for key, st in steps.items():
-        st.sort()
-        t = np.array([x for x, _ in st], dtype=float)
-        busy = np.cumsum([d for _, d in st]) / max(n_cores[key[0]], 1)
-        out[key] = (t, busy)
+    ctype = np.array([c[:3] for c in cols.cores] or [""], object)
+    types = sorted(set(ctype.tolist()) - {""})
+    key_of = {(t, p): k for k, (t, p) in enumerate((t, p) for t in types for p in cols.pipes)}
+    tcode = np.array([types.index(t) if t in types else 0 for t in ctype.tolist()], np.int64)
+    key = tcode[cols.core] * len(cols.pipes) + cols.pipe if len(cols) else np.zeros(0, np.int64)
+    for (ct, pipe), k in key_of.items():
+        sel = key == k
+        if not sel.any():
+            continue
+        start = cols.start[sel]
+        end = np.maximum(cols.end[sel], start + 1)
+        # a step up at each start, down at each end; at one time the ends first (as tuples sort)
+        t = np.concatenate([start, end])
+        d = np.concatenate([np.ones(len(start), np.int64), -np.ones(len(end), np.int64)])
+        order = np.lexsort((d, t))
+        out[(ct, pipe)] = (t[order].astype(float), np.cumsum(d[order]) / max(n_cores[ct], 1))
     return out
+
+
+# a timeline whose rows hold more bars than this on average is drawn as strips of STRIP_BINS
+# shaded cells per row (its bars about a pixel wide or less, at 11 inches: each would be hidden by
+# its neighbours' white outlines); an occupancy curve of more steps than STRIP_BINS * 4 as the
+# mean busy share per bin
+DENSE_ROW_BARS = 400
+STRIP_BINS = 1500
 
 
 def _figure_and_axes(ax, n_rows: int):
@@ -133,26 +188,43 @@ def _figure_and_axes(ax, n_rows: int):
     return fig, ax
 
 
+def _binned(t, busy, end: float):
+    """A step curve of many steps (`occupancy`) as its mean over STRIP_BINS bins of [0, end]:
+    (bin edges, mean per bin, a last 0), the same area (its integral is piecewise linear between
+    steps, read at the edges)."""
+    import numpy as np
+    area = np.concatenate([[0.0], np.cumsum(np.diff(t) * busy[:-1])])
+    edges = np.linspace(0.0, max(end, t[-1]), STRIP_BINS + 1)
+    mean = np.diff(np.interp(edges, t, area, left=0.0)) / np.diff(edges)
+    return edges, np.append(mean, 0.0)
+
+
 def plot_occupancy(res, ax=None, title=None):
-    """All cores at once: per core type and pipe, the share of cores busy over time (0-100%)."""
+    """All cores at once: per core type and pipe, the share of cores busy over time (0-100%);
+    a long run's curve (more steps than pixels) as its mean per 1/STRIP_BINS of the run."""
     from matplotlib.patches import Patch
     n_cores = {"AIC": res.machine.n_aic, "AIV": res.machine.n_aiv}
     occ = occupancy(res.trace, n_cores)
     order = {p: k for k, p in enumerate(("MTE2", "MTE1", "M", "FIX", "V", "MTE3", "S"))}
     rows = sorted(occ, key=lambda k: (k[0] != "AIC", order.get(k[1], 99)))
     fig, ax = _figure_and_axes(ax, len(rows))
+    end = res.cycles if res.cycles else max((float(t[-1]) for t, _ in occ.values()), default=1)
     used = set()
+    binned = False
     for k, key in enumerate(rows):
         t, busy = occ[key]
+        if len(t) > 4 * STRIP_BINS:
+            t, busy = _binned(t, busy, end)
+            binned = True
         cls = instr_class("TLOAD" if key[1] == "MTE2" else "TSTORE" if key[1] in ("MTE3", "FIX")
                           else "TEXTRACT" if key[1] == "MTE1" else "TMATMUL" if key[1] == "M" else "TADD", key[1])
         used.add(cls)
         ax.fill_between(t, k + 0.4, k + 0.4 - 0.8 * busy, step="post", color=CLASSES[cls][1], linewidth=0)
     ax.set_yticks(range(len(rows)), [f"{ct} {p}" for ct, p in rows], fontsize=8)
     ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
-    end = res.cycles if res.cycles else max((e.end for e in res.trace), default=1)
     ax.set_xlim(0, max(end, 1))
-    ax.set_xlabel("cycles (bar height: share of the cores of that type busy on the pipe)")
+    ax.set_xlabel("cycles (bar height: share of the cores of that type busy on the pipe"
+                  + (f", mean per 1/{STRIP_BINS} of the run)" if binned else ")"))
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
     ax.legend(handles=[Patch(color=CLASSES[c][1], label=CLASSES[c][0]) for c in sorted(used)],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
@@ -166,41 +238,51 @@ def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggr
     """A matplotlib Figure of `res.trace`: rows (core, pipe), x in cycles, bars by instruction class.
 
     `aggregate=True` draws one row per core type and pipe with the share of cores busy, which
-    stays readable for 48-core runs (otherwise the first `max_cores` cores are drawn)."""
+    stays readable for 48-core runs (otherwise the first `max_cores` cores are drawn).  Rows of
+    more than DENSE_ROW_BARS bars on average (a long run: bars a pixel wide or less) are drawn
+    as strips of STRIP_BINS cells, each shaded by how much of its cycles the pipe spent on each
+    class of instruction: a pipe busy all along is a solid bar, not a row of outlines."""
     if aggregate:
         return plot_occupancy(res, ax=ax, title=title)
     import numpy as np
     from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
-    trace = res.trace
-    shown, hidden = _pick_cores(trace, cores, max_cores)
-    rows = timeline_rows(trace, shown)
+    cols = _columns(res.trace)
+    shown, hidden = _pick_cores(cols, cores, max_cores)
+    rows = timeline_rows(cols, shown)
     fig, ax = _figure_and_axes(ax, len(rows))
-    row_of = {r: k for k, r in enumerate(rows)}
-    # One PolyCollection per instruction class: a handful of artists instead of one per bar.
-    bars: dict[int, list[tuple[int, int, int]]] = {}
-    for e in trace:
-        k = row_of.get((e.core, e.pipe))
-        if k is not None:
-            bars.setdefault(instr_class(e.op, e.pipe), []).append((k, e.start, max(e.end - e.start, 1)))
-    for cls, spans in sorted(bars.items()):
-        a = np.asarray(spans, dtype=float)
-        y0, y1, x0, x1 = a[:, 0] - 0.4, a[:, 0] + 0.4, a[:, 1], a[:, 1] + a[:, 2]
-        verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1),
-                          np.stack([x1, y1], 1), np.stack([x1, y0], 1)], 1)
-        ax.add_collection(PolyCollection(verts, facecolors=CLASSES[cls][1], edgecolors="white",
-                                         linewidths=0.3))      # thin gaps show single instructions
+    row, cls = _row_and_class(cols, rows)
+    keep = row >= 0
+    row, cls = row[keep], cls[keep]
+    start = cols.start[keep]
+    end_ = np.maximum(cols.end[keep], start + 1)
+    end = res.cycles if res.cycles else int(cols.end.max(initial=1))
+    used = sorted(set(np.unique(cls).tolist()))
+    dense = len(row) > DENSE_ROW_BARS * len(rows)
+    if dense:
+        ax.imshow(_strips(row, cls, start, end_, len(rows), max(end, 1)), extent=(0, max(end, 1), len(rows) - 0.5, -0.5),
+                  aspect="auto", interpolation="antialiased")
+    else:
+        # One PolyCollection per instruction class: a handful of artists instead of one per bar.
+        for c in used:
+            sel = cls == c
+            y0, y1 = row[sel] - 0.4, row[sel] + 0.4
+            x0, x1 = start[sel].astype(float), end_[sel].astype(float)
+            verts = np.stack([np.stack([x0, y0], 1), np.stack([x0, y1], 1),
+                              np.stack([x1, y1], 1), np.stack([x1, y0], 1)], 1)
+            ax.add_collection(PolyCollection(verts, facecolors=CLASSES[c][1], edgecolors="white",
+                                             linewidths=0.3))      # thin gaps show single instructions
     ax.set_yticks(range(len(rows)), [f"{c} {p}" for c, p in rows], fontsize=8)
     ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)   # first core on top
     if not rows:
         ax.text(0.5, 0.5, "no trace events (simulated with trace=False?)", transform=ax.transAxes,
                 ha="center", va="center", color="#777777")
-    end = res.cycles if res.cycles else max((e.end for e in trace), default=1)
     ax.set_xlim(0, max(end, 1))
-    ax.set_xlabel("cycles")
+    ax.set_xlabel("cycles" + (f" ({len(row):,} instructions; shade: how busy the pipe was in each 1/{STRIP_BINS} "
+                              "of the run)" if dense else ""))
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
-    ax.legend(handles=[Patch(color=CLASSES[c][1], label=CLASSES[c][0]) for c in sorted(bars)],
+    ax.legend(handles=[Patch(color=CLASSES[c][1], label=CLASSES[c][0]) for c in used],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title is None:
         title = (f"{res.kernel} on {res.machine.name}" + (f", {res.size}" if getattr(res, "size", None) else "")
@@ -209,6 +291,43 @@ def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggr
         title += f"  ({hidden} more cores not shown)"
     ax.set_title(title, fontsize=10)
     return fig
+
+
+STRIP_ROWS = 10     # image rows per timeline row: the strip fills 8 (a bar's 0.8 of the row)
+
+
+def strip_shares(row, cls, start, end, n_rows: int, span: float) -> np.ndarray:
+    """[row, class, bin]: the share of each of STRIP_BINS bins of [0, span] that each row's pipe
+    spent on each class of instruction."""
+    import numpy as np
+    edges = np.linspace(0.0, float(span), STRIP_BINS + 1)
+    width = np.diff(edges)
+    out = np.zeros((n_rows, len(CLASSES), STRIP_BINS))
+    key = row * len(CLASSES) + cls
+    order = np.argsort(key, kind="stable")
+    bounds = np.searchsorted(key[order], np.arange(n_rows * len(CLASSES) + 1))
+    for k in range(n_rows * len(CLASSES)):
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            at = order[lo:hi]
+            out[k // len(CLASSES), k % len(CLASSES)] = busy_in_bins(start[at], end[at], edges) / width
+    return out
+
+
+def _strips(row, cls, start, end, n_rows: int, span: float) -> np.ndarray:
+    """The RGB image of the dense timeline: per row STRIP_ROWS image rows, the middle ones each
+    bin's colour, the classes' colours mixed on white by their shares (`strip_shares`)."""
+    import numpy as np
+    from matplotlib.colors import to_rgb
+    share = np.clip(strip_shares(row, cls, start, end, n_rows, span), 0.0, 1.0)
+    total = share.sum(axis=1, keepdims=True)
+    share = share / np.maximum(total, 1.0)          # (a pipe runs one instruction at a time)
+    ink = 1.0 - np.array([to_rgb(c) for _, c in CLASSES])           # [class, rgb]
+    rgb = 1.0 - np.einsum("rcb,ck->rbk", share, ink)                 # [row, bin, rgb]
+    img = np.ones((n_rows * STRIP_ROWS, STRIP_BINS, 3))
+    for r in range(n_rows):
+        img[r * STRIP_ROWS + 1:(r + 1) * STRIP_ROWS - 1] = rgb[r]
+    return img
 
 
 def timeline_png(res, dpi: int = 90, **kw) -> bytes:
@@ -321,17 +440,16 @@ def timeline_data(runs, labels=None, max_events: int = MAX_WIDGET_EVENTS) -> dic
     `ops` and `lines` tables), the tasks of its critical path and its dependency arrows (from the
     end of a task's last bar to the start of its dependent's first); `labels` name the runs
     ("A", "B": two runs on one time axis)."""
+    import numpy as np
     runs = list(runs)
     labels = list(labels) if labels is not None else [""] * len(runs)
     out = []
     for res, label in zip(runs, labels):
-        trace = res.trace
-        present = sorted({e.core for e in trace}, key=_core_key)
+        cols = _columns(res.trace)
+        present = sorted(_present(cols), key=_core_key)
         cores, hidden = present, 0
-        if len(trace) > max_events:          # keep the first cores whose bars fit
-            count: dict[str, int] = {}
-            for e in trace:
-                count[e.core] = count.get(e.core, 0) + 1
+        if len(cols) > max_events:           # keep the first cores whose bars fit
+            count = dict(zip(cols.cores, np.bincount(cols.core, minlength=len(cols.cores)).tolist()))
             kept, total = [], 0
             for c in present:
                 if total + count[c] > max_events and kept:
@@ -339,32 +457,34 @@ def timeline_data(runs, labels=None, max_events: int = MAX_WIDGET_EVENTS) -> dic
                 kept.append(c)
                 total += count[c]
             cores, hidden = kept, len(present) - len(kept)
-        rows = timeline_rows(trace, cores)
-        row_of = {r: k for k, r in enumerate(rows)}
-        cols = {k: [] for k in ("row", "start", "end", "cls", "op", "task", "index", "line", "ready")}
-        ops: dict[str, int] = {}
-        lines: dict[str, int] = {}
-        first: dict[int, tuple[int, int]] = {}   # task -> (row, start) of its first bar
-        last: dict[int, tuple[int, int]] = {}    # task -> (row, end) of its last bar
-        for e in trace:
-            r = row_of.get((e.core, e.pipe))
-            if r is None:
-                continue
-            cols["row"].append(r)
-            cols["start"].append(int(e.start))
-            cols["end"].append(int(max(e.end, e.start + 1)))
-            cols["cls"].append(instr_class(e.op, e.pipe))
-            cols["op"].append(ops.setdefault(e.op, len(ops)))
-            cols["task"].append(int(e.task))
-            cols["index"].append(int(e.index))
-            cols["line"].append(lines.setdefault(e.line or "", len(lines)))
-            cols["ready"].append(int(e.ready))
-            f = first.get(e.task)
-            if f is None or e.start < f[1]:
-                first[e.task] = (r, int(e.start))
-            la = last.get(e.task)
-            if la is None or e.end > la[1]:
-                last[e.task] = (r, int(e.end))
+        rows = timeline_rows(cols, cores)
+        row, cls = _row_and_class(cols, rows)
+        at = np.flatnonzero(row >= 0)       # the shown bars, in trace order
+        row, cls = row[at], cls[at]
+        start, end, task = cols.start[at], cols.end[at], cols.task[at]
+        # a task's first bar: its earliest start (the first such in trace order); its last: its
+        # latest end
+        first: dict[int, tuple[int, int]] = {}
+        last: dict[int, tuple[int, int]] = {}
+        if len(at):
+            k = np.lexsort((start, task))
+            head = k[np.r_[True, task[k][1:] != task[k][:-1]]]
+            first = dict(zip(task[head].tolist(), zip(row[head].tolist(), start[head].tolist())))
+            k = np.lexsort((-end, task))
+            head = k[np.r_[True, task[k][1:] != task[k][:-1]]]
+            last = dict(zip(task[head].tolist(), zip(row[head].tolist(), end[head].tolist())))
+        cols_out = {"row": row.tolist(), "start": start.tolist(), "end": np.maximum(end, start + 1).tolist(),
+                    "cls": cls.tolist(), "op": None, "task": task.tolist(), "index": cols.index[at].tolist(),
+                    "line": None, "ready": cols.ready[at].tolist()}
+        tables = {}
+        for name, col, names in (("op", cols.op[at], cols.ops), ("line", cols.line[at], cols.lines)):
+            # numbered as first met among the shown bars
+            uniq, where, inv = np.unique(col, return_index=True, return_inverse=True)
+            order = np.argsort(where, kind="stable")
+            renum = np.empty(len(uniq), np.int64)
+            renum[order] = np.arange(len(uniq))
+            cols_out[name] = renum[inv.reshape(-1)].tolist()
+            tables[name] = [names[i] for i in uniq[order].tolist()]
         arrows = []
         program = getattr(res, "program", None)
         for t in getattr(program, "tasks", ()) or ():
@@ -373,13 +493,13 @@ def timeline_data(runs, labels=None, max_events: int = MAX_WIDGET_EVENTS) -> dic
             for d in t.deps:
                 if d in last and len(arrows) < MAX_ARROWS:
                     arrows.append([last[d][0], last[d][1], first[t.id][0], first[t.id][1]])
-        end = res.cycles if res.cycles else max(cols["end"], default=1)
+        end = res.cycles if res.cycles else max(cols_out["end"], default=1)
         title = (f"{res.kernel} on {res.machine.name}" + (f", {res.size}" if getattr(res, "size", None) else "")
                  + f": {res.cycles} cycles ({res.time_us} us)")
         out.append({
             "label": label, "title": title, "cycles": int(max(end, 1)),
             "rows": [[c, p] for c, p in rows], "hidden_cores": hidden,
-            "events": cols, "ops": list(ops), "lines": list(lines),
+            "events": cols_out, "ops": tables["op"], "lines": tables["line"],
             "critical": [c["task"] for c in res.stats.get("critical_path", [])],
             "arrows": arrows,
         })
