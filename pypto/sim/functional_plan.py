@@ -638,8 +638,11 @@ def _dependence_levels(rules, caps) -> list[int]:
     """Per rule: 0, or one more than the highest level of an earlier rule sharing memory with it,
     one of the two writing (read after write, write after read or write).  Rules of one level
     are independent of each other: running the levels in order gives the stream's results.
-    Found with arrays of levels (+1) per byte of each space and per element of each GM buffer the
-    stream writes (over the span of its windows there): who last wrote, the latest who read."""
+    Found with the levels (+1) of who last wrote and the latest who read each byte of each space
+    and element of each GM buffer the stream writes (over the span of its windows there): per
+    footprint (the bytes or elements an operand covers) where the stream's footprints in that
+    memory are each either the very same or apart (a matmul's tiles and windows: then every byte
+    of a footprint always holds the same levels), else in arrays per byte or element."""
     spans: dict[str, list[int]] = {}
     written = {d.ref.buf.name for _, (d, *_), _ in rules if isinstance(d, _GM)}
     written |= {o.ref.buf.name for f, (_, *hulls), _ in rules if _is_loop(f) for o in hulls}
@@ -649,44 +652,97 @@ def _dependence_levels(rules, caps) -> list[int]:
                 lo, hi = o.ref.span()
                 s = spans.setdefault(o.ref.buf.name, [lo, hi])
                 s[0], s[1] = min(s[0], lo), max(s[1], hi)
-    wrote = {k: np.zeros(hi - lo, np.int32) for k, (lo, hi) in spans.items()}
-    read = {k: np.zeros(hi - lo, np.int32) for k, (lo, hi) in spans.items()}
+    arrays = {k: hi - lo for k, (lo, hi) in spans.items()}
     for s in {o.space for _, operands, _ in rules for o in operands if isinstance(o, TileRef)}:
-        wrote[s], read[s] = np.zeros(caps[s], np.int32), np.zeros(caps[s], np.int32)
-    tiles: dict[TileRef, tuple] = {}
+        arrays[s] = caps[s]
 
-    def views(o):
+    def footprint(o):
+        """(memory, footprint key, its view of an array of the memory) of an operand; None for
+        one no level is kept for (a constant, a window of a buffer the stream only reads)."""
         if isinstance(o, TileRef):
-            v = tiles.get(o)
-            if v is None:
-                v = tiles[o] = (_tile_bytes(wrote[o.space], o), _tile_bytes(read[o.space], o))
-            return v
+            return o.space, (o.addr, o.valid, tile_strides(o.shape, o.dtype)), lambda a: _tile_bytes(a, o)
         if isinstance(o, _GM) and o.ref.buf.name in spans:
             r = o.ref
-            at, strides = (r.offset - spans[r.buf.name][0]) * 4, tuple(s * 4 for s in r.strides)
-            return (np.ndarray(r.shape, np.int32, wrote[r.buf.name], at, strides),
-                    np.ndarray(r.shape, np.int32, read[r.buf.name], at, strides))
+            at = r.offset - spans[r.buf.name][0]
+            return r.buf.name, (r.offset, r.shape, r.strides), lambda a: np.ndarray(
+                r.shape, a.dtype, a, at * a.itemsize, tuple(x * a.itemsize for x in r.strides))
         return None
+
+    # the footprints of each memory, painted one by one: one that meets a painted one (not the
+    # very same) leaves the memory to the arrays
+    prints: dict[str, dict] = {m: {} for m in arrays}
+    seen: dict = {}                 # operand -> (memory, key, view maker)
+    for _, operands, _ in rules:
+        for o in operands:
+            if isinstance(o, (TileRef, _GM)) and o not in seen:
+                fp = seen[o] = footprint(o)
+                if fp is not None and fp[1] not in prints[fp[0]]:
+                    prints[fp[0]][fp[1]] = fp[2]
+    coarse = set()
+    for m, fps in prints.items():
+        paint = np.zeros(arrays[m], np.int32)
+        for j, make in enumerate(fps.values(), 1):
+            v = make(paint)
+            if v.any():
+                break
+            v[...] = j
+        else:
+            coarse.add(m)
+    wrote = {m: ({} if m in coarse else np.zeros(arrays[m], np.int32)) for m in arrays}
+    read = {m: ({} if m in coarse else np.zeros(arrays[m], np.int32)) for m in arrays}
+    handles: dict = {}
+
+    def handle(o):
+        """(wrote, read, key) of an operand: the memory's dicts and its footprint's key, or the
+        memory's arrays' views of it and None; None for an operand without levels."""
+        if not isinstance(o, (TileRef, _GM)):
+            return None
+        h = handles.get(o, handles)
+        if h is handles:
+            fp = seen.get(o)
+            if fp is None:
+                h = None
+            elif fp[0] in coarse:
+                h = (wrote[fp[0]], read[fp[0]], fp[1])
+            else:
+                h = (fp[2](wrote[fp[0]]), fp[2](read[fp[0]]), None)
+            handles[o] = h
+        return h
+
+    def top(levels, key) -> int:
+        return levels.get(key, 0) if key is not None else int(levels.max(initial=0))
+
+    def raise_to(levels, key, level: int) -> None:
+        if key is None:
+            np.maximum(levels, level, out=levels)
+        elif levels.get(key, 0) < level:
+            levels[key] = level
+
+    def set_to(levels, key, level: int) -> None:
+        if key is None:
+            levels[...] = level
+        else:
+            levels[key] = level
 
     levels = []
     for f, (dst, *srcs), _ in rules:
         if _is_loop(f):             # a loop run as groups: as if it read and wrote all it touches
-            outs = [v for v in map(views, srcs) if v is not None]
-            level = max((max(int(w.max(initial=0)), int(r.max(initial=0))) for w, r in outs), default=0)
-            for w, r in outs:
-                w[...] = level + 1
-                np.maximum(r, level + 1, out=r)
+            outs = [h for h in map(handle, srcs) if h is not None]
+            level = max((max(top(w, k), top(r, k)) for w, r, k in outs), default=0)
+            for w, r, k in outs:
+                set_to(w, k, level + 1)
+                raise_to(r, k, level + 1)
             levels.append(level)
             continue
-        ins = [v for v in map(views, srcs) if v is not None]
-        out = views(dst)
-        level = max((int(w.max(initial=0)) for w, _ in ins), default=0)
+        ins = [h for h in map(handle, srcs) if h is not None]
+        out = handle(dst)
+        level = max((top(w, k) for w, _, k in ins), default=0)
         if out is not None:
-            level = max(level, int(out[0].max(initial=0)), int(out[1].max(initial=0)))
-        for _, r in ins:
-            np.maximum(r, level + 1, out=r)
+            level = max(level, top(out[0], out[2]), top(out[1], out[2]))
+        for _, r, k in ins:
+            raise_to(r, k, level + 1)
         if out is not None:
-            out[0][...] = level + 1
+            set_to(out[0], out[2], level + 1)
         levels.append(level)
     return levels
 
