@@ -1,4 +1,7 @@
-"""The tile timeline: a swimlane per (core, pipe), one bar per executed instruction.
+"""The tile timeline: a swimlane per (core, pipe), one bar per executed instruction (a long run's
+rows, bars narrower than pixels, as strips shaded by how busy the pipe was: `plot_timeline`).
+The figures and the interactive timeline's data read the trace as columns
+(`pypto.sim.timing.trace_columns`: no event made); the SVG timeline, a tooltip per bar, its events.
 
 Built on `matplotlib.figure.Figure` directly (no pyplot state machine), so it works headless,
 in tests and in threads, and never leaves global figures behind.
