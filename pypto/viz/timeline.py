@@ -264,7 +264,8 @@ def plot_timeline(res, cores=None, max_cores: int = 8, ax=None, title=None, aggr
     used = sorted(set(np.unique(cls).tolist()))
     dense = len(row) > DENSE_ROW_BARS * len(rows)
     if dense:
-        ax.imshow(_strips(row, cls, start, end_, len(rows), max(end, 1)), extent=(0, max(end, 1), len(rows) - 0.5, -0.5),
+        span = max(end, 1)
+        ax.imshow(_strips(row, cls, start, end_, len(rows), span), extent=(0, span, len(rows) - 0.5, -0.5),
                   aspect="auto", interpolation="antialiased")
     else:
         # One PolyCollection per instruction class: a handful of artists instead of one per bar.
