@@ -690,24 +690,13 @@ def _dependence_levels(rules, caps) -> list[int]:
             coarse.add(m)
     wrote = {m: ({} if m in coarse else np.zeros(arrays[m], np.int32)) for m in arrays}
     read = {m: ({} if m in coarse else np.zeros(arrays[m], np.int32)) for m in arrays}
-    handles: dict = {}
+    # per operand with levels: (wrote, read, key): the memory's dicts and its footprint's key, or
+    # the memory's arrays' views of it and None
+    handles = {o: (wrote[m], read[m], key) if m in coarse else (make(wrote[m]), make(read[m]), None)
+               for o, (m, key, make) in ((o, fp) for o, fp in seen.items() if fp is not None)}
 
     def handle(o):
-        """(wrote, read, key) of an operand: the memory's dicts and its footprint's key, or the
-        memory's arrays' views of it and None; None for an operand without levels."""
-        if not isinstance(o, (TileRef, _GM)):
-            return None
-        h = handles.get(o, handles)
-        if h is handles:
-            fp = seen.get(o)
-            if fp is None:
-                h = None
-            elif fp[0] in coarse:
-                h = (wrote[fp[0]], read[fp[0]], fp[1])
-            else:
-                h = (fp[2](wrote[fp[0]]), fp[2](read[fp[0]]), None)
-            handles[o] = h
-        return h
+        return handles.get(o) if isinstance(o, (TileRef, _GM)) else None
 
     def top(levels, key) -> int:
         return levels.get(key, 0) if key is not None else int(levels.max(initial=0))

@@ -97,6 +97,15 @@ def trace_columns(trace) -> TraceColumns:
     return _columns_of(trace)
 
 
+def events_of(cols: TraceColumns) -> list[TraceEvent]:
+    """The TraceEvents of a trace's columns (made with C-level maps)."""
+    def named(col, names):
+        return map(names.__getitem__, col.tolist())
+    return list(map(TraceEvent, named(cols.core, cols.cores), named(cols.pipe, cols.pipes), named(cols.op, cols.ops),
+                    cols.start.tolist(), cols.end.tolist(), cols.task.tolist(), cols.index.tolist(),
+                    named(cols.line, cols.lines), cols.ready.tolist()))
+
+
 def _columns_of(events) -> TraceColumns:
     n = len(events)
     named = []

@@ -41,14 +41,14 @@ from operator import attrgetter
 import numpy as np
 
 from ..errors import SimulationError
-from ..ir.core import gather
-from ..ir.exec import AIC_PIPES, AIV_PIPES, Loop, run_sources, static_instrs, stream_shape
+from ..ir.exec import AIC_PIPES, AIV_PIPES, Loop, static_instrs, stream_shape
 from ..ir.gm import GMRef
 from ..progress import stage
 from ..ir.program import Program
 from ..target.machine import Machine
 from .timing import (CROSS_SET, CROSS_WAIT, GM_LOAD, GM_STORE, SET, VECTOR, WAIT, Decoder, Trace, TraceColumns,
-                     TraceEvent, deadlock_report, event_reuse_message, sim_cache, timing_result, unwaited_message)
+                     TraceEvent, deadlock_report, event_reuse_message, events_of, sim_cache, timing_result,
+                     unwaited_message)
 
 try:
     from numba import njit
@@ -816,31 +816,9 @@ def _executed(s: _State, a: _Enc):
 
 
 def _trace(program: Program, s: _State, a: _Enc, cores) -> list[TraceEvent]:
-    """The run's TraceEvents: per executed instruction its core, pipe, op, cycles, task, index and
-    source line, the pipe, op and line read off the instruction of the task's text it is
-    (`run_sources`: a program read from its text is not unrolled for them), gathered and made
-    with C-level maps."""
-    x = int(s.g[G_EXEC])
-    if not x:
-        return []
-    tid, k, t0, end, ready = _executed(s, a)
-    tasks = program.tasks
-    got = gather(list(chain.from_iterable(run_sources(t.code) for t in tasks)), s.ex_g[:x].tolist())
-    texts: dict = {}                    # id of a source location -> its short text
-    line = {}                           # id of an instruction of the text -> its line's text
-    for t in tasks:
-        for ins, _ in static_instrs(t.code):
-            loc = ins.loc
-            text = texts.get(id(loc))
-            if text is None:
-                text = texts[id(loc)] = loc.short() if loc else ""
-            line[id(ins)] = text
-    core = [cores[sl][0] if sl >= 0 else "" for sl in s.task_slot.tolist()]
-    return list(map(TraceEvent, map(core.__getitem__, tid), map(_PIPE, got), map(_OP, got), t0, end, tid, k,
-                    map(line.__getitem__, map(id, got)), ready))
-
-
-_PIPE, _OP = attrgetter("pipe"), attrgetter("op")
+    """The run's TraceEvents: its columns (`_columns`: a program read from its text is not
+    unrolled for them) made into events with C-level maps."""
+    return events_of(_columns(program, s, a, cores))
 
 
 def _columns(program: Program, s: _State, a: _Enc, cores) -> TraceColumns:

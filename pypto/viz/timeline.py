@@ -154,15 +154,12 @@ def occupancy(trace, n_cores: dict[str, int]):
     import numpy as np
     cols = _columns(trace)
     out = {}
-    ctype = np.array([c[:3] for c in cols.cores] or [""], object)
-    types = sorted(set(ctype.tolist()) - {""})
-    key_of = {(t, p): k for k, (t, p) in enumerate((t, p) for t in types for p in cols.pipes)}
-    tcode = np.array([types.index(t) if t in types else 0 for t in ctype.tolist()], np.int64)
-    key = tcode[cols.core] * len(cols.pipes) + cols.pipe if len(cols) else np.zeros(0, np.int64)
-    for (ct, pipe), k in key_of.items():
+    types = sorted({c[:3] for c in cols.cores})
+    of_core = np.array([types.index(c[:3]) for c in cols.cores], np.int64)
+    key = of_core[cols.core] * len(cols.pipes) + cols.pipe      # (core type, pipe) of each event
+    for k in np.unique(key).tolist():
+        ct, pipe = types[k // len(cols.pipes)], cols.pipes[k % len(cols.pipes)]
         sel = key == k
-        if not sel.any():
-            continue
         start = cols.start[sel]
         end = np.maximum(cols.end[sel], start + 1)
         # a step up at each start, down at each end; at one time the ends first (as tuples sort)
