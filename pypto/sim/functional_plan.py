@@ -52,7 +52,7 @@ from ..ir.exec import ADDR_STEP, SYNC_OPS, Instr, Loop, TileRef
 from ..ir.gm import GMRef, natural_strides
 from ..ir.tile import row_pitch
 from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
-from ..target.semantics import ACTIVATIONS, accumulate, index_errors, product
+from ..target.semantics import ACTIVATIONS, accumulate, index_errors, product, wide, widened
 
 MAX_BATCH = 16                  # tasks run together: beyond a few, numpy's per-element work dominates
 REUSED_BYTES = 32 << 20         # largest memory kept for the next run (on-chip copies, a workspace)
@@ -320,6 +320,12 @@ class _GM(NamedTuple):
     p: int
     ref: GMRef
     step: int = 0
+    sub: tuple | None = None    # (offsets, shape): a window inside operand p's (see _sub_window)
+
+    def window(self, ins: Instr) -> GMRef:
+        """This operand's window in an instruction alike the k-th (another task's, iteration's)."""
+        w = (ins.dst, *ins.srcs)[self.p]
+        return w if self.sub is None else w.window(*self.sub)
 
 
 class _View(NamedTuple):
@@ -428,8 +434,26 @@ def _reads_own_writes(rules, caps) -> bool:
 WINDOW = 256
 
 
+def _extent(t: TileRef) -> tuple[int, int]:
+    """The bytes [lo, hi) from a tile's first valid element to its last: a window of a larger
+    tile (TEXTRACT's source, see decode) has that tile's row pitch, so `nbytes` from its address
+    would run past it, into the next tile of the space."""
+    e = t.__dict__.get("_extent")
+    if e is None:
+        if 0 in t.valid:
+            e = (t.addr, t.addr)
+        else:
+            e = (t.addr, t.addr + t.dtype.itemsize
+                 + sum((v - 1) * s for v, s in zip(t.valid, tile_strides(t.shape, t.dtype))))
+        t.__dict__["_extent"] = e
+    return e
+
+
 def _overlaps(a: TileRef, b: TileRef) -> bool:
-    return a.space == b.space and a.addr < b.addr + b.nbytes and b.addr < a.addr + a.nbytes
+    if a.space != b.space:
+        return False
+    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
+    return alo < bhi and blo < ahi
 
 
 def _touches(o, x) -> bool:
@@ -461,6 +485,34 @@ def _replace(rule, old, new):
     return f, (dst, *(new if _same(o, old) else o for o in srcs)), k
 
 
+def _sub_window(o, t: TileRef, s: _GM) -> _GM | None:
+    """What a read of tile o reads in window s when o lies inside tile t and t holds a copy of s
+    (a TEXTRACT's source window of a loaded L1 panel): the window of s at o's element offsets in
+    t, o's shape; None when o is not such a part of t."""
+    if not (type(o) is TileRef and o.space == t.space and o.dtype == t.dtype and len(o.valid) == len(t.valid)):
+        return None
+    strides = tile_strides(t.shape, t.dtype)
+    if tile_strides(o.shape, o.dtype) != strides or o.addr < t.addr:
+        return None
+    rest, starts = o.addr - t.addr, []
+    for st in strides:
+        i, rest = divmod(rest, st)
+        starts.append(i)
+    if rest or any(i + n > m for i, n, m in zip(starts, o.valid, t.valid)):
+        return None
+    ref = s.ref.window(starts, o.valid)
+    if s.sub is not None:           # a part of a part: offsets add (the strides are the window's)
+        starts = [i + j for i, j in zip(starts, s.sub[0])]
+    return s._replace(ref=ref, sub=(tuple(starts), o.valid))
+
+
+def _relayed(rule, t: TileRef, s):
+    """Rule with its reads of tile t, whole or in part, reading s instead (see `_readers`)."""
+    f, (dst, *srcs), k = rule
+    return f, (dst, *(s if _same(o, t) else _sub_window(o, t, s) if isinstance(o, TileRef) and _overlaps(o, t)
+                      else o for o in srcs)), k
+
+
 def _sink(rules, k) -> None:
     """Store k (w <- t): t's producer writes w instead, and k becomes the copy t <- w."""
     _, (w, t), kk = rules[k]
@@ -484,13 +536,15 @@ def _sink(rules, k) -> None:
 
 def _readers(rules, k, t, s) -> list[int] | None:
     """The instructions after copy k (t <- s) that read t, if each can read s instead: t is read
-    whole until overwritten whole (or the stream ends) and s does not change in the meantime."""
+    whole (or, s being a GM window, in parts that are windows of s: `_sub_window`) until
+    overwritten whole (or the stream ends) and s does not change in the meantime."""
     readers, changed, end = [], False, min(len(rules), k + 1 + WINDOW)
+    parts = isinstance(s, _GM)
     for j in range(k + 1, end):
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
         if reads:
-            if changed or not all(_same(o, t) for o in reads):
+            if changed or not all(_same(o, t) or (parts and _sub_window(o, t, s) is not None) for o in reads):
                 return None
             readers.append(j)
         if isinstance(dst, TileRef) and _overlaps(dst, t):
@@ -510,7 +564,7 @@ def _elide_copies(rules) -> list:
         readers = _readers(rules, k, *operands) if f is _assign and _relays(*operands) else None
         if readers is not None:
             for j in readers:
-                rules[j] = _replace(rules[j], *operands)
+                rules[j] = _relayed(rules[j], *operands)
             rules[k] = (None, operands, None)   # dropped (later rules never look back at it)
     return [r for r in rules if r[0] is not None]
 
@@ -938,7 +992,7 @@ def _grouped(body, count, n, instrs, caps):
                 moved.append(o)
                 continue
             first = o.ref
-            second, last = ((instrs[o.k + i * n].dst, *instrs[o.k + i * n].srcs)[o.p] for i in (1, count - 1))
+            second, last = (o.window(instrs[o.k + i * n]) for i in (1, count - 1))
             step = second.offset - first.offset
             if last.offset != first.offset + (count - 1) * step or first.strides != last.strides:
                 return None
@@ -1103,15 +1157,19 @@ def _batches(tasks, buffers, stream_of, bases, accesses, rules, caps) -> list[li
 class Plan:
     """The program as a list of (handler, operand specs), run over per-run arrays."""
 
-    def __init__(self, ops, origins, scratch: dict[str, int], private: bool, unobserved: frozenset[str]):
+    def __init__(self, ops, origins, scratch: dict[str, int], private: bool, unobserved: frozenset[str],
+                 widened: dict | None = None):
         self.ops = ops                  # [(handler, (_View | constant, ...)), ...]
         self.origins = origins          # per op: (task id, instruction) it runs (the first of a batch, group)
         self.scratch = scratch          # space -> bytes of its copies
         self.private = private          # tasks read only their own on-chip writes
         self.unobserved = unobserved    # GM buffers whose first contents do not matter
+        self.widened = widened or {}    # GM buffer -> the dtype its matmul factors are read in
 
     def run(self, gm: dict[str, np.ndarray]) -> None:
         buffers = {("GM", name): a for name, a in gm.items()}
+        for name, w in self.widened.items():
+            buffers[("GM", name, "widened")] = widened(gm[name], w)
         for space, nbytes in self.scratch.items():
             buffers[space] = reused(space, nbytes)
             if not self.private:        # one task at a time on one copy, which starts zeroed
@@ -1202,22 +1260,50 @@ def _build(program, caps) -> Plan | None:
         batches = [[i] for i, s in enumerate(instrs_of) if s]
 
     ops, origins, scratch = [], [], {}
+    factors: dict[tuple, list] = {}             # (GM buffer, dtype): [(op, operand)] read as factors
     for members in batches:
         first, n = members[0], len(members)
         step = {b: bases[members[1]][b] - bases[first][b] for b in bases[first]} if n > 1 else {}
         for f, operands, g, k in rules[stream_of[first]]:
             origins.append((program.tasks[first].id, instrs_of[first][k]))
             rank = max(len(_shape(o)) for o in operands if isinstance(o, (TileRef, _GM)))
+            cube = not _is_loop(f) and _kind(instrs_of[first][k].op) == "cube"
             specs = []
-            for o in operands:
+            for p, o in enumerate(operands):
                 if isinstance(o, TileRef):
                     specs.append(_tile_spec(o, n, g, rank, caps))
                     scratch[o.space] = max(scratch.get(o.space, 0), n * caps[o.space])
                 elif isinstance(o, _GM):
-                    i = instrs_of[first][o.k]
-                    w = (i.dst, *i.srcs)[o.p]
+                    w = o.window(instrs_of[first][o.k])
                     specs.append(_gm_spec(w, step.get(w.buf.name, 0), n, g, o.step, rank, gm_dtypes[w.buf.name]))
+                    if cube and p >= len(operands) - 2:
+                        factors.setdefault((w.buf.name, wide(_dtype(operands[0]))), []).append((len(ops), p))
                 else:
                     specs.append(o)
             ops.append((f, tuple(specs)))
-    return Plan(ops, origins, scratch, private, _unobserved(program.buffers, instrs_of))
+    written = {name for acc in accesses for name, _, w in acc if w}
+    wide_gm = _widened_factors(ops, factors, written, sizes, gm_dtypes)
+    return Plan(ops, origins, scratch, private, _unobserved(program.buffers, instrs_of), wide_gm)
+
+
+def _widened_factors(ops: list, factors: dict, written: set, sizes: dict, gm_dtypes: dict) -> dict:
+    """Matmul factors read from GM in a narrower dtype than the matmul multiplies in (fp16 factors,
+    an fp32 accumulator) are read from a copy of their buffer converted once per run, when the
+    program never writes that buffer and its factors read at least as many elements as it has:
+    else every matmul converts its factors again (an fp16 4096^3 matmul: 800M elements, against
+    33M).  The same values, so the same products.  Rewrites `ops`; returns {buffer: dtype}."""
+    out = {}
+    for (name, w), where in factors.items():
+        if name in written or np.dtype(w) == gm_dtypes[name] or (name in out and out[name] != w):
+            continue
+        if sum(prod(ops[i][1][p].shape) for i, p in where) < sizes[name]:
+            continue
+        out[name] = w
+        item, w_item = gm_dtypes[name].itemsize, np.dtype(w).itemsize
+        for i, p in where:
+            f, specs = ops[i]
+            v = specs[p]
+            wv = _View(("GM", name, "widened"), v.shape, np.dtype(w), v.offset // item * w_item,
+                       tuple(st // item * w_item for st in v.strides))
+            ops[i] = (f, specs[:p] + (wv,) + specs[p + 1:])
+    return out

@@ -91,14 +91,20 @@ def product(dtype):
 def _canonical(x, w):
     """x in dtype w, contiguous where its layout could change numpy's choice of routine: a
     strided last dim, or a matrix of one row or one column (numpy's vector paths)."""
+    x = widened(x, w)
+    if x.flags.c_contiguous or (x.strides[-1] == x.itemsize and 1 not in x.shape[-2:]):
+        return x
+    return np.ascontiguousarray(x)
+
+
+def widened(x, w):
+    """x converted to dtype w (a matmul's factors to the dtype it multiplies in), x itself when
+    it has that dtype."""
     if x.dtype == np.float16 and w == np.float32:
         # (looked up by bit pattern in astype's own table: the same values, half the time of
         # astype, which the factors of an fp16 matmul spend most of their simulation in)
         return _F16_AS_F32.take(x.view(np.uint16))
-    x = x.astype(w, copy=False)
-    if x.flags.c_contiguous or (x.strides[-1] == x.itemsize and 1 not in x.shape[-2:]):
-        return x
-    return np.ascontiguousarray(x)
+    return x.astype(w, copy=False)
 
 
 # every fp16 bit pattern as astype gives it in fp32 (256 KiB: it stays in the CPU's caches)
