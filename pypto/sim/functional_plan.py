@@ -20,7 +20,8 @@ The plan is built once per program and machine and cached on the program:
    an order with the sequential result, in which tasks of one level and key form batches.
 3. With on-chip data private to its task, each stream is rewritten into fewer numpy calls that
    compute the same values: copies that only relay data are dropped (loads and extracts whose
-   readers read the source in place, stores whose producer writes GM: _elide_copies), a tile
+   readers read the source in place -- a matmul's blocks of an L1 panel as the windows of GM the
+   panel was loaded from -- stores whose producer writes GM: _elide_copies), a tile
    passed from its producer to an element-wise instruction writing GM is skipped (_chain), and
    instructions repeated with only their GM windows moved -- the iterations of a loop over tiles
    -- run as one call over a group axis (_fuse), so numpy sees whole rows where there were tiles.
@@ -31,7 +32,8 @@ WINDOW instructions away, and levels (of tasks, of a stream's instructions) are 
 per byte of a space and per element of a GM buffer, not found by comparing pairs.
 
 Running a plan makes the numpy views for this run's GM buffers and the reused per-thread on-chip
-copies, then makes its list of numpy calls: the Python cost is per batch, not per task.  Decode
+copies (and an fp32 copy of a buffer of fp16 matmul factors: _widened_factors), then makes its
+list of numpy calls: the Python cost is per batch, not per task.  Decode
 refuses operands numpy would refuse (SimulationError at the instruction's line), so a numpy
 error while running a plan is the plan's own bug, reported as such, never hidden by a fallback.
 """
@@ -534,13 +536,20 @@ def _sink(rules, k) -> None:
             readers.append(p)
 
 
-def _readers(rules, k, t, s) -> list[int] | None:
+def _readers(rules, k, t, s, touching=None, gm_writers=None) -> list[int] | None:
     """The instructions after copy k (t <- s) that read t, if each can read s instead: t is read
     whole (or, s being a GM window, in parts that are windows of s: `_sub_window`) until
-    overwritten whole (or the stream ends) and s does not change in the meantime."""
+    overwritten whole (or the stream ends) and s does not change in the meantime.  With
+    `touching` (`_touching`) and `gm_writers` (the sorted indices of the rules that write GM or
+    are loops) only the rules that can matter are looked at."""
     readers, changed, end = [], False, min(len(rules), k + 1 + WINDOW)
     parts = isinstance(s, _GM)
-    for j in range(k + 1, end):
+    if touching is None:
+        candidates = range(k + 1, end)
+    else:
+        near = [touching[t], gm_writers] if parts else [touching[t], touching.get(s, ())]
+        candidates = sorted({j for at in near for j in at[bisect.bisect_right(at, k):bisect.bisect_left(at, end)]})
+    for j in candidates:
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
         if reads:
@@ -560,8 +569,11 @@ def _elide_copies(rules) -> list:
     for k, (f, operands, _) in enumerate(rules):
         if f is _assign and isinstance(operands[0], _GM) and _relays(operands[1], operands[0]):
             _sink(rules, k)
+    touching = _touching(rules)
+    gm_writers = [j for j, (f, (dst, *_), _) in enumerate(rules) if isinstance(dst, _GM) or _is_loop(f)]
     for k, (f, operands, _) in enumerate(rules):
-        readers = _readers(rules, k, *operands) if f is _assign and _relays(*operands) else None
+        readers = (_readers(rules, k, *operands, touching, gm_writers) if f is _assign and _relays(*operands)
+                   else None)
         if readers is not None:
             for j in readers:
                 rules[j] = _relayed(rules[j], *operands)
@@ -896,16 +908,26 @@ class _Instrs(list):
     """A task's non-sync instructions, with the rules decoded from them so far (`_rule`): the
     privacy check, the rotation of loops and the rewriting read the same rules (immutable)."""
 
-    def __init__(self, instrs):
+    def __init__(self, instrs, decoded: dict | None = None):
         super().__init__(instrs)
         self.rules: dict[int, tuple] = {}
+        # id of an instruction without GM operands -> its (handler, operands): shared by the
+        # tasks of a plan (the program keeps the instructions alive while it is built)
+        self.decoded = {} if decoded is None else decoded
 
 
 def _rule(instrs: _Instrs, k):
     r = instrs.rules.get(k)
     if r is None:
-        f, ops = decode(instrs[k])
-        r = instrs.rules[k] = (f, tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops)), k)
+        ins = instrs[k]
+        hit = instrs.decoded.get(id(ins))      # (an on-chip instruction: one object for many tiles, tasks)
+        if hit is None:
+            f, ops = decode(ins)
+            if any(isinstance(o, GMRef) for o in ops):
+                ops = tuple(_GM(k, p, o) if isinstance(o, GMRef) else o for p, o in enumerate(ops))
+                return instrs.rules.setdefault(k, (f, ops, k))
+            hit = instrs.decoded[id(ins)] = (f, tuple(ops))
+        r = instrs.rules[k] = (*hit, k)
     return r
 
 
@@ -1229,8 +1251,9 @@ def _build(program, caps) -> Plan | None:
     instrs_of, stream_of, bases, accesses = [], [], [], []     # per task
     ids: dict[tuple, int] = {}                  # stream key -> stream number
     streams = []                                # per stream: (its entries, its instructions)
+    decoded: dict = {}
     for t in program.tasks:
-        instrs = _Instrs(i for i in t.instrs if i.op not in SYNC_OPS)
+        instrs = _Instrs((i for i in t.instrs if i.op not in SYNC_OPS), decoded)
         scanned = _scan(instrs, caps, sizes)
         if scanned is None:
             return None
