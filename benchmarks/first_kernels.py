@@ -7,8 +7,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-sys.path.insert(0, HERE)
+sys.path[:0] = [os.path.dirname(HERE), HERE, os.path.join(HERE, "..", "tests")]   # this checkout's pypto first
 
 from test_first_kernels import KERNELS  # noqa: E402  (the kernels with their arguments)
 

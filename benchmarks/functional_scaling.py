@@ -23,13 +23,16 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import time
 
 import numpy as np
 
-import pypto
-from pypto.gcpause import gc_paused
-from pypto.sim.functional_plan import plan_for
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the pypto of this checkout
+
+import pypto  # noqa: E402
+from pypto.gcpause import gc_paused  # noqa: E402
+from pypto.sim.functional_plan import plan_for  # noqa: E402
 
 SIZES = (1_000, 3_000, 10_000, 30_000, 100_000)
 

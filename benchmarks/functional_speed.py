@@ -1,8 +1,10 @@
 """Functional simulation speed against numpy doing the same math.
 
-Two kernels: softmax 4096x1024 fp32 with 128x128 vector tiles, and matmul 1024^3 fp32 with
-128x128x128 cube tiles.  For each, the numpy reference and `simulate(mode="functional")` are
-timed after one warm-up; the figures are medians.  The target is a simulation at most 3x the numpy
+Three kernels: softmax 4096x1024 fp32 with 128x128 vector tiles, matmul 1024^3 fp32 with
+128x128x128 cube tiles, and matmul 2048^3 fp16 with pypto's default cube tile (`matmul_auto`),
+against numpy's fp32 product of the inputs widened and rounded back to fp16 (the same math: the
+simulator multiplies fp16 factors in fp32).  For each, the numpy reference and
+`simulate(mode="functional")` are timed after one warm-up; the figures are medians.  The target is a simulation at most 3x the numpy
 time.  Other processes on the machine skew both (the matmuls most: OpenBLAS runs each 128^3
 product of the simulation on two threads, and a busy core stalls every one of them).
 
@@ -19,10 +21,11 @@ import time
 
 import numpy as np
 
-import pypto
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.dirname(HERE), HERE]     # the pypto of this checkout, and kernels.py
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernels import softmax  # noqa: E402  (the tutorial softmax, tiles TM x TN)
+import pypto  # noqa: E402
+from kernels import matmul_auto, softmax  # noqa: E402  (the tutorial softmax, tiles TM x TN)
 
 TARGET = 3.0
 F32 = pypto.DT_FP32
@@ -46,8 +49,13 @@ def cases():
     a = rng.standard_normal((1024, 1024)).astype(np.float32)
     b = rng.standard_normal((1024, 1024)).astype(np.float32)
     mm = matmul.compile(*(pypto.Tensor([1024, 1024], F32),) * 3)
+    h = rng.standard_normal((2048, 2048)).astype(np.float16)
+    g = rng.standard_normal((2048, 2048)).astype(np.float16)
+    hm = matmul_auto.compile(*(pypto.Tensor([2048, 2048], pypto.DT_FP16),) * 3)
     return [("softmax 4096x1024 fp32, tile 128x128", sm, (x, np.zeros_like(x)), lambda: numpy_softmax(x)),
-            ("matmul 1024^3 fp32, cube tile 128", mm, (a, b, np.zeros_like(a)), lambda: a @ b)]
+            ("matmul 1024^3 fp32, cube tile 128", mm, (a, b, np.zeros_like(a)), lambda: a @ b),
+            ("matmul 2048^3 fp16, matmul_auto", hm, (h, g, np.zeros_like(h)),
+             lambda: (h.astype(np.float32) @ g.astype(np.float32)).astype(np.float16))]
 
 
 def measure(ck, args, reference, rounds: int) -> tuple[float, float]:

@@ -6,11 +6,15 @@ loaded with the same state dict.  Run with `python benchmarks/nn.py [--machine a
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-import pypto.nn as nn
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the pypto of this checkout
+
+import pypto.nn as nn  # noqa: E402
 
 
 def main() -> None:

@@ -27,8 +27,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import pypto
-from pypto.compiler import AutoTilingPass, CompilerPipeline
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the pypto of this checkout
+
+import pypto  # noqa: E402
+from pypto.compiler import AutoTilingPass, CompilerPipeline  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernels import (layernorm, layernorm_auto, matmul, matmul_auto, matmul_bias_gelu,  # noqa: E402

@@ -27,10 +27,12 @@ import tempfile
 import time
 import tracemalloc
 
-import pypto
-from pypto.sim import timing_fast
-from pypto.ir.exec import STREAM_SHAPES
-from pypto.sim.timing import run_timing, sim_cache
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))   # the pypto of this checkout
+
+import pypto  # noqa: E402
+from pypto.sim import timing_fast  # noqa: E402
+from pypto.ir.exec import STREAM_SHAPES  # noqa: E402
+from pypto.sim.timing import run_timing, sim_cache  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from kernels import matmul  # noqa: E402  (cube tile 128/64-256/128 by default)
@@ -56,6 +58,8 @@ print(time.perf_counter() - t0)
 
 def first_use_s(cache_dir: str | None) -> float:
     env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))    # the pypto of this checkout
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
     if cache_dir is not None:
         env["NUMBA_CACHE_DIR"] = cache_dir
     out = subprocess.run([sys.executable, "-c", FIRST_USE], env=env, capture_output=True, text=True, check=True)
