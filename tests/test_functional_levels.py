@@ -4,8 +4,8 @@ rule sharing a byte (an element of a GM buffer the stream writes) with it, one o
 a grouped loop's marker reads and writes all it touches.
 
 The plan keeps levels per footprint in a memory whose footprints are each the very same or apart
-(a matmul's L0C, its output's windows) and per byte where they overlap in part (tail tiles at a
-full tile's address, L1 panels and the blocks extracted from them): streams with both are checked."""
+(a matmul's L0C, its output's windows) and per byte where they overlap in part (an L1 panel, the
+blocks extracted from it and a tail tile loaded over part of it): streams with both are checked."""
 from __future__ import annotations
 
 import numpy as np
@@ -81,6 +81,13 @@ def _by_definition(rules) -> list[int]:
     return levels
 
 
+def _panels():
+    """A hand-written cube stream whose L1 panel stays (a block is read after a tail load over
+    the panel's other half): its blocks and the tail tile overlap the panel in part."""
+    import test_functional_panels as tp
+    return tp.program(tp.MUST_STAY["rest-read-after-a-partial-overwrite"]())
+
+
 def _kernels():
     mm = matmul.compile(T([256, 512], F16), T([512, 384], F16), T([256, 384], F16), machine="a2a3",
                         ML0=128, NL0=128, KL0=64, KL1=128)                    # L1 panels, extracted blocks
@@ -90,21 +97,24 @@ def _kernels():
     return {"matmul": mm, "matmul with tails": tail, "softmax": sm}
 
 
-@pytest.mark.parametrize("name", ["matmul", "matmul with tails", "softmax"])
+@pytest.mark.parametrize("name", ["matmul", "matmul with tails", "softmax", "panel kept"])
 def test_levels_are_their_definition(name):
-    ck = _kernels()[name]
-    streams = _streams(ck.program, ck.machine)
+    if name == "panel kept":
+        program, machine = _panels(), pypto.sim.get_machine("a2a3")
+    else:
+        ck = _kernels()[name]
+        program, machine = ck.program, ck.machine
+    streams = _streams(program, machine)
     assert streams
     for rules, caps in streams:
         assert fp._dependence_levels(rules, caps) == _by_definition(rules)
 
 
 def test_both_ways_of_keeping_levels_are_met():
-    """The tail matmul's first stream keeps some memory per footprint (L0C) and some per byte (L1,
-    whose tail panels stay: their blocks read the padding), else the test above would not check
-    both.  (Full L1 panels are no longer kept: the matmul reads their blocks from GM.)"""
-    ck = _kernels()["matmul with tails"]
-    (rules, caps), *_ = _streams(ck.program, ck.machine)
+    """The kept panel's stream keeps some memory per footprint (L0C) and some per byte (L1, its
+    panel, blocks and tail tile), else the test above would not check both.  (Compiled matmuls
+    no longer keep L1 panels: their blocks are read from GM.)"""
+    (rules, caps), *_ = _streams(_panels(), pypto.sim.get_machine("a2a3"))
     spaces = {o.space for _, ops, _ in rules for o in ops if isinstance(o, pypto.ir.exec.TileRef)}
     footprints = {s: {(o.addr, o.valid, o.shape, o.dtype) for _, ops, _ in rules for o in ops
                       if isinstance(o, pypto.ir.exec.TileRef) and o.space == s} for s in spaces}

@@ -89,11 +89,32 @@ def test_panel_blocks_read_from_gm(rng):
     np.testing.assert_allclose(got, x["a"].astype(np.float64) @ x["b"].astype(np.float64), rtol=1e-5, atol=1e-4)
 
 
+def test_a_panel_overwritten_in_part_before_its_last_block(rng):
+    """A tail load over the panel's second half before that half's block is extracted: the block
+    is the new data (b's, read from b), and the panel's load is dropped (its rest is never read)."""
+    p = program(two_steps(between=[ins("TLOAD", TileRef("L1", 0x40, F16, (M, K), (M, 32)), GMRef(B, 0, (M, 32), (N, 1)))]))
+    assert l1_writes(plan_for(p, get_machine("a2a3"))) == 0
+    check_same(p, "a2a3", arrays(rng))
+
+
+def test_a_panel_whose_rest_is_overwritten_before_it_is_read(rng):
+    """As above, then a tail load over the panel's first half and a block of that: the panel's
+    old bytes are all overwritten before anything reads them, so its load is still dropped."""
+    lo = TileRef("L1", 0, F16, (M, K), (M, 32))
+    acc2 = TileRef("L0C", 0x1000, F32, (M, N), (M, N))
+    p = program([*two_steps(between=[ins("TLOAD", TileRef("L1", 0x40, F16, (M, K), (M, 32)), GMRef(B, 0, (M, 32), (N, 1)))]),
+                 ins("TLOAD", lo, GMRef(D, 0, (M, 32), (48, 1))), extract(l0("L0A", 0), lo, 0, 0),
+                 extract(l0("L0B", 0), PB, 0, 0), ins("TMATMUL", acc2, l0("L0A", 0), l0("L0B", 0)),
+                 ins("TSTORE", GMRef(C, 0, (M, N), (N, 1)), acc2)])
+    assert l1_writes(plan_for(p, get_machine("a2a3"))) == 0
+    check_same(p, "a2a3", arrays(rng))
+
+
 # a panel whose data a block would no longer find in GM, or whose blocks are not windows of GM
 MUST_STAY = {
-    # a load overwrites the panel's second half before its block is extracted: the block is b's
-    "panel-partly-overwritten": lambda: two_steps(between=[
-        ins("TLOAD", TileRef("L1", 0x40, F16, (M, K), (M, 32)), GMRef(B, 0, (M, 32), (N, 1)))]),
+    # a tail load over the panel's first half; the second block reads the other half, the old data
+    "rest-read-after-a-partial-overwrite": lambda: two_steps(between=[
+        ins("TLOAD", TileRef("L1", 0, F16, (M, K), (M, 32)), GMRef(B, 0, (M, 32), (N, 1)))]),
     # the panel's source window is overwritten in GM after the load: the block is the old data
     "source-overwritten": lambda: two_steps(between=[ins("TSTORE", GMRef(A, 32, (M, 32), (K, 1)), ACC)]),
     # a tail panel (48 of 64 columns loaded, from d, over a whole one of a): the second block reads

@@ -430,7 +430,8 @@ def _reads_own_writes(rules, caps) -> bool:
 # A rule is (handler, operands, k): operands (dst, *srcs) as decoded, k the number of the
 # instruction it comes from (for errors).  The searches for a copy's producer or readers look at
 # most WINDOW instructions away (a loop body's distance): farther, the copy stays, so rewriting
-# costs O(WINDOW) per instruction.  Fusion orders the stream by levels of dependence through
+# costs O(WINDOW) per instruction (a copy's readers are found through an index of the rules that
+# touch each tile, however far: a panel kept in L1 across output tiles).  Fusion orders the stream by levels of dependence through
 # memory, found with an array of levels per space and GM buffer: O(bytes touched).
 
 WINDOW = 256
@@ -542,13 +543,14 @@ def _readers(rules, k, t, s, touching=None, gm_writers=None) -> list[int] | None
     overwritten whole (or the stream ends) and s does not change in the meantime.  With
     `touching` (`_touching`) and `gm_writers` (the sorted indices of the rules that write GM or
     are loops) only the rules that can matter are looked at."""
-    readers, changed, end = [], False, min(len(rules), k + 1 + WINDOW)
+    readers, changed = [], False
     parts = isinstance(s, _GM)
     if touching is None:
+        end = min(len(rules), k + 1 + WINDOW)
         candidates = range(k + 1, end)
-    else:
-        near = [touching[t], gm_writers] if parts else [touching[t], touching.get(s, ())]
-        candidates = sorted({j for at in near for j in at[bisect.bisect_right(at, k):bisect.bisect_left(at, end)]})
+    else:                       # no window: the rules met are t's readers and what changes s
+        end = len(rules)
+        candidates = _merged(touching[t], gm_writers if parts else touching.get(s, ()), k)
     for j in candidates:
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
@@ -557,9 +559,49 @@ def _readers(rules, k, t, s, touching=None, gm_writers=None) -> list[int] | None
                 return None
             readers.append(j)
         if isinstance(dst, TileRef) and _overlaps(dst, t):
-            return readers if _same(dst, t) else None
+            if _same(dst, t):
+                return readers
+            # overwritten in part (a tail tile loaded into t's slot): the readers so far may read
+            # s if what is left of t is never read
+            return readers if touching is not None and _rest_dead(rules, j, t, dst, touching[t]) else None
         changed = changed or _touches(dst, s) or (_is_loop(rules[j][0]) and any(_touches(o, s) for o in srcs))
     return readers if end == len(rules) else None
+
+
+def _rest_dead(rules, j, t: TileRef, w: TileRef, touching: list) -> bool:
+    """Whether no rule after j reads a byte of tile t that rule j, writing tile w, leaves, before
+    that byte is overwritten (the stream's end: on-chip data dies with its task).  `touching`:
+    the sorted indices of the rules with an operand overlapping t (`_touching`)."""
+    later = touching[bisect.bisect_right(touching, j):]
+    tiles = [o for i in later for o in rules[i][1] if type(o) is TileRef and o.space == t.space]
+    mask = np.zeros(max([_extent(o)[1] for o in tiles + [t, w]]), np.bool_)
+    _tile_bytes(mask, t)[...] = True
+    _tile_bytes(mask, w)[...] = False
+    for i in later:
+        dst, *srcs = rules[i][1]
+        if any(type(o) is TileRef and o.space == t.space and _tile_bytes(mask, o).any() for o in srcs):
+            return False
+        if type(dst) is TileRef and dst.space == t.space:
+            _tile_bytes(mask, dst)[...] = False
+            if not mask.any():
+                return True
+    return True
+
+
+def _merged(a: list, b, k: int):
+    """The distinct numbers after k of two sorted lists, in order (lazily: a search stops early)."""
+    i, j = bisect.bisect_right(a, k), bisect.bisect_right(b, k)
+    na, nb = len(a), len(b)
+    while i < na or j < nb:
+        if j >= nb or (i < na and a[i] <= b[j]):
+            x = a[i]
+            i += 1
+            if j < nb and b[j] == x:
+                j += 1
+        else:
+            x = b[j]
+            j += 1
+        yield x
 
 
 def _elide_copies(rules) -> list:
