@@ -97,3 +97,24 @@ def test_in_a_jupyter_kernel_a_long_stage_writes_nothing_to_stderr():
         km.shutdown_kernel(now=True)
     assert ("stdout", "done ipykernel.iostream\n") in streams
     assert not [s for s in streams if s[0] == "stderr"], streams
+
+
+def test_simulate_reports_its_steps_the_check_among_them():
+    """`ck.simulate()` is a stage of steps (values, timing, races, then the check's reference,
+    bounds and comparison), each announced as it starts, closed when all are done; other modes
+    and check=False have fewer."""
+    x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    ck = softmax.compile(x, x, TM=16)
+    for kw, steps in [({}, ["values", "timing", "races", "numpy reference", "error bounds", "comparison"]),
+                      ({"check": False}, ["values", "timing"]),
+                      ({"mode": "functional"}, ["values", "numpy reference", "error bounds", "comparison"]),
+                      ({"mode": "timing"}, ["timing"])]:
+        seen = []
+        with listening(seen.append):
+            ck.simulate(x, np.zeros_like(x), **kw)
+        mine = [e for e in seen if e.unit == "steps"]
+        checking = kw.get("check", True) and kw.get("mode") != "timing"
+        assert {e.what for e in mine} == {f"simulating{' and checking' if checking else ''} softmax"}
+        assert [e.detail for e in mine if not e.closed] == steps
+        assert [e.done for e in mine if not e.closed] == list(range(len(steps)))
+        assert mine[-1].closed and mine[-1].done == mine[-1].total == len(steps)

@@ -670,7 +670,8 @@ def test_explorer_error_of_a_moved_slider_is_shown_next_to_it_with_the_largest_v
 
 def test_explorer_shows_progress_while_it_compiles_and_simulates(xo, monkeypatch):
     """Work longer than busy.SHOW_AFTER_S shows a bar under the controls, fed by the compiler's
-    passes (the timing run is the one assign_cores made); hidden again when the view is ready."""
+    passes (the timing run is the one assign_cores made), then by the steps of the numpy check;
+    hidden again when the view is ready and when the check is done."""
     from pypto.viz import busy
     ex = Explorer(softmax, xo, consts={"TM": 32})
     assert not ex.busy.visible and ex.busy.shown == []
@@ -686,7 +687,11 @@ def test_explorer_shows_progress_while_it_compiles_and_simulates(xo, monkeypatch
     passes = [t for t in ex.busy.shown if t.startswith("compiling softmax: pass ")]
     names = [t.split("pass ", 1)[1].split(",")[0] for t in passes]
     assert names[0] == "decompose" and {"tiling", "scheduling", "assign_cores"} <= set(names)
-    assert ex.busy.shown[-1].startswith("softmax (TM=16, TN=256): drawing the views")
+    drawn = next(i for i, t in enumerate(ex.busy.shown) if t.startswith("softmax (TM=16, TN=256): drawing the views"))
+    # then the numpy check, after the view (run at once here: no event loop), with its steps
+    check = [t.split(": ", 1)[1].split(",")[0] for t in ex.busy.shown[drawn + 1:]]
+    assert ex.busy.shown[drawn + 1].startswith("simulating and checking softmax: ")
+    assert check == ["values", "numpy reference", "error bounds", "comparison", "4/4 steps"]
     assert not ex.busy.visible and "ready: TM=16, TN=256" in ex.status.value
     ex.busy.shown.clear()
     ex.update(TM=32)                               # cached: nothing compiles or simulates

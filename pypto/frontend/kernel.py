@@ -26,7 +26,9 @@ from ..ir.numerics import output_bounds, within_bound
 from ..ir.tensor_eval import evaluate
 from ..ir.tile import TileGraph
 from ..sim.result import SimResult
+from ..progress import stage
 from ..sim.run import simulate as run_sim
+from ..sim.run import steps as sim_steps
 from ..target.machine import Machine
 from . import profiling
 
@@ -203,25 +205,35 @@ class CompiledKernel:
         if machine is not None and machine != self.machine.name and machine != self.machine:
             return self.recompile(args, machine).simulate(*args, mode=mode, check=check, checked=checked,
                                                           trace=trace, engine=engine, size=size)
-        with gc_paused():       # plans, traces and references: many small objects, no cycles
-            res = self._simulate(args, mode, check, checked, trace, engine, size)
+        # the steps of the call as a progress stage: a bar on stderr after a second (a 4096^3
+        # matmul takes seconds, most of them the check), the explorer's busy bar in a notebook
+        checking = check and mode != "timing"
+        races = check and not checked and mode == "full"
+        bar = stage(f"{'simulating and checking' if checking else 'simulating'} {self.name}",
+                    sim_steps(mode, checked, races) + 3 * checking, "steps")
+        step = _Steps(bar)
+        try:
+            with gc_paused():       # plans, traces and references: many small objects, no cycles
+                res = self._simulate(args, mode, check, checked, trace, engine, size, step)
+        finally:
+            bar.close(step.done)
         res.compiled = self     # what res.advise() recompiles
         return res
 
-    def _simulate(self, args, mode, check, checked, trace, engine, size) -> SimResult:
+    def _simulate(self, args, mode, check, checked, trace, engine, size, step) -> SimResult:
         if self.dynamic is not None:
-            return self._simulate_dynamic(args, mode, check, checked, trace, engine, size)
+            return self._simulate_dynamic(args, mode, check, checked, trace, engine, size, step)
         if size is not None:
             raise KernelSignatureError(f"{self.name} has no dynamic dim: size= does not apply",
                                        expected="no size=", got=f"size={size}")
         arrays = self.bind(args) if mode != "timing" else {}
         res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace,
-                      engine=engine, races=check and not checked and mode == "full")
+                      engine=engine, races=check and not checked and mode == "full", step=step)
         if check and mode != "timing":
-            res.check = compare(res.outputs, self.bind(args), self.traced)
+            res.check = compare(res.outputs, self.bind(args), self.traced, step)
         return res
 
-    def _simulate_dynamic(self, args, mode, check, checked, trace, engine, size) -> SimResult:
+    def _simulate_dynamic(self, args, mode, check, checked, trace, engine, size, step) -> SimResult:
         """`simulate` of a dynamic kernel on n rows: the values by the compiled program run on
         each chunk of rows in turn (chunks are independent: one functional plan serves every
         call), the times by the program of the call (`program_for(n)`: the chunks' tasks
@@ -237,14 +249,15 @@ class CompiledKernel:
         program = self.program_for(n)
         if mode == "timing" or mode == "full":
             res = run_sim(program, {}, machine=self.machine, mode="timing", check=checked, trace=trace,
-                          engine=engine, races=check and not checked and mode == "full")
+                          engine=engine, races=check and not checked and mode == "full", step=step)
         else:
             res = SimResult(self.name, self.machine, None, program=program)
         res.size = f"{self.dynamic.symbol} = {n} row{'s' if n != 1 else ''}"
         if mode != "timing":
+            step("values")
             res.outputs = self._chunked_outputs(arrays, n, checked)
             if check:
-                res.check = compare(res.outputs, arrays, self.traced_for(n))
+                res.check = compare(res.outputs, arrays, self.traced_for(n), step)
         return res
 
     def _chunked_outputs(self, arrays: dict, n: int, checked: bool) -> dict:
@@ -567,12 +580,28 @@ def as_array(a) -> np.ndarray:
     return np.asarray(a)
 
 
-def compare(outputs, arrays: dict[str, np.ndarray], traced: TensorGraph) -> dict:
+def compare(outputs, arrays: dict[str, np.ndarray], traced: TensorGraph, step=None) -> dict:
     """Outputs vs the numpy reference of the traced graph, within the error bound that the
-    rounding of every step allows (`pypto.ir.numerics`): a mismatch reported is a real one."""
+    rounding of every step allows (`pypto.ir.numerics`): a mismatch reported is a real one.
+    `step(what)` is called as each of its three parts starts (see `CompiledKernel.simulate`)."""
+    step = step or (lambda what: None)
     values: dict = {}
     with np.errstate(all="ignore"):
+        step("numpy reference")
         expected = evaluate(traced, arrays, values)
+        step("error bounds")
         bound = output_bounds(traced, values, expected)
+    step("comparison")
     return {name: within_bound(outputs[name], expected[name], bound[name], traced.param(name).dtype)
             for name in traced.output_names}
+
+
+class _Steps:
+    """`step(what)` of a progress stage: each call is the next step, `what` its detail."""
+
+    def __init__(self, bar):
+        self.bar, self.done = bar, 0
+
+    def __call__(self, what: str) -> None:
+        self.bar.update(self.done, what)
+        self.done += 1

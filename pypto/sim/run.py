@@ -27,7 +27,8 @@ def bind_buffers(program: Program, args) -> dict[str, np.ndarray]:
 
 
 def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check: bool = False,
-             trace: bool = True, progress: bool = True, engine: str = "auto", races: bool = False) -> SimResult:
+             trace: bool = True, progress: bool = True, engine: str = "auto", races: bool = False,
+             step=None) -> SimResult:
     """Run a PTO program.
 
     `args` are numpy arrays for the program's GM buffers (inputs and outputs, in the order of its
@@ -45,6 +46,9 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
 
     `races=True` (with a timing mode) looks for the races checked mode raises on, without
     raising: they are listed in `res.races` and make `res.ok` False.
+
+    `step(what)`, if given, is called as each part of the work starts ("values", "timing",
+    "races"): the steps of a caller's progress bar (`CompiledKernel.simulate`).
     """
     if mode not in MODES:
         raise PyptoError("unknown simulation mode", expected=" or ".join(MODES), got=repr(mode))
@@ -52,20 +56,34 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
         raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
     m = get_machine(machine)
     with gc_paused():       # a plan, a trace: many small objects that form no cycles
-        return _simulate(program, args, m, mode, check, trace, progress, engine, races)
+        return _simulate(program, args, m, mode, check, trace, progress, engine, races, step or _no_step)
 
 
-def _simulate(program, args, m, mode, check, trace, progress, engine, races) -> SimResult:
+def _no_step(what: str) -> None:
+    pass
+
+
+def steps(mode: str, check: bool, races: bool) -> int:
+    """How many times `simulate(..., step=)` calls `step` with these arguments."""
+    timing = mode in ("full", "timing")
+    return (mode in ("full", "functional")) + timing + (timing and (check or races))
+
+
+def _simulate(program, args, m, mode, check, trace, progress, engine, races, step) -> SimResult:
     verified = program.__dict__.setdefault("_verified_for", set())
     if m not in verified:       # hand-written or edited programs: clear errors before running
         program.verify(m)
         verified.add(m)
     res = SimResult(program.name, m, None, program=program)
     if mode in ("full", "functional"):
+        step("values")
         res.outputs = run_functional(program, m, bind_buffers(program, args), checked=check)
     if mode in ("full", "timing"):
+        step("timing")
         t = run_timing(program, m, trace=trace, record_times=check or races, checked=check, progress=progress,
                        engine=engine)
+        if check or races:
+            step("races")
         if check:
             check_races(program, t)
             if t["unwaited"]:

@@ -151,9 +151,12 @@ class Explorer(Session):
 
 
     def _finish_check(self, hit):
-        """The deferred check of the configuration on display: then its header and stats."""
+        """The deferred check of the configuration on display (its progress in the busy bar when
+        it takes a while: a large kernel's check takes seconds): then its header and stats."""
         try:
-            if not self._check(hit) or hit.res is not self._res:
+            with self.busy.running(f"{self.kernel.name}: numpy check"):
+                checked = self._check(hit)
+            if not checked or hit.res is not self._res:
                 return
             self.header.value = header_html(self)
             for key in [k for k in self._views if len(k) == 3 and k[1] == "Stats"]:
