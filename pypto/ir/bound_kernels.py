@@ -11,9 +11,11 @@ summed in fp32, as numpy's in-place sum does), so they give the very bits numpy 
 infinities included (`tests/test_bound_kernels.py` holds them to numpy on edge values).  No
 transcendental function is fused: those stay numpy's own (`exp`, `expm1`, `log1p`).
 
-`numerics` imports this module (numba compiles the kernels, or loads them from its on-disk cache:
-about 1 s with numba's import) for an operation of FUSED_LOAD_MIN elements or more, and calls them
-from FUSED_MIN elements once they are loaded.
+`numerics` imports this module (importing numba: about 0.3 s) for an operation of FUSED_LOAD_MIN
+elements or more, and calls the kernels from FUSED_MIN elements once it is loaded.  Each kernel is
+made when first used (module `__getattr__`): numba compiles it, or loads it from its on-disk cache,
+0.05-0.4 s a kernel by its signatures; a matmul's check needs only the rounding and the comparison,
+not the product's and the quotient's four signatures each.
 """
 from __future__ import annotations
 
@@ -23,14 +25,12 @@ from numba import njit, vectorize
 _F32, _F64 = "float32", "float64"
 
 
-@vectorize([f"float64({a}, float64, {b}, float64)" for a in (_F32, _F64) for b in (_F32, _F64)], cache=True)
-def mul_bound(av, ae, bv, be):
+def _mul_bound(av, ae, bv, be):
     """`Approx.__mul__`'s bound: |b| e_a + |a| e_b + e_a e_b (numpy's order: left to right)."""
     return abs(bv) * ae + abs(av) * be + ae * be
 
 
-@vectorize(["float64(float32, float64, float32, float64, float32)"], cache=True)
-def rounded_bound_f32(v, e, u, top, underflow):
+def _rounded_bound_f32(v, e, u, top, underflow):
     """`Approx.rounded`'s bound of an fp32 value whose shape is the bound's: |v| u in fp32, then e
     added (in fp64, stored in fp32), then the smallest subnormal (fp32), as numpy's in-place steps
     on the fp32 array of |v| do; infinite where |v| is beyond the dtype's largest finite `top` (an
@@ -45,8 +45,7 @@ def rounded_bound_f32(v, e, u, top, underflow):
     return np.float64(t + underflow)
 
 
-@vectorize(["float64(float64, float64, float64, float64, float64)"], cache=True)
-def rounded_bound_f64(v, e, u, top, underflow):
+def _rounded_bound_f64(v, e, u, top, underflow):
     """`rounded_bound_f32` of an fp64 value: every step in fp64."""
     m = abs(v)
     if m == np.inf:
@@ -56,8 +55,7 @@ def rounded_bound_f64(v, e, u, top, underflow):
     return (m * u + e) + underflow
 
 
-@vectorize([f"float64(float64, {v}, {b}, float64)" for v in (_F32, _F64) for b in (_F32, _F64)], cache=True)
-def div_bound(ae, v, bv, be):
+def _div_bound(ae, v, bv, be):
     """`Approx.__truediv__`'s bound of v = a / b: (e_a + |v| e_b) / (|b| - e_b), infinite where the
     divisor's magnitude may reach 0 (or is NaN)."""
     den = np.float64(abs(bv)) - be
@@ -86,3 +84,22 @@ def compare_errors(got, want, bound, safety):
         if r > ratio:
             ratio = r
     return largest, outside, ratio
+
+
+# name -> (the element function, its signatures): made into a ufunc when first used
+_UFUNCS = {
+    "mul_bound": (_mul_bound, [f"float64({a}, float64, {b}, float64)" for a in (_F32, _F64) for b in (_F32, _F64)]),
+    "rounded_bound_f32": (_rounded_bound_f32, ["float64(float32, float64, float32, float64, float32)"]),
+    "rounded_bound_f64": (_rounded_bound_f64, ["float64(float64, float64, float64, float64, float64)"]),
+    "div_bound": (_div_bound, [f"float64(float64, {v}, {b}, float64)" for v in (_F32, _F64) for b in (_F32, _F64)]),
+}
+
+
+def __getattr__(name: str):
+    """A kernel of `_UFUNCS`, made (compiled, or loaded from numba's cache) on first use."""
+    spec = _UFUNCS.get(name)
+    if spec is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    f, signatures = spec
+    ufunc = globals()[name] = vectorize(signatures, cache=True)(f)
+    return ufunc
