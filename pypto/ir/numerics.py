@@ -206,8 +206,8 @@ _KEPT = (np.dtype(np.float32), np.dtype(np.float64))
 # the bounds of a product, a quotient and a rounding of this many elements or more are worked out
 # by fused kernels (`bound_kernels`: the same bits as the numpy expressions here, without their
 # temporaries; a layernorm 1024x1024's check 55 -> 30 ms) once they are loaded in the process, and
-# from FUSED_LOAD_MIN elements they are loaded (importing numba and the kernels costs about 1 s
-# once, what the fused kernels gain on one check of 8 M elements: a layernorm 8192x4096's bounds
+# from FUSED_LOAD_MIN elements they are loaded (importing numba and the kernels a check uses costs
+# 0.5-1 s once, what the fused kernels gain on one check of 8 M elements: a layernorm 8192x4096's bounds
 # take 3.0 s in numpy, 0.7 s fused), when numba is installed
 FUSED_MIN = 1 << 18
 FUSED_LOAD_MIN = 1 << 23
