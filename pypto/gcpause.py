@@ -5,8 +5,9 @@ nodes, instructions, attribute maps, heap entries) that never form reference cyc
 collection those allocations trigger traverses everything still alive, the whole program
 being built, so that on large programs the collector costs as much as the work itself.
 Reference counting still frees every object as usual: only cycles wait for the collector,
-which is restored when the block ends, normally or by an exception.  Nested pauses are fine:
-the outermost one restores the collector's state.
+which is restored when the block ends, normally or by an exception.  Nested pauses are fine,
+in one thread or several (the explorer checks in a worker thread): the last one to end restores
+the collector's state.
 
 What a paused block leaves goes straight to the oldest generation (see `gc_paused`), where only
 full collections look, and Python starts those by its own count of objects promoted there,
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 
 MIN_PENDING = 200_000           # objects left by pauses before a full collection is worth it
 
@@ -34,6 +36,11 @@ class _Count:
     pending = 0                 # objects the pauses moved to the oldest generation since a full collection
     kept = 0                    # what the last full collection left alive
     biggest = 0                 # the most objects one pause has left
+    depth = 0                   # pauses running now, in every thread
+    restore = False             # whether the collector was enabled when the first of them started
+
+
+_lock = threading.Lock()
 
 
 def _after_full(phase, info) -> None:
@@ -59,18 +66,23 @@ def gc_paused():
     too (their reference cycles, if any, are found by the next full collection instead of a young
     one).  Skipped when the process froze objects itself (`gc.freeze()`: unfreezing would undo it).
     """
-    enabled = gc.isenabled()
-    if enabled and _Count.pending > max(MIN_PENDING, _Count.kept, 2 * _Count.biggest):
-        gc.collect()            # (resets the count: _after_full)
-    gc.disable()
+    with _lock:                 # (pauses in several threads: the first one in pauses, the last one out restores)
+        if _Count.depth == 0:
+            _Count.restore = gc.isenabled()
+            if _Count.restore and _Count.pending > max(MIN_PENDING, _Count.kept, 2 * _Count.biggest):
+                gc.collect()            # (resets the count: _after_full)
+            gc.disable()
+        _Count.depth += 1
     try:
         yield
     finally:
-        if enabled:
-            if gc.get_freeze_count() == 0:
-                left = gc.get_count()[0]               # what the block left in the youngest generation
-                _Count.pending += left
-                _Count.biggest = max(_Count.biggest, left)
-                gc.freeze()
-                gc.unfreeze()
-            gc.enable()
+        with _lock:
+            _Count.depth -= 1
+            if _Count.depth == 0 and _Count.restore:
+                if gc.get_freeze_count() == 0:
+                    left = gc.get_count()[0]               # what the block left in the youngest generation
+                    _Count.pending += left
+                    _Count.biggest = max(_Count.biggest, left)
+                    gc.freeze()
+                    gc.unfreeze()
+                gc.enable()

@@ -58,3 +58,26 @@ def test_nested_pauses_restore_the_collector():
             assert not gc.isenabled()
         assert not gc.isenabled()
     assert gc.isenabled()
+
+
+def test_pauses_in_two_threads_that_end_out_of_order_restore_the_collector():
+    """A pause in a worker thread that starts inside the main thread's and ends after it (the
+    explorer's check): the collector stays paused until both end, then runs again (a pause that
+    restored the state it found would leave it off for good)."""
+    import threading
+    assert gc.isenabled()
+    started, release, done = threading.Event(), threading.Event(), threading.Event()
+
+    def worker():
+        with gcpause.gc_paused():
+            started.set()
+            release.wait(5)
+        done.set()
+    with gcpause.gc_paused():
+        t = threading.Thread(target=worker)
+        t.start()
+        assert started.wait(5)
+    assert not gc.isenabled()           # the worker's pause still runs
+    release.set()
+    t.join(5)
+    assert done.is_set() and gc.isenabled()
