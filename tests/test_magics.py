@@ -247,7 +247,7 @@ def test_check_prints_the_verdict(ip):
 def test_check_mismatch_fails_the_cell_with_a_short_message(ip, monkeypatch):
     import pypto.frontend.kernel as kernel_mod
 
-    def wrong(outputs, expected, traced):
+    def wrong(outputs, expected, traced, step=None):
         return {name: {"ok": False, "max_abs_err": 1.0, "max_err_ratio": 9.5, "worst": (0, 3)}
                 for name in traced.output_names}
 

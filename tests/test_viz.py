@@ -698,6 +698,42 @@ def test_explorer_shows_progress_while_it_compiles_and_simulates(xo, monkeypatch
     assert not [t for t in ex.busy.shown if "compiling" in t or "simulating" in t]
 
 
+def test_in_a_live_kernel_the_check_runs_beside_the_event_loop(xo, monkeypatch):
+    """With an event loop (a notebook), a slider move shows the view, then the numpy check runs in
+    a worker thread: the loop stays free meanwhile (another control could be moved), the header
+    says "checking…" until the result is shown from the loop, and `text()` waits for a check
+    still running, so a notebook's next cell reads the check as before."""
+    import asyncio
+    import time
+    from pypto.viz.session import Session
+    real = Session._check_values
+
+    def slow(self, run):                # a large kernel's check: seconds
+        time.sleep(0.5)
+        return real(self, run)
+    monkeypatch.setattr(Session, "_check_values", slow)
+    ex = Explorer(softmax, xo, consts={"TM": 32})
+
+    async def move():
+        ex.update(TM=16)
+        assert "checking…" in ex.header.value and ex._checking
+        t0 = time.perf_counter()
+        await asyncio.sleep(0.05)       # the loop runs other work while the check runs
+        free = time.perf_counter() - t0
+        assert "checking…" in ex.header.value
+        while ex._checking:
+            await asyncio.sleep(0.02)
+        assert "check OK" in ex.header.value
+        ex.update(TM=8)
+        assert "checking…" in ex.header.value
+        text = ex.text()                # waits for the check, shows it
+        assert not ex._checking and "check OK" in ex.header.value
+        return free, text
+    free, text = asyncio.run(move())
+    assert free < 0.3
+    assert text.startswith("Explorer(softmax, machine=a2a3, TM=8, TN=256): ") and "check OK" in text
+
+
 def test_explore_entry_point_and_show(xo):
     ex = pypto.explore(softmax, *xo, machine="teach", TM=32)
     assert isinstance(ex, Explorer)

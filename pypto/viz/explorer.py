@@ -60,6 +60,16 @@ DEBOUNCE_S = 0.1
 ERROR_COLOR = "#c00"
 
 
+_CHECKER: list = []      # the worker thread the explorers' numpy checks run in (made when first needed)
+
+
+def _checker():
+    if not _CHECKER:
+        from concurrent.futures import ThreadPoolExecutor
+        _CHECKER.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="pypto-check"))
+    return _CHECKER[0]
+
+
 def _running_loop():
     """The kernel's asyncio loop when there is one (a live notebook), else None (scripts, tests)."""
     import asyncio
@@ -78,6 +88,7 @@ class Explorer(Session):
         return first_render(f"{name}: first compile and simulation")
 
     def _ready(self) -> None:
+        self._checking: dict[int, tuple] = {}     # id(run) -> (run, future of its check in the worker)
         self._views: dict[tuple, object] = {}     # (configuration, tab, variant) -> rendered value
         self._rendered: dict[str, tuple] = {}     # tab -> what its widget shows
         self._syncing = False
@@ -117,6 +128,7 @@ class Explorer(Session):
 
     def view_value(self, title: str):
         """What the tab shows (HTML text) once rendered for the current configuration."""
+        self._settle()
         t = tab_title(title)
         self._render(t)
         return self.views[t].value + (self.graphs[t].svg if t in GRAPH_TABS else "")
@@ -137,6 +149,7 @@ class Explorer(Session):
         """A self-contained snapshot of the current configuration: header, stats, the Tensor
         graph and the timeline as pictures (views.static_html).  Deterministic for the same
         configuration; cached."""
+        self._settle()
         key = self._run_key()
         if self._static_cache and self._static_cache[0] == key:
             return self._static_cache[1]
@@ -151,30 +164,65 @@ class Explorer(Session):
 
 
     def _finish_check(self, hit):
-        """The deferred check of the configuration on display (its progress in the busy bar when
-        it takes a while: a large kernel's check takes seconds): then its header and stats."""
+        """The deferred check of the configuration on display, run now (its progress in the busy
+        bar when it takes a while: a large kernel's check takes seconds): then its header and stats."""
         try:
             with self.busy.running(f"{self.kernel.name}: numpy check"):
                 checked = self._check(hit)
-            if not checked or hit.res is not self._res:
-                return
-            self.header.value = header_html(self)
-            for key in [k for k in self._views if len(k) == 3 and k[1] == "Stats"]:
-                del self._views[key]
-            self._rendered.pop("Stats", None)
-            if "Stats" in self._visible():
-                self._render("Stats")
+            if checked:
+                self._check_shown(hit)
         except Exception as e:          # noqa: BLE001 - a callback must not raise
             self._show_error(e)
 
+    def _check_shown(self, hit):
+        """A run's check has arrived: the header and stats of the run on display say so."""
+        if hit.res is not self._res:
+            return
+        self.header.value = header_html(self)
+        for key in [k for k in self._views if len(k) == 3 and k[1] == "Stats"]:
+            del self._views[key]
+        self._rendered.pop("Stats", None)
+        if "Stats" in self._visible():
+            self._render("Stats")
+
     def _schedule_check(self, hit):
-        """In a live kernel the check runs right after the view is sent (the slider feels
-        instant); without an event loop (scripts, tests) it runs now."""
+        """In a live kernel the check runs in a worker thread once the view is sent: the slider
+        feels instant, and the kernel keeps answering the controls while a large kernel's check
+        takes seconds (numpy lets go of the GIL); its result is shown from the event loop, or by
+        the first public reader that needs it (`_settle`: `text()`, `res`, the snapshot), so a
+        notebook's next cell sees it as before.  A check that starts after its configuration left
+        the screen is skipped (it runs again if it comes back).  Without an event loop (scripts,
+        tests) the check runs now."""
         loop = _running_loop()
         if loop is None:
             self._finish_check(hit)
-        else:
-            loop.call_soon(self._finish_check, hit)
+            return
+        if hit.res is None or hit.res.check is not None or id(hit) in self._checking:
+            return
+
+        def values():
+            return self._check_values(hit) if hit.res is self._res else None
+        future = _checker().submit(values)
+        self._checking[id(hit)] = (hit, future)
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._settle_one, id(hit)))
+
+    def _settle_one(self, key) -> None:
+        """Show the result of a check run in the worker (waiting for it if it still runs)."""
+        entry = self._checking.pop(key, None)
+        if entry is None:               # shown already
+            return
+        hit, future = entry
+        try:
+            got = future.result()
+            if got is not None and hit.res.check is None:
+                self._store_check(hit, got)
+                self._check_shown(hit)
+        except Exception as e:          # noqa: BLE001 - a callback must not raise
+            self._show_error(e)
+
+    def _settle(self) -> None:
+        for key in list(getattr(self, "_checking", ())):
+            self._settle_one(key)
 
 
     def _needs_trace(self) -> bool:

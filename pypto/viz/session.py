@@ -303,7 +303,8 @@ class Session:
 
     @property
     def res(self):
-        """The SimResult on display (None when compiled only)."""
+        """The SimResult on display (None when compiled only), its numpy check done."""
+        self._settle()
         return self._res
 
     @property
@@ -355,6 +356,7 @@ class Session:
 
     def text(self) -> str:
         """One deterministic line: configuration and result (what nbval compares)."""
+        self._settle()
         consts = "".join(f", {k}={v}" for k, v in self._consts.items())
         dtype = f", dtype={self._dtype}" if self._dtype else ""
         size = f", {self.size_name}={self._size}" if self._size is not None else ""
@@ -532,16 +534,31 @@ class Session:
 
     def _check(self, run) -> bool:
         """Run the functional simulation and the numpy check of a result that has none yet."""
+        got = self._check_values(run)
+        if got is None:
+            return False
+        self._store_check(run, got)
+        return True
+
+    def _check_values(self, run):
+        """(the functional simulation with its check, seconds) of a run that has none yet, else
+        None; stores nothing (the explorer runs it in a worker thread: `_store_check` then)."""
         ck, res = run.ck, run.res
         if res is None or res.check is not None:
-            return False
+            return None
         args = self._args_at(run.dtype, run.size)
         with gc_paused():
             t0 = time.perf_counter()
             done = ck.simulate(*args, mode="functional", check=True)
-            self._check_time = time.perf_counter() - t0
-        res.outputs, res.check = done.outputs, done.check
-        return True
+            return done, time.perf_counter() - t0
+
+    def _store_check(self, run, got) -> None:
+        done, self._check_time = got
+        run.res.outputs, run.res.check = done.outputs, done.check
+
+    def _settle(self) -> None:
+        """Wait for a check still running (the explorer's, in a worker thread) and show it: what
+        the public readers report includes it."""
 
 
     def _ensure_trace(self):
