@@ -25,8 +25,8 @@ from ..ir.tensor import TensorGraph
 from ..ir.numerics import output_bounds, within_bound
 from ..ir.tensor_eval import evaluate
 from ..ir.tile import TileGraph
-from ..sim.result import SimResult
 from ..progress import stage
+from ..sim.result import SimResult
 from ..sim.run import simulate as run_sim
 from ..sim.run import steps as sim_steps
 from ..target.machine import Machine

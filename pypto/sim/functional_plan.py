@@ -27,9 +27,10 @@ The plan is built once per program and machine and cached on the program:
    -- run as one call over a group axis (_fuse), so numpy sees whole rows where there were tiles.
    The stream then runs level by level of dependence through memory, like the tasks in 2.
 
-Building is linear in the program's size: a copy's producer and readers are looked for at most
-WINDOW instructions away, and levels (of tasks, of a stream's instructions) are kept in arrays
-per byte of a space and per element of a GM buffer, not found by comparing pairs.
+Building is about linear in the program's size: a store's producer is looked for at most WINDOW
+instructions away, a copy's readers through an index of the rules touching each tile (until the
+tile is overwritten), and levels (of tasks, of a stream's instructions) are kept in arrays per
+byte of a space and per element of a GM buffer, not found by comparing pairs.
 
 Running a plan makes the numpy views for this run's GM buffers and the reused per-thread on-chip
 copies (and an fp32 copy of a buffer of fp16 matmul factors: _widened_factors), then makes its
@@ -428,11 +429,13 @@ def _reads_own_writes(rules, caps) -> bool:
 # shape and row-major order, so every numpy call computes the same values.
 #
 # A rule is (handler, operands, k): operands (dst, *srcs) as decoded, k the number of the
-# instruction it comes from (for errors).  The searches for a copy's producer or readers look at
-# most WINDOW instructions away (a loop body's distance): farther, the copy stays, so rewriting
-# costs O(WINDOW) per instruction (a copy's readers are found through an index of the rules that
-# touch each tile, however far: a panel kept in L1 across output tiles).  Fusion orders the stream by levels of dependence through
-# memory, found with an array of levels per space and GM buffer: O(bytes touched).
+# instruction it comes from (for errors).  The searches for a store's producer and for what reads
+# a tile before it is overwritten look at most WINDOW instructions away (a loop body's distance):
+# farther, the copy stays, so rewriting costs O(WINDOW) per instruction; a copy's readers are
+# found through an index of the rules that touch each tile, however far (a panel kept in L1
+# across output tiles): its cost is the tile's readers.  Fusion orders the stream by levels of
+# dependence through memory, found with an array of levels per space and GM buffer: O(bytes
+# touched).
 
 WINDOW = 256
 
@@ -537,21 +540,16 @@ def _sink(rules, k) -> None:
             readers.append(p)
 
 
-def _readers(rules, k, t, s, touching=None, gm_writers=None) -> list[int] | None:
+def _readers(rules, k, t, s, touching: dict, gm_writers: list) -> list[int] | None:
     """The instructions after copy k (t <- s) that read t, if each can read s instead: t is read
     whole (or, s being a GM window, in parts that are windows of s: `_sub_window`) until
-    overwritten whole (or the stream ends) and s does not change in the meantime.  With
-    `touching` (`_touching`) and `gm_writers` (the sorted indices of the rules that write GM or
-    are loops) only the rules that can matter are looked at."""
+    overwritten whole, or in part with the rest never read again (or the stream ends), and s
+    does not change in the meantime.  Only the rules that can matter are looked at, however far:
+    those touching t or s (`_touching`) or writing GM (`gm_writers`: the sorted indices of the
+    rules that write GM or are loops)."""
     readers, changed = [], False
     parts = isinstance(s, _GM)
-    if touching is None:
-        end = min(len(rules), k + 1 + WINDOW)
-        candidates = range(k + 1, end)
-    else:                       # no window: the rules met are t's readers and what changes s
-        end = len(rules)
-        candidates = _merged(touching[t], gm_writers if parts else touching.get(s, ()), k)
-    for j in candidates:
+    for j in _merged(touching[t], gm_writers if parts else touching.get(s, ()), k):
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
         if reads:
@@ -563,9 +561,9 @@ def _readers(rules, k, t, s, touching=None, gm_writers=None) -> list[int] | None
                 return readers
             # overwritten in part (a tail tile loaded into t's slot): the readers so far may read
             # s if what is left of t is never read
-            return readers if touching is not None and _rest_dead(rules, j, t, dst, touching[t]) else None
+            return readers if _rest_dead(rules, j, t, dst, touching[t]) else None
         changed = changed or _touches(dst, s) or (_is_loop(rules[j][0]) and any(_touches(o, s) for o in srcs))
-    return readers if end == len(rules) else None
+    return readers
 
 
 def _rest_dead(rules, j, t: TileRef, w: TileRef, touching: list) -> bool:
