@@ -367,18 +367,28 @@ def _box(r: GMRef) -> tuple[tuple[int, int], ...]:
     return r._touched
 
 
-def _scan(instrs, caps, sizes):
+def _scan(instrs, caps, sizes, forms=None):
     """(key, bases, GM accesses) of a task's instruction stream, or None when a tile lies outside
     its space or a window outside its buffer (the reference interpreter then reports where).
 
     Tasks with equal keys run the same instructions on the same tiles, with each buffer's windows
     moved by the difference of their bases (the offset of the task's first window in the buffer).
-    An access is (buffer, box, written)."""
+    An access is (buffer, box, written).  The key is a number per instruction, its form's in
+    `forms` (shared by the tasks of a program: {"rows": row -> number, "ids": id of an
+    instruction without GM operands, checked -> its number})."""
+    if forms is None:
+        forms = {"rows": {}, "ids": {}}
+    rows, ids = forms["rows"], forms["ids"]
     base: dict[str, int] = {}
     key, accesses, tiles = [], set(), set()     # (tiles: those found inside their space)
     for i in instrs:
+        known = ids.get(id(i))
+        if known is not None:       # (an on-chip instruction: one object for many tiles and tasks)
+            key.append(known)
+            continue
         dst = i.dst
         row = [i.op, i.attrs]
+        gm = False
         for o in (dst, *i.srcs) if i.srcs else (dst,):
             if type(o) is TileRef:
                 if o not in tiles:
@@ -397,9 +407,13 @@ def _scan(instrs, caps, sizes):
                     at = base[name] = o.offset
                 row.append((name, o.shape, o.strides, o.offset - at))
                 accesses.add((name, o._touched, o is dst))
+                gm = True
             else:
                 row.append((type(o), repr(o)))
-        key.append(tuple(row))
+        number = rows.setdefault(tuple(row), len(rows))
+        if not gm:
+            ids[id(i)] = number
+        key.append(number)
     return tuple(key), base, accesses
 
 
@@ -1292,9 +1306,10 @@ def _build(program, caps) -> Plan | None:
     ids: dict[tuple, int] = {}                  # stream key -> stream number
     streams = []                                # per stream: (its entries, its instructions)
     decoded: dict = {}
+    forms: dict = {"rows": {}, "ids": {}}
     for t in program.tasks:
         instrs = _Instrs((i for i in t.instrs if i.op not in SYNC_OPS), decoded)
-        scanned = _scan(instrs, caps, sizes)
+        scanned = _scan(instrs, caps, sizes, forms)
         if scanned is None:
             return None
         key, base, access = scanned
