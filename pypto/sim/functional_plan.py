@@ -427,11 +427,16 @@ def _reads_own_writes(rules, caps) -> bool:
         if v is None:
             v = views[t] = _tile_bytes(written[t.space], t)
         return v
+    full: set = set()           # tiles whose bytes are all written by now (the mask only grows)
     for _, (dst, *srcs), _ in rules:
-        if any(isinstance(s, TileRef) and not view(s).all() for s in srcs):
-            return False
-        if isinstance(dst, TileRef):
+        for s in srcs:
+            if isinstance(s, TileRef) and s not in full:
+                if not view(s).all():
+                    return False
+                full.add(s)
+        if isinstance(dst, TileRef) and dst not in full:
             view(dst)[...] = True
+            full.add(dst)
     return True
 
 
