@@ -1157,15 +1157,18 @@ def _unread_after(body, later, instrs, caps) -> bool:
     return True
 
 
-def _unobserved(buffers, instrs_of) -> frozenset[str]:
+def _unobserved(buffers, instrs_of, on_chip=()) -> frozenset[str]:
     """GM buffers whose contents at the start never show: no element is read before the program
     writes it and, unless the buffer is a workspace (not returned), every element is written.
     Followed in program order, whose results the plan's order keeps; a window that is not exact
-    counts as read in its bounding box and as not written."""
+    counts as read in its bounding box and as not written.  `on_chip`: ids of instructions
+    without GM operands (skipped)."""
     written: dict[str, np.ndarray] = {}
     seen: set[str] = set()
     for instrs in instrs_of:
         for i in instrs:
+            if id(i) in on_chip:
+                continue
             # (an MSCATTER reads what it does not overwrite: its window counts as read)
             for r in i.srcs + ((i.dst,) if _kind(i.op) == "scatter" else ()):
                 if isinstance(r, GMRef) and r.buf.name not in seen:
@@ -1366,7 +1369,7 @@ def _build(program, caps) -> Plan | None:
             ops.append((f, tuple(specs)))
     written = {name for acc in accesses for name, _, w in acc if w}
     wide_gm = _widened_factors(ops, factors, written, sizes, gm_dtypes)
-    return Plan(ops, origins, scratch, private, _unobserved(program.buffers, instrs_of), wide_gm)
+    return Plan(ops, origins, scratch, private, _unobserved(program.buffers, instrs_of, forms["ids"]), wide_gm)
 
 
 def _widened_factors(ops: list, factors: dict, written: set, sizes: dict, gm_dtypes: dict) -> dict:
