@@ -510,11 +510,11 @@ def _replace(rule, old, new):
     return f, (dst, *(new if _same(o, old) else o for o in srcs)), k
 
 
-def _sub_window(o, t: TileRef, s: _GM) -> _GM | None:
-    """What a read of tile o reads in window s when o lies inside tile t and t holds a copy of s
-    (a TEXTRACT's source window of a loaded L1 panel): the window of s at o's element offsets in
-    t, o's shape; None when o is not such a part of t."""
-    if not (type(o) is TileRef and o.space == t.space and o.dtype == t.dtype and len(o.valid) == len(t.valid)):
+@functools.lru_cache(maxsize=1 << 16)
+def _part_of(o: TileRef, t: TileRef) -> tuple | None:
+    """The element offsets in tile t of tile o when o's valid elements are some of t's (same
+    space, dtype and row pitch: a TEXTRACT's source window of an L1 panel), else None."""
+    if not (o.space == t.space and o.dtype == t.dtype and len(o.valid) == len(t.valid)):
         return None
     strides = tile_strides(t.shape, t.dtype)
     if tile_strides(o.shape, o.dtype) != strides or o.addr < t.addr:
@@ -524,6 +524,16 @@ def _sub_window(o, t: TileRef, s: _GM) -> _GM | None:
         i, rest = divmod(rest, st)
         starts.append(i)
     if rest or any(i + n > m for i, n, m in zip(starts, o.valid, t.valid)):
+        return None
+    return tuple(starts)
+
+
+def _sub_window(o, t: TileRef, s: _GM) -> _GM | None:
+    """What a read of tile o reads in window s when o lies inside tile t and t holds a copy of s
+    (a TEXTRACT's source window of a loaded L1 panel): the window of s at o's element offsets in
+    t, o's shape; None when o is not such a part of t."""
+    starts = _part_of(o, t) if type(o) is TileRef else None
+    if starts is None:
         return None
     ref = s.ref.window(starts, o.valid)
     if s.sub is not None:           # a part of a part: offsets add (the strides are the window's)
@@ -572,7 +582,7 @@ def _readers(rules, k, t, s, touching: dict, gm_writers: list) -> list[int] | No
         dst, *srcs = rules[j][1]
         reads = [o for o in srcs if isinstance(o, TileRef) and _overlaps(o, t)]
         if reads:
-            if changed or not all(_same(o, t) or (parts and _sub_window(o, t, s) is not None) for o in reads):
+            if changed or not all(_same(o, t) or (parts and _part_of(o, t) is not None) for o in reads):
                 return None
             readers.append(j)
         if isinstance(dst, TileRef) and _overlaps(dst, t):
