@@ -712,11 +712,15 @@ def test_in_a_live_kernel_the_check_runs_beside_the_event_loop(xo, monkeypatch):
         time.sleep(0.5)
         return real(self, run)
     monkeypatch.setattr(Session, "_check_values", slow)
+    from pypto.viz import busy
+    monkeypatch.setattr(busy, "SHOW_AFTER_S", 0.0)
+    monkeypatch.setattr(busy, "REDRAW_S", 0.0)
     ex = Explorer(softmax, xo, consts={"TM": 32})
 
     async def move():
         ex.update(TM=16)
         assert "checking…" in ex.header.value and ex._checking
+        ex.busy.shown.clear()
         t0 = time.perf_counter()
         await asyncio.sleep(0.05)       # the loop runs other work while the check runs
         free = time.perf_counter() - t0
@@ -724,6 +728,12 @@ def test_in_a_live_kernel_the_check_runs_beside_the_event_loop(xo, monkeypatch):
         while ex._checking:
             await asyncio.sleep(0.02)
         assert "check OK" in ex.header.value
+        # the check's steps reached the busy bar from the worker, through the loop; hidden at the end
+        steps = [t.split(": ", 1)[1].split(",")[0] for t in ex.busy.shown]
+        assert steps[:4] == ["values", "numpy reference", "error bounds", "comparison"], ex.busy.shown
+        assert ex.busy.shown[0].startswith("simulating and checking softmax: ")
+        await asyncio.sleep(0.02)       # (events posted before the end, run after it: dropped)
+        assert not ex.busy.visible
         ex.update(TM=8)
         assert "checking…" in ex.header.value
         text = ex.text()                # waits for the check, shows it

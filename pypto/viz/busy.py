@@ -48,6 +48,14 @@ class BusyBar:
         finally:
             self.widget.layout.display = "none"
 
+    def start(self, what: str) -> None:
+        """The start of work that runs elsewhere (the explorer's check, in a worker thread): its
+        events come through `event` from the event loop; `stop` hides the bar."""
+        self._t0, self._drawn, self._what = time.perf_counter(), 0.0, what
+
+    def stop(self) -> None:
+        self.widget.layout.display = "none"
+
     def note(self, detail: str) -> None:
         """Say what the work does now, between stages (drawing a view)."""
         self.event(ProgressEvent(self._what, 0, 0, detail, "", 0.0, False))

@@ -49,6 +49,7 @@ import html
 import time
 
 from ..errors import PyptoError
+from ..progress import listening
 from . import views as _views_mod
 from .session import (FLOAT_DTYPES, SLIDER_VALUES, ExplorerOptionError, Session, _pow2_ceil, powers_of_two,
                       size_values)
@@ -88,7 +89,8 @@ class Explorer(Session):
         return first_render(f"{name}: first compile and simulation")
 
     def _ready(self) -> None:
-        self._checking: dict[int, tuple] = {}     # id(run) -> (run, future of its check in the worker)
+        self._checking: dict[int, tuple] = {}     # id(run) -> (run, future of its check in the worker, token)
+        self._check_token = None
         self._views: dict[tuple, object] = {}     # (configuration, tab, variant) -> rendered value
         self._rendered: dict[str, tuple] = {}     # tab -> what its widget shows
         self._syncing = False
@@ -200,18 +202,32 @@ class Explorer(Session):
         if hit.res is None or hit.res.check is not None or id(hit) in self._checking:
             return
 
+        token = self._check_token = object()        # the check whose progress the busy bar shows
+        self.busy.start(f"{self.kernel.name}: numpy check")
+
         def values():
-            return self._check_values(hit) if hit.res is self._res else None
+            if hit.res is not self._res:
+                return None
+            # (its steps reach the busy bar through the event loop: listeners are per thread)
+            with listening(lambda ev: loop.call_soon_threadsafe(self._check_progress, token, ev)):
+                return self._check_values(hit)
         future = _checker().submit(values)
-        self._checking[id(hit)] = (hit, future)
+        self._checking[id(hit)] = (hit, future, token)
         future.add_done_callback(lambda _: loop.call_soon_threadsafe(self._settle_one, id(hit)))
+
+    def _check_progress(self, token, ev) -> None:
+        if token is self._check_token:
+            self.busy.event(ev)
 
     def _settle_one(self, key) -> None:
         """Show the result of a check run in the worker (waiting for it if it still runs)."""
         entry = self._checking.pop(key, None)
         if entry is None:               # shown already
             return
-        hit, future = entry
+        hit, future, token = entry
+        if token is self._check_token:
+            self._check_token = None
+            self.busy.stop()
         try:
             got = future.result()
             if got is not None and hit.res.check is None:
