@@ -17,7 +17,7 @@ from ..errors import SourceLoc, VerificationError
 from ..target.isa import ATTRS, INSTRUCTIONS, SYNC_OPS, pipe_of  # noqa: F401 - SYNC_OPS, pipe_of: re-exported
 from .core import Attrs, TextForm, cached, fmt_shape, pair_problem, prod, quick_init
 from .gm import GMBuffer, GMRef
-from .tile import tile_bytes
+from .tile import tile_bytes, tile_strides
 
 AIC_PIPES = ("MTE2", "MTE1", "M", "FIX", "S")
 AIV_PIPES = ("MTE2", "V", "MTE3", "S")
@@ -42,6 +42,15 @@ class TileRef:
     @cached
     def nbytes(self) -> int:
         return tile_bytes(self.shape, self.dtype)
+
+    @cached
+    def extent(self) -> tuple[int, int]:
+        """The bytes [lo, hi) from its first valid element to its last (of a window of a larger
+        tile, TEXTRACT's source, which has that tile's row pitch: less than `nbytes` from `addr`)."""
+        if 0 in self.valid:
+            return self.addr, self.addr
+        return self.addr, self.addr + self.dtype.itemsize + sum(
+            (v - 1) * s for v, s in zip(self.valid, tile_strides(self.shape, self.dtype)))
 
     def __hash__(self):             # hashed often (keys of decoders, passes): computed once
         h = self.__dict__.get("_hash")

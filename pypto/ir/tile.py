@@ -714,6 +714,16 @@ def row_pitch(shape, dtype: DType) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
+def tile_strides(shape, dtype: DType) -> tuple[int, ...]:
+    """Byte strides of a tile: elements packed, rows padded to 32 bytes."""
+    strides, acc = [dtype.itemsize], row_pitch(shape, dtype)
+    for s in reversed(shape[:-1]):
+        strides.insert(0, acc)
+        acc *= s
+    return tuple(strides)
+
+
+@functools.lru_cache(maxsize=4096)
 def tile_bytes(shape, dtype: DType) -> int:
     rows = 1
     for s in shape[:-1]:

@@ -31,7 +31,8 @@ from ..ir.core import prod
 from ..ir.exec import SYNC_OPS, Instr, TileRef
 from ..ir.gm import GMRef
 from ..ir.program import Program
-from .functional_plan import check_indices, decode, plan_for, reused, tile_strides
+from ..ir.tile import tile_strides
+from .functional_plan import check_indices, decode, plan_for, reused
 from ..target.machine import Machine
 
 

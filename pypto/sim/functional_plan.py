@@ -53,7 +53,7 @@ from ..errors import SimulationError
 from ..ir.core import prod
 from ..ir.exec import ADDR_STEP, SYNC_OPS, Instr, Loop, TileRef
 from ..ir.gm import GMRef, natural_strides
-from ..ir.tile import row_pitch
+from ..ir.tile import tile_strides
 from ..target.isa import INDEXED_KINDS, INSTRUCTIONS
 from ..target.semantics import ACTIVATIONS, accumulate, index_errors, product, wide, widened
 
@@ -75,16 +75,6 @@ ELEMENTWISE |= set(ACTIVATIONS.values())     # of a store (act=)
 def _kind(op: str) -> str | None:
     r = INSTRUCTIONS.get(op)
     return None if r is None else r.kind
-
-
-@functools.lru_cache(maxsize=4096)
-def tile_strides(shape, dtype) -> tuple[int, ...]:
-    """Byte strides of a tile: elements packed, rows padded to 32 bytes."""
-    strides, acc = [dtype.itemsize], row_pitch(shape, dtype)
-    for s in reversed(shape[:-1]):
-        strides.insert(0, acc)
-        acc *= s
-    return tuple(strides)
 
 
 def _shape(o) -> tuple[int, ...]:
@@ -459,25 +449,12 @@ def _reads_own_writes(rules, caps) -> bool:
 WINDOW = 256
 
 
-def _extent(t: TileRef) -> tuple[int, int]:
-    """The bytes [lo, hi) from a tile's first valid element to its last: a window of a larger
-    tile (TEXTRACT's source, see decode) has that tile's row pitch, so `nbytes` from its address
-    would run past it, into the next tile of the space."""
-    e = t.__dict__.get("_extent")
-    if e is None:
-        if 0 in t.valid:
-            e = (t.addr, t.addr)
-        else:
-            e = (t.addr, t.addr + t.dtype.itemsize
-                 + sum((v - 1) * s for v, s in zip(t.valid, tile_strides(t.shape, t.dtype))))
-        t.__dict__["_extent"] = e
-    return e
-
-
 def _overlaps(a: TileRef, b: TileRef) -> bool:
+    """Whether two tiles' valid elements may share bytes (`TileRef.extent`: a window of a panel
+    has the panel's row pitch, so its `nbytes` would run into the next tile of the space)."""
     if a.space != b.space:
         return False
-    (alo, ahi), (blo, bhi) = _extent(a), _extent(b)
+    (alo, ahi), (blo, bhi) = a.extent, b.extent
     return alo < bhi and blo < ahi
 
 
@@ -601,7 +578,7 @@ def _rest_dead(rules, j, t: TileRef, w: TileRef, touching: list) -> bool:
     the sorted indices of the rules with an operand overlapping t (`_touching`)."""
     later = touching[bisect.bisect_right(touching, j):]
     tiles = [o for i in later for o in rules[i][1] if type(o) is TileRef and o.space == t.space]
-    mask = np.zeros(max([_extent(o)[1] for o in tiles + [t, w]]), np.bool_)
+    mask = np.zeros(max([o.extent[1] for o in tiles + [t, w]]), np.bool_)
     _tile_bytes(mask, t)[...] = True
     _tile_bytes(mask, w)[...] = False
     for i in later:

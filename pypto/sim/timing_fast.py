@@ -41,7 +41,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..errors import SimulationError
-from ..ir.exec import AIC_PIPES, AIV_PIPES, Loop, static_instrs, stream_shape
+from ..ir.exec import AIC_PIPES, AIV_PIPES, Loop, static_instrs
 from ..ir.gm import GMRef
 from ..progress import stage
 from ..ir.program import Program

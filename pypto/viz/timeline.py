@@ -101,6 +101,13 @@ def _row_and_class(cols, rows):
     return row[cols.core, cols.pipe], cls[cols.pipe, cols.op]
 
 
+def _least_per_task(task, key):
+    """Per task, the index of its element of least `key` (the first in trace order on a tie)."""
+    import numpy as np
+    k = np.lexsort((key, task))
+    return k[np.r_[True, task[k][1:] != task[k][:-1]]]
+
+
 def busy_in_bins(start, end, edges):
     """Cycles of the intervals [start, end) that fall in each bin between consecutive `edges`:
     the integral of the number of intervals running at t, at each edge, differenced (exact for
@@ -468,11 +475,9 @@ def timeline_data(runs, labels=None, max_events: int = MAX_WIDGET_EVENTS) -> dic
         first: dict[int, tuple[int, int]] = {}
         last: dict[int, tuple[int, int]] = {}
         if len(at):
-            k = np.lexsort((start, task))
-            head = k[np.r_[True, task[k][1:] != task[k][:-1]]]
+            head = _least_per_task(task, start)
             first = dict(zip(task[head].tolist(), zip(row[head].tolist(), start[head].tolist())))
-            k = np.lexsort((-end, task))
-            head = k[np.r_[True, task[k][1:] != task[k][:-1]]]
+            head = _least_per_task(task, -end)
             last = dict(zip(task[head].tolist(), zip(row[head].tolist(), end[head].tolist())))
         cols_out = {"row": row.tolist(), "start": start.tolist(), "end": np.maximum(end, start + 1).tolist(),
                     "cls": cls.tolist(), "op": None, "task": task.tolist(), "index": cols.index[at].tolist(),
