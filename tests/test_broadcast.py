@@ -51,3 +51,41 @@ def test_an_expand_in_a_one_row_tail_tile_keeps_its_source_alive():
     res = ck.simulate(x, c, out)
     assert res.ok, res.check
     np.testing.assert_allclose(res.outputs["out"], c[None] * x.astype(np.float64).sum(1, keepdims=True), rtol=1e-5)
+
+
+# (found by the fuzzer's expand step) an expand to more dims is its source's tile as it is; a
+# reduction of it counted its dim in the expanded dims, so it reduced another dim of the source
+# (wrong values) or one the source lacks (a crash in the simulator)
+EXPAND_REDUCE = [((5, 64), (3, 5, 64), 0, None), ((5, 64), (3, 5, 64), 0, (2, 8, 32)),
+                 ((5, 64), (7, 5, 64), 0, (4, 8, 32)), ((5, 64), (3, 5, 64), 1, (2, 2, 32)),
+                 ((5, 64), (3, 5, 64), -1, None), ((64,), (6, 64), 0, (4, 64))]
+REDUCERS = {"amax": np.max, "amin": np.min, "sum": np.sum, "mean": np.mean, "prod": np.prod}
+
+
+@pytest.mark.parametrize("fn", list(REDUCERS) + ["softmax", "argmax"])
+@pytest.mark.parametrize("src,sizes,dim,tiles", EXPAND_REDUCE, ids=[f"{a}-{b}-d{d}-t{t}" for a, b, d, t in EXPAND_REDUCE])
+def test_a_reduction_of_an_expand_to_more_dims(src, sizes, dim, tiles, fn, rng):
+    @pypto.jit
+    def k(x, out):
+        if tiles:
+            pypto.set_vec_tile_shapes(*tiles)
+        v = x.expand(*sizes)
+        if fn == "softmax":
+            out[:] = pypto.softmax(v, dim)
+        elif fn == "argmax":
+            out[:] = pypto.argmax(v, dim, keepdim=True)
+        else:
+            out[:] = getattr(pypto, fn)(v, dim=dim, keepdim=True)
+    x = rng.uniform(0.5, 1.5, src).astype(np.float32)
+    full = np.broadcast_to(x.astype(np.float64), sizes)
+    if fn == "softmax":
+        e = np.exp(full - full.max(dim, keepdims=True))
+        want = e / e.sum(dim, keepdims=True)
+    elif fn == "argmax":
+        want = np.expand_dims(np.argmax(full, dim), dim)
+    else:
+        want = REDUCERS[fn](full, axis=dim, keepdims=True)
+    out = np.zeros(want.shape, np.int32 if fn == "argmax" else np.float32)
+    res = k.compile(x, out).simulate(x, out)
+    np.testing.assert_allclose(res.outputs["out"], want, rtol=2e-6)
+    assert res.ok

@@ -3,6 +3,8 @@ against numpy written here: fp32 with tail tiles, fp16/bf16 for float ops, ints 
 the call form, compile + simulate and pypto's own check (conftest.run_and_check)."""
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -45,6 +47,13 @@ UNARY = {
                  lambda x: np.max(np.abs(x), 0, keepdims=True), (-3, 3)),
     "asinh_method": (lambda x: x.asinh(), np.arcsinh, (-20, 20)),
     "sinh_method": (lambda x: x.sinh(), np.sinh, (-5, 5)),
+    # torch's Tensor methods of registry ops (x.log2() was an AttributeError)
+    "log2_method": (lambda x: x.log2(), np.log2, (0.1, 30)),
+    "log10_method": (lambda x: x.log10(), np.log10, (0.1, 30)),
+    "exp2_method": (lambda x: x.exp2(), np.exp2, (-6, 6)),
+    "erf_method": (lambda x: x.erf(), np.vectorize(math.erf), (-3, 3)),
+    "sign_method": (lambda x: x.sign(), np.sign, (-3, 3)),
+    "isfinite_isinf_methods": (lambda x: pypto.where(x.isfinite() & ~x.isinf(), x * 2.0, 1.0), lambda x: 2 * x, (-3, 3)),
 }
 
 

@@ -693,12 +693,28 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind == "reduce":
         d = m.attrs["dim"]
         op = find(row.tile, "ROW" if d == len(m.shape) - 1 else "COL")
-        if d != pd:
-            return out(op, [ops[0][1]], dim=d)
+        src = ops[0][1]
+        # a source of fewer dims (an expand to more dims is its tile as it is: `broadcast` below):
+        # the instruction's dim counts in the source's dims (aligned at the last); a dim the
+        # source lacks holds copies of it
+        lift = len(m.shape) - len(em.node(src).shape)
+        if lift > 0 and d < lift:
+            n = _projection(g.node(m.inputs[0]).shape, domain, start, extent, tile)[1][d]
+            part = _over_copies(m, row, src, n, out, k_=f"{key}.part" if d == pd and k else None)
+            if d != pd:
+                return part
+            if k == 0:      # (the accumulator outlives the source's slot)
+                acc[m.id] = out(find("MUL", "S"), [part], persistent=True, scalar=1)
+            else:
+                acc[m.id] = out(find(OPS[row.combine].tile), [acc[m.id], part], persistent=True)
+            return acc[m.id]
+        d -= lift
+        if m.attrs["dim"] != pd:
+            return out(op, [src], dim=d)
         if k == 0:
-            acc[m.id] = out(op, [ops[0][1]], persistent=True, dim=d)
+            acc[m.id] = out(op, [src], persistent=True, dim=d)
         else:
-            part = out(op, [ops[0][1]], k_=f"{key}.part", dim=d)
+            part = out(op, [src], k_=f"{key}.part", dim=d)
             acc[m.id] = out(find(OPS[row.combine].tile), [acc[m.id], part], persistent=True)
         return acc[m.id]
     if kind in ("binary", "compare"):
@@ -718,6 +734,20 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
         ref = em.emit(find("FILL"), [], shape, valid, m.dtype, "?", f"{key}.shape", loc, scalar=0)
         return _expanded(em, m, t, ref, key, by_shape=True)
     raise UnsupportedError(f"no tile lowering for '{m.op}'", loc=loc)
+
+
+def _over_copies(m, row, src: int, n: int, out, k_=None) -> int:
+    """The reduction of `n` copies of tile `src` (along a dim of the reduced value that its
+    source, expanded to more dims, does not have): the tile itself for a max or a min, n times it
+    for a sum (one TMULS), its n-th power for a product (n - 1 TMULs)."""
+    if n == 1 or row.combine in ("maximum", "minimum"):
+        return src
+    if row.combine == "add":
+        return out(find("MUL", "S"), [src], k_=k_, scalar=n)
+    power = src
+    for j in range(n - 1):
+        power = out(find("MUL"), [power, src], k_=f"{k_ or 'n%d' % m.id}.pow{j}")
+    return power
 
 
 def _row_attrs(row, op: str, m) -> dict:

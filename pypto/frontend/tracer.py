@@ -296,6 +296,11 @@ class Tensor:
     def acosh(self): return _ops().acosh(self)
     def atanh(self): return _ops().atanh(self)
     arcsinh, arccosh, arctanh = asinh, acosh, atanh
+    def erf(self): return _ops().erf(self)
+    def exp2(self): return _ops().exp2(self)
+    def log2(self): return _ops().log2(self)
+    def log10(self): return _ops().log10(self)
+    def sign(self): return _ops().sign(self)
     def hypot(self, other): return _ops().hypot(self, other)
     def logaddexp(self, other): return _ops().logaddexp(self, other)
     def lerp(self, end, weight): return _ops().lerp(self, end, weight)
@@ -364,6 +369,8 @@ class Tensor:
     def where(self, cond, other): return _ops().where(cond, self, other)
     def masked_fill(self, mask, value): return _ops().masked_fill(self, mask, value)
     def isnan(self): return _ops().isnan(self)
+    def isinf(self): return _ops().isinf(self)
+    def isfinite(self): return _ops().isfinite(self)
     def logical_not(self): return _ops().logical_not(self)
     def dim(self): return self.ndim
     def numel(self): return self.size

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 import ml_dtypes
 import numpy as np
 
+from .gen_index import IndexSteps
+from .gen_more import MoreSteps
 from .gen_ops import OpSteps
 
 FLOATS = ("fp32", "fp16", "bf16")
@@ -271,7 +273,7 @@ BIN = ("add", "sub", "mul", "div", "maximum", "minimum")
 OPER = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
-class Generator(OpSteps):
+class Generator(OpSteps, MoreSteps, IndexSteps):
     def __init__(self, c: Chooser, max_ops: int = 7):
         self.c = c
         self.max_ops = max_ops
@@ -442,9 +444,12 @@ class Generator(OpSteps):
                  (1, "misuse"), (8, "rowop"),
                  # the ops of the registry (tests/fuzz/gen_ops.py): about a quarter of the steps
                  (7, "select"), (8, "un2"), (3, "mod"), (6, "red2"), (2, "stepview"), (2, "concat"),
-                 (2, "pad"), (2, "write"), (3, "layout2")]
+                 (2, "pad"), (2, "write"), (3, "layout2"),
+                 # more of the registry (gen_more.py: math composites; gen_index.py: gathers,
+                 # scatters, one-hot, triangles)
+                 (5, "un3"), (4, "bin3"), (2, "rowop2"), (4, "index")]
         kind = c.weighted(kinds)
-        if kind in ("red2", "stepview", "concat", "pad", "write", "layout2") and r == 0:
+        if kind in ("red2", "stepview", "concat", "pad", "write", "layout2", "rowop2", "index") and r == 0:
             kind = "un2"
         if kind in ("softmax", "rms_norm", "layernorm") and not isf:
             kind = "cast"

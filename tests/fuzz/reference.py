@@ -771,4 +771,7 @@ def evaluate_op(case: Case, n, ins, vals) -> V:
         return V(v, e)
     if op == "permute":
         return ins[0].map(lambda t: np.transpose(np.broadcast_to(t, ins[0].v.shape), a["perm"]))
-    return None
+    from .ref_index import evaluate_index
+    from .ref_more import evaluate_more
+    r = evaluate_more(case, n, ins, vals)
+    return r if r is not None else evaluate_index(case, n, ins, vals)
