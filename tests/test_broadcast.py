@@ -89,3 +89,27 @@ def test_a_reduction_of_an_expand_to_more_dims(src, sizes, dim, tiles, fn, rng):
     res = k.compile(x, out).simulate(x, out)
     np.testing.assert_allclose(res.outputs["out"], want, rtol=2e-6)
     assert res.ok
+
+
+EXPAND_STORE = [((2, 50), (3, 2, 50), (128, 16, 64), np.float32), ((50,), (5, 50), (8, 64), np.int32),
+                ((4, 1, 8), (2, 3, 4, 5, 8), (2, 2, 2, 8, 8), np.float16), ((2, 50), (7, 2, 50), (4, 2, 64), np.float32)]
+
+
+@pytest.mark.parametrize("src,sizes,tiles,dt", EXPAND_STORE, ids=[f"{a}-{b}" for a, b, _, _ in EXPAND_STORE])
+def test_an_expand_to_more_dims_stored_as_it_is(src, sizes, tiles, dt, rng):
+    """(Found by the fuzzer.) A tile spanning copies along new dims was stored from its source's
+    tile, fewer elements than its window: the simulator broadcast it, the program's text did
+    not parse.  The copies are made before the store (and keep a -0.0)."""
+    @pypto.jit
+    def k(x, out):
+        pypto.set_vec_tile_shapes(*tiles)
+        out[...] = x.expand(*sizes)
+    x = rng.uniform(-3, 3, src).astype(dt)
+    x.flat[0] = -0.0 if dt != np.int32 else 0
+    out = np.zeros(sizes, dt)
+    ck = k.compile(x, out)
+    res = ck.simulate(x, out)
+    np.testing.assert_array_equal(res.outputs["out"], np.broadcast_to(x, sizes))
+    assert dt == np.int32 or np.signbit(res.outputs["out"].flat[0])
+    parsed = pypto.Program.parse(ck.program.text(), machine=ck.machine)
+    assert parsed.text() == ck.program.text()

@@ -268,6 +268,22 @@ def test_topk_with_ties_to_the_lowest_index(check_kernel, dtype, largest):
     check_kernel(k, [x, np.zeros((18, 3), dtype), np.zeros((18, 3), np.int32)], {1: wv, 2: wi})
 
 
+def test_topk_of_bf16(check_kernel):
+    """(Found by the fuzzer.) The reference of topk's rounds took bf16 for an integer dtype
+    (numpy counts it as neither) and raised a ValueError in the check."""
+    import ml_dtypes
+    x = np.round(_x((6, 16), np.float32) * 4).astype(ml_dtypes.bfloat16)     # ties too
+
+    @pypto.jit
+    def k(x, vals, idx):
+        v, i = pypto.topk(x, 2)
+        vals[:] = v
+        idx[:] = i
+    wv, wi = _topk(x.astype(np.float32), 2)
+    check_kernel(k, [x, np.zeros((6, 2), ml_dtypes.bfloat16), np.zeros((6, 2), np.int32)],
+                 {1: wv.astype(ml_dtypes.bfloat16), 2: wi})
+
+
 def test_topk_along_dim_0_of_ints(check_kernel):
     x = RNG.integers(-5, 5, (12, 7)).astype(np.int32)
 

@@ -70,6 +70,11 @@ def exp_add(x, out):
     out[:] = pypto.exp(x) + 1.0
 
 
+@pypto.jit
+def scatter_add(x, idx, src, out):
+    out[:] = pypto.scatter_add(x, 1, idx, src)      # MSCATTER atomic=ADD
+
+
 def _cases(rng):
     f32, f16 = np.float32, np.float16
     x = rng.standard_normal((100, 300)).astype(f32)
@@ -90,11 +95,13 @@ def _cases(rng):
                                               np.zeros((100, 128), f32)]),
         "transpose3d": (transpose3d, [x3, np.zeros((40, 30, 4), f32)]),
         "column_to_row": (column_to_row, [x[:3, :1].copy(), np.zeros((1, 3), f32)]),
+        "scatter_add": (scatter_add, [x[:4, :8].copy(), np.array([[0, 1, 1, 7]] * 4, np.int32),
+                                      x[4:8, :4].copy(), np.zeros((4, 8), f32)]),
     }
 
 
 CASES = ["softmax", "layernorm", "matmul_tails_a_trans", "batched_matmul", "cast", "transposed_reshaped_views",
-         "transpose3d", "column_to_row"]
+         "transpose3d", "column_to_row", "scatter_add"]
 
 
 def _compile(name, rng, machine="teach"):
@@ -145,6 +152,14 @@ def test_round_trip_covers_both_gm_forms_and_all_operand_kinds(rng):
     # a window over the elements of a box but of another shape (a [3,1] buffer read as [1,3]):
     # the box form would read back as the box's shape
     assert "GM:ws0{off=0,shape=[1, 3],strides=[1, 1]}" in texts["column_to_row"]
+    assert "dim=1, atomic=ADD" in texts["scatter_add"]          # (read back as a dtype before)
+
+
+def test_an_unknown_atomic_mode_is_named(rng):
+    text = _compile("scatter_add", rng)[0].program.text().replace("atomic=ADD", "atomic=SUB")
+    with pytest.raises(PTOSyntaxError) as e:
+        Program.parse(text)
+    assert "unknown atomic mode" in str(e.value) and "atomic=ADD" in str(e.value) and "atomic=SUB" in str(e.value)
 
 
 @pytest.mark.parametrize("name", CASES)

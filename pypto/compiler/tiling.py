@@ -595,9 +595,15 @@ def _vector_iteration(g, ms, member_ids, node_of, to_store, homes, extra_stores,
         t = em.node(cur[m.id])
         written = OPS[m.op].kind == "write"
         vshape = g.node(m.inputs[1]).shape if written else m.shape
-        _, valid, _ = _projection(vshape, domain, start, extent, tile)
+        _, valid, shape = _projection(vshape, domain, start, extent, tile)
+        src = cur[m.id]
+        if prod(t.valid) != prod(valid):
+            # an expand to more dims is its source's tile (`broadcast` in `_vector_op`): the
+            # copies along its new dims made for the store (a store moves the tile as it is)
+            ones = em.emit(find("FILL"), [], shape, valid, t.dtype, "?", f"st{m.id}.ones", m.loc, scalar=1)
+            src = em.emit(find("MUL"), [ones, src], shape, valid, t.dtype, "?", f"st{m.id}.copies", m.loc)
         for ref in ([] if written else [homes[m.id]]) + extra_stores.get(m.id, []):
-            em.emit("TSTORE", [cur[m.id]], (), (), t.dtype, "", f"st{m.id}", m.loc,
+            em.emit("TSTORE", [src], (), (), t.dtype, "", f"st{m.id}", m.loc,
                     gm=_window_at(ref, vshape, valid, domain))
 
 

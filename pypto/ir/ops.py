@@ -882,7 +882,7 @@ def _np_top_index(args, a):
     x, taken = args
     d = a["dim"]
     worst = -np.inf if a["largest"] else np.inf
-    if not np.issubdtype(x.dtype, np.floating):
+    if np.issubdtype(x.dtype, np.integer):      # (bf16 is neither numpy's floating nor its integer)
         info = np.iinfo(x.dtype)
         worst = info.min if a["largest"] else info.max
         x = x.astype(np.float64)

@@ -316,6 +316,12 @@ def _attr_value(key: str, text: str):
             return float(text)
         except ValueError:
             raise _Problem(f"bad {key}", expected=f"{key}=<number>", got=text) from None
+    if key == "atomic":         # an indexed store's mode, as its row names them (MSCATTER: ADD)
+        modes = sorted({mode for r in INSTRUCTIONS.values() if r.modes and r.modes[0] == "atomic"
+                        for mode in r.modes[1] if mode is not None})
+        if text not in modes:
+            raise _Problem("unknown atomic mode", expected="atomic=" + " or atomic=".join(modes), got=f"atomic={text}")
+        return text
     if key == "act":
         if text not in STORE_ACTIVATIONS:
             raise _Problem("unknown activation of a store", expected="act=" + " or act=".join(STORE_ACTIVATIONS),
