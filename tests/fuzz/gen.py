@@ -19,14 +19,9 @@ import numpy as np
 
 from .gen_index import IndexSteps
 from .gen_more import MoreSteps
-from .gen_ops import OpSteps
-
-FLOATS = ("fp32", "fp16", "bf16")
-INTS = ("int32", "int8")
+from .gen_ops import FLOATS, INTS, PY_DT, OpSteps
 NP = {"fp32": np.dtype(np.float32), "fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16),
       "int8": np.dtype(np.int8), "int32": np.dtype(np.int32)}
-PY_DT = {"fp32": "pypto.DT_FP32", "fp16": "pypto.DT_FP16", "bf16": "pypto.DT_BF16",
-         "int8": "pypto.DT_INT8", "int32": "pypto.DT_INT32"}
 MAXV = {"fp32": 3.0e38, "fp16": 6.0e4, "bf16": 3.0e38, "int8": 127, "int32": 2**31 - 1}
 SAFE = {"fp32": 1e30, "fp16": 3e4, "bf16": 1e30, "int8": 100, "int32": 2**30}   # generator keeps below
 DIMS = (1, 3, 17, 100, 257, 1000, 8, 16, 32, 64, 128, 256, 2, 5, 48)

@@ -17,12 +17,7 @@ from __future__ import annotations
 
 import math
 
-FLOATS = ("fp32", "fp16", "bf16")
-INTS = ("int32", "int8")
-PY_DT = {"fp32": "pypto.DT_FP32", "fp16": "pypto.DT_FP16", "bf16": "pypto.DT_BF16",
-         "int8": "pypto.DT_INT8", "int32": "pypto.DT_INT32"}
-
-
+from .gen_ops import FLOATS, INTS, PY_DT
 
 
 def _lst(s) -> str:
@@ -145,17 +140,17 @@ class IndexSteps:
         c = self.c
         return c.pick([n, 1, min(n, 8), c.int(1, n), 2 * n, 3])
 
-    def _dim(self, d, r):
-        return d - r if self.c.chance(0.4) else d
+    def _pick_dim(self, x):
+        """(a dim of x, as the kernel writes it (negative sometimes), x's size along it)."""
+        r = len(x.shape)
+        d = self.c.int(0, r - 1)
+        return d, d - r if self.c.chance(0.4) else d, x.shape[d]
 
     # --- gathers -------------------------------------------------------------------------
     def _ix_gather(self, x):
         from .gen import MAX_ELEMS
         c = self.c
-        r = len(x.shape)
-        d = c.int(0, r - 1)
-        dim = self._dim(d, r)
-        n = x.shape[d]
+        d, dim, n = self._pick_dim(x)
         mode = c.weighted([(5, "gather"), (2, "take"), (1, "flat")])
         if mode == "flat":
             m = c.pick([x.size, 1, 7, min(x.size, 300)])
@@ -192,9 +187,7 @@ class IndexSteps:
         from .gen import MAX_ELEMS
         c = self.c
         r = len(x.shape)
-        d = c.int(0, r - 1)
-        dim = self._dim(d, r)
-        n = x.shape[d]
+        d, dim, n = self._pick_dim(x)
         if r == 2 and c.chance(0.25):
             idx = self._argidx(x, d, False)     # the other dim's length: 1-D, in [0, n)
         else:
@@ -275,10 +268,7 @@ class IndexSteps:
     def _ix_scatter(self, x, add=False):
         from .gen import MAX_ELEMS
         c = self.c
-        r = len(x.shape)
-        d = c.int(0, r - 1)
-        dim = self._dim(d, r)
-        n = x.shape[d]
+        d, dim, n = self._pick_dim(x)
         # duplicate indices along dim: the frontend documents "the last in index order wins" for
         # the simulator but unspecified on hardware (as torch), and cores may store tiles in any
         # order; so scatter keeps the indices unique along dim (a coprime arange shifted per line,
@@ -332,10 +322,7 @@ class IndexSteps:
     def _ix_index_add(self, x):
         from .gen import MAX_ELEMS
         c = self.c
-        r = len(x.shape)
-        d = c.int(0, r - 1)
-        dim = self._dim(d, r)
-        n = x.shape[d]
+        d, dim, n = self._pick_dim(x)
         m = self._along(n)
         sshape = tuple(m if k == d else s for k, s in enumerate(x.shape))
         if math.prod(sshape) > MAX_ELEMS:
@@ -418,9 +405,7 @@ class IndexSteps:
         from .gen_ops import Node_
         c = self.c
         r = len(x.shape)
-        d = c.int(0, r - 1)
-        dim = self._dim(d, r)
-        n = x.shape[d]
+        d, dim, n = self._pick_dim(x)
         k = min(n, c.weighted([(4, 1), (4, 2), (2, 3), (1, 5)]))
         if x.dtype == "bf16":
             # pypto's own check of topk on bf16 crashes (ops._np_top_index: np.iinfo of bf16, not

@@ -16,6 +16,9 @@ import math
 FLOATS = ("fp32", "fp16", "bf16")
 SAFE_PROD = {"fp32": 1e30, "fp16": 1e4, "bf16": 1e30, "int8": 100, "int32": 2**30}
 INTS = ("int32", "int8")
+# the dtypes as a kernel's source names them
+PY_DT = {"fp32": "pypto.DT_FP32", "fp16": "pypto.DT_FP16", "bf16": "pypto.DT_BF16",
+         "int8": "pypto.DT_INT8", "int32": "pypto.DT_INT32"}
 CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 UN2_FLOAT = ("silu", "softplus", "hardswish", "hardsigmoid", "square", "expm1", "log1p", "leaky_relu", "elu",
              "clamp", "pow", "floor", "ceil", "round", "trunc", "sign")
@@ -115,7 +118,6 @@ class OpSteps:
         if use == "arith":
             if c.chance(0.5):
                 to = x.dtype if c.chance(0.6) else c.pick(["fp32", "int32", "fp16"])
-                from .gen import PY_DT
                 n = self.add("mcast", [m.id], {"to": to}, m.shape, to, 0, 1, f"pypto.cast({m.name}, {PY_DT[to]})")
                 if _bshape(n.shape, x.shape) is None or n.dtype != x.dtype:
                     return n
