@@ -113,3 +113,45 @@ def test_an_expand_to_more_dims_stored_as_it_is(src, sizes, tiles, dt, rng):
     assert dt == np.int32 or np.signbit(res.outputs["out"].flat[0])
     parsed = pypto.Program.parse(ck.program.text(), machine=ck.machine)
     assert parsed.text() == ck.program.text()
+
+
+# what reads an expand to more dims: each against numpy, in three tilings (before the fixes above:
+# wrong sums over two dims, variances and argmaxes, a raw AxisError in layer_norm, and programs
+# whose text did not parse wherever a tile spanned copies)
+EXPANDED = {
+    "transpose": (lambda v: pypto.transpose(v, 0, 1), lambda b: np.swapaxes(b, 0, 1)),
+    "permute": (lambda v: pypto.permute(v, (2, 0, 1)), lambda b: np.transpose(b, (2, 0, 1))),
+    "concat": (lambda v: pypto.concat([v, v * 2.0], 0), lambda b: np.concatenate([b, b * 2], 0)),
+    "stepped_view": (lambda v: v[::2, 1:, ::3], lambda b: b[::2, 1:, ::3]),
+    "pad": (lambda v: pypto.pad(v, (1, 2)), lambda b: np.pad(b, [(0, 0), (0, 0), (1, 2)])),
+    "where": (lambda v: pypto.where(v > 1.0, v, 0.0), lambda b: np.where(b > 1, b, 0)),
+    "reshape": (lambda v: pypto.reshape(v, [15, 64]), lambda b: b.reshape(15, 64)),
+    "gather": (lambda v: pypto.gather(v, 0, pypto.zeros([2, 5, 64], dtype=pypto.DT_INT32) + 1), lambda b: b[1:3]),
+    "sum_two_dims": (lambda v: pypto.sum(v, dim=(0, 2), keepdim=True), lambda b: b.sum((0, 2), keepdims=True)),
+    "logsumexp": (lambda v: pypto.logsumexp(v, 0), lambda b: np.log(np.exp(b).sum(0))),
+    "var": (lambda v: pypto.var(v, 0), lambda b: b.var(0, ddof=1)),
+    "argmax": (lambda v: pypto.argmax(v, 0), lambda b: np.argmax(b, 0)),
+    "norm": (lambda v: pypto.norm(v, 2, 0), lambda b: np.sqrt((b * b).sum(0))),
+    "layer_norm": (lambda v: pypto.layer_norm(v),
+                   lambda b: (b - b.mean(-1, keepdims=True)) / np.sqrt(b.var(-1, keepdims=True) + 1e-5)),
+}
+
+
+@pytest.mark.parametrize("tiles", [None, (2, 8, 32), (1, 5, 64)], ids=["auto", "2x8x32", "1x5x64"])
+@pytest.mark.parametrize("what", list(EXPANDED))
+def test_what_reads_an_expand_to_more_dims(what, tiles, rng):
+    f, ref = EXPANDED[what]
+    x = rng.uniform(0.5, 1.5, (5, 64)).astype(np.float32)
+    want = ref(np.broadcast_to(x.astype(np.float64), (3, 5, 64)))
+
+    @pypto.jit
+    def k(x, out):
+        if tiles:
+            pypto.set_vec_tile_shapes(*tiles)
+        out[...] = f(x.expand(3, 5, 64))
+    out = np.zeros(want.shape, np.int32 if what == "argmax" else np.float32)
+    ck = k.compile(x, out)
+    res = ck.simulate(x, out)
+    np.testing.assert_allclose(res.outputs["out"], want, rtol=1e-5, atol=1e-6)
+    assert res.ok
+    assert pypto.Program.parse(ck.program.text(), machine=ck.machine).text() == ck.program.text()
