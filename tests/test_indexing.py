@@ -284,6 +284,33 @@ def test_topk_of_bf16(check_kernel):
                  {1: wv.astype(ml_dtypes.bfloat16), 2: wi})
 
 
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_ranks_a_nan_first_at_its_index(largest):
+    """(Found by the fuzzer.) A round whose extreme was a NaN matched no element: its index was
+    n, past the end of the dim (a gather with it read out of range).  A NaN now ranks first, the
+    lowest index first, in range (torch ranks it first for largest=True)."""
+    x = (np.arange(32, dtype=np.float32).reshape(4, 8) % 5)
+    x[1, 6] = np.nan
+    x[2, [2, 5]] = np.nan
+    x[3, :] = np.nan
+
+    @pypto.jit
+    def k(x, vals, idx):
+        v, i = pypto.topk(x, 3, largest=largest)
+        vals[:] = v
+        idx[:] = i
+    vals, idx = np.zeros((4, 3), np.float32), np.zeros((4, 3), np.int32)
+    res = k.compile(x, vals, idx).simulate(x, vals, idx)
+    assert res.ok
+    got = res.outputs["idx"].tolist()
+    assert got[0] == ([4, 3, 2] if largest else [0, 5, 1])
+    assert got[1] == ([6, 1, 0] if largest else [6, 2, 7])
+    assert got[2] == ([2, 5, 3] if largest else [2, 5, 4])
+    assert got[3] == [0, 1, 2]
+    v = res.outputs["vals"]
+    assert np.isnan(v[1, 0]) and np.isnan(v[2, :2]).all() and np.isnan(v[3]).all() and not np.isnan(v[0]).any()
+
+
 def test_topk_along_dim_0_of_ints(check_kernel):
     x = RNG.integers(-5, 5, (12, 7)).astype(np.int32)
 

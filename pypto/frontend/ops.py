@@ -1425,8 +1425,9 @@ def topk(input, k, dim=-1, largest=True, sorted=True):
     """torch.topk: (values, int32 indices) of the k largest (smallest) elements along `dim`, in
     descending (ascending) order, ties to the lowest index.  For small k: k rounds of the extreme
     (amax), the first index reaching it among those not yet taken (compare + where over an iota +
-    amin), then that element marked taken.  NaN is not treated specially (torch ranks it first): a
-    round whose extreme is a NaN matches no element, and its index is n, past the end of the dim."""
+    amin), then that element marked taken.  A NaN ranks before every number (amax and amin
+    propagate it): its round's value is NaN and its index the NaN's, the lowest first (torch ranks
+    NaN first for largest=True, last for largest=False)."""
     x = _tensor(input, "topk")
     d = _dim(x, dim, "topk")
     n = x.shape[d]

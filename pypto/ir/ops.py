@@ -869,12 +869,16 @@ def _index_add(b, ins, a):
 
 def _top_index(b, ins, a):
     """The first index along dim whose element is the extreme (amax / amin) of those not taken
-    yet: amin(where(x == extreme and not taken, index, n)) (topk's round)."""
+    yet: amin(where(x == extreme and not taken, index, n)) (topk's round).  A NaN is the extreme
+    while one is left (amax and amin propagate it) and equal to nothing: a float's NaNs are hits
+    too, so that the round's index is its first NaN's, not n."""
     from ..dtypes import DT_INT32
     x, taken, dim = ins[0], ins[1], a["dim"]
     n = b.shape(x)[dim]
-    hit = b.bin("logical_and", b.cmp("eq", x, b.red("amax" if a["largest"] else "amin", x, dim)),
-                b.un("logical_not", taken))
+    same = b.cmp("eq", x, b.red("amax" if a["largest"] else "amin", x, dim))
+    if b.dtype(x).is_float:
+        same = b.bin("logical_or", same, b.cmp("ne", x, x))
+    hit = b.bin("logical_and", same, b.un("logical_not", taken))
     return b.red("amin", b.select(hit, _iota(b, b.shape(x), dim, DT_INT32), b.const(n, DT_INT32)), dim)
 
 
@@ -888,7 +892,7 @@ def _np_top_index(args, a):
         x = x.astype(np.float64)
     y = np.where(taken, worst, x)
     m = (np.max if a["largest"] else np.min)(y, axis=d, keepdims=True)
-    hit = (y == m) & ~taken
+    hit = ((y == m) | np.isnan(y)) & ~taken          # (a NaN is the extreme while one is left)
     n = x.shape[d]
     pos = np.arange(n).reshape([-1 if k == d else 1 for k in range(x.ndim)])
     return np.min(np.where(hit, pos, n), axis=d, keepdims=True).astype(np.int32)
