@@ -697,25 +697,25 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind == "cast":
         return out("TCVT", [ops[0][1]], to=m.dtype.name)
     if kind == "reduce":
-        d = m.attrs["dim"]
-        op = find(row.tile, "ROW" if d == len(m.shape) - 1 else "COL")
+        dim = m.attrs["dim"]
+        op = find(row.tile, "ROW" if dim == len(m.shape) - 1 else "COL")
         src = ops[0][1]
-        # a source of fewer dims (an expand to more dims is its tile as it is: `broadcast` below):
-        # the instruction's dim counts in the source's dims (aligned at the last); a dim the
-        # source lacks holds copies of it
+        # a source of fewer dims (an expand to more dims, `broadcast` below): the instruction's
+        # dim counts in the source's dims (aligned at the last); a dim the source lacks holds
+        # copies of it
         lift = len(m.shape) - len(em.node(src).shape)
-        if lift > 0 and d < lift:
-            n = _projection(g.node(m.inputs[0]).shape, domain, start, extent, tile)[1][d]
-            part = _over_copies(m, row, src, n, out, k_=f"{key}.part" if d == pd and k else None)
-            if d != pd:
+        if dim < lift:
+            n = _projection(g.node(m.inputs[0]).shape, domain, start, extent, tile)[1][dim]
+            part = _over_copies(m, row, src, n, out, k_=f"{key}.part" if dim == pd and k else None)
+            if dim != pd:
                 return part
             if k == 0:      # (the accumulator outlives the source's slot)
                 acc[m.id] = out(find("MUL", "S"), [part], persistent=True, scalar=1)
             else:
                 acc[m.id] = out(find(OPS[row.combine].tile), [acc[m.id], part], persistent=True)
             return acc[m.id]
-        d -= lift
-        if m.attrs["dim"] != pd:
+        d = dim - lift
+        if dim != pd:
             return out(op, [src], dim=d)
         if k == 0:
             acc[m.id] = out(op, [src], persistent=True, dim=d)
@@ -730,6 +730,9 @@ def _vector_op(g, m, ops, domain, start, extent, tile, em: _Emitter, acc, k, n_i
     if kind == "select":
         return _select(m, ops, em, out)
     if kind == "broadcast":           # spread over a tile of the result's shape (TEXPANDS gives it)
+        # (an expand to more dims whose new dims need no row or column expansion stays its
+        # source's tile, of fewer dims: element-wise readers broadcast it; a reduction counts its
+        # dim in the source's dims, and a store makes the copies first, `_vector_iteration`)
         # judged by the tile shapes, not the valid ones: a tail tile whose valid extent is 1 is
         # expanded as the full tiles are, so its tiles live as theirs (the allocator gives every
         # iteration the first one's slots: an expand skipped in the tail left its source alive

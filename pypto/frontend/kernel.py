@@ -28,7 +28,7 @@ from ..ir.tile import TileGraph
 from ..progress import stage
 from ..sim.result import SimResult
 from ..sim.run import simulate as run_sim
-from ..sim.run import steps as sim_steps
+from ..sim.run import no_step, steps as sim_steps
 from ..target.machine import Machine
 from . import profiling
 
@@ -214,26 +214,28 @@ class CompiledKernel:
         step = _Steps(bar)
         try:
             with gc_paused():       # plans, traces and references: many small objects, no cycles
-                res = self._simulate(args, mode, check, checked, trace, engine, size, step)
+                res = self._simulate(args, mode, checking, checked, races, trace, engine, size, step)
         finally:
             bar.close(step.done)
         res.compiled = self     # what res.advise() recompiles
         return res
 
-    def _simulate(self, args, mode, check, checked, trace, engine, size, step) -> SimResult:
+    def _simulate(self, args, mode, check, checked, races, trace, engine, size, step) -> SimResult:
+        """`simulate`'s work: `check` the numpy check (of a mode with values), `races` the race
+        search on the simulated times (a full mode's, unless checked mode raises on them)."""
         if self.dynamic is not None:
-            return self._simulate_dynamic(args, mode, check, checked, trace, engine, size, step)
+            return self._simulate_dynamic(args, mode, check, checked, races, trace, engine, size, step)
         if size is not None:
             raise KernelSignatureError(f"{self.name} has no dynamic dim: size= does not apply",
                                        expected="no size=", got=f"size={size}")
         arrays = self.bind(args) if mode != "timing" else {}
         res = run_sim(self.program, arrays, machine=self.machine, mode=mode, check=checked, trace=trace,
-                      engine=engine, races=check and not checked and mode == "full", step=step)
-        if check and mode != "timing":
+                      engine=engine, races=races, step=step)
+        if check:
             res.check = compare(res.outputs, self.bind(args), self.traced, step)
         return res
 
-    def _simulate_dynamic(self, args, mode, check, checked, trace, engine, size, step) -> SimResult:
+    def _simulate_dynamic(self, args, mode, check, checked, races, trace, engine, size, step) -> SimResult:
         """`simulate` of a dynamic kernel on n rows: the values by the compiled program run on
         each chunk of rows in turn (chunks are independent: one functional plan serves every
         call), the times by the program of the call (`program_for(n)`: the chunks' tasks
@@ -249,7 +251,7 @@ class CompiledKernel:
         program = self.program_for(n)
         if mode == "timing" or mode == "full":
             res = run_sim(program, {}, machine=self.machine, mode="timing", check=checked, trace=trace,
-                          engine=engine, races=check and not checked and mode == "full", step=step)
+                          engine=engine, races=races, step=step)
         else:
             res = SimResult(self.name, self.machine, None, program=program)
         res.size = f"{self.dynamic.symbol} = {n} row{'s' if n != 1 else ''}"
@@ -580,11 +582,10 @@ def as_array(a) -> np.ndarray:
     return np.asarray(a)
 
 
-def compare(outputs, arrays: dict[str, np.ndarray], traced: TensorGraph, step=None) -> dict:
+def compare(outputs, arrays: dict[str, np.ndarray], traced: TensorGraph, step=no_step) -> dict:
     """Outputs vs the numpy reference of the traced graph, within the error bound that the
     rounding of every step allows (`pypto.ir.numerics`): a mismatch reported is a real one.
     `step(what)` is called as each of its three parts starts (see `CompiledKernel.simulate`)."""
-    step = step or (lambda what: None)
     values: dict = {}
     with np.errstate(all="ignore"):
         step("numpy reference")

@@ -56,11 +56,11 @@ def simulate(program: Program, *args, machine="a2a3", mode: str = "full", check:
         raise PyptoError("unknown timing engine", expected=" or ".join(ENGINES), got=repr(engine))
     m = get_machine(machine)
     with gc_paused():       # a plan, a trace: many small objects that form no cycles
-        return _simulate(program, args, m, mode, check, trace, progress, engine, races, step or _no_step)
+        return _simulate(program, args, m, mode, check, trace, progress, engine, races, step or no_step)
 
 
-def _no_step(what: str) -> None:
-    pass
+def no_step(what: str) -> None:
+    """A `step` that reports nothing (no progress bar to move)."""
 
 
 def steps(mode: str, check: bool, races: bool) -> int:

@@ -50,8 +50,7 @@ class MoreSteps:
         elif fn == "acosh":                     # x >= 1
             x = self.binary(self.positive(x), ("c", 1.0), "add", form="op")
         elif fn == "atanh":                     # |x| <= 0.9
-            x = self._small(x, 0.9) if max(abs(x.lo), abs(x.hi)) <= 0.9 else \
-                self.binary(self.unary(x, "tanh", form="fn"), ("c", 0.9), "mul", form="op")
+            x = self._small(x, 0.9)
         lo, hi, name = x.lo, x.hi, x.name
         m = max(abs(lo), abs(hi))
         text = f"pypto.{fn}({name})"
@@ -109,7 +108,7 @@ class MoreSteps:
             text = (f"pypto.where({mask.name}, {vt}, {name})" if c.chance(0.5)
                     else f"pypto.masked_fill({name}, {mask.name}, {vt})")
             return self.add("where", [mask.id, ("c", v), x.id], {}, x.shape, dt, min(lo, v), max(hi, v), text)
-        if fn not in ("celu",) and c.chance(0.2) and fn in ("sinh", "cosh", "asinh", "acosh", "atanh", "erf",
+        if fn != "celu" and c.chance(0.2) and fn in ("sinh", "cosh", "asinh", "acosh", "atanh", "erf",
                                                          "exp2", "log2", "log10", "frac"):
             text = f"{name}.{fn}()"
         return self.add("un3", [x.id], attrs, x.shape, x.dtype, lo, hi, text)

@@ -157,7 +157,8 @@ def iota(a, dt):
 
 def topk(x, a, src_dt, out):
     """The k largest (smallest) along dim, descending (ascending), ties to the lowest index; a
-    row holding NaN or an undetermined element: undetermined (NaN is not treated specially).
+    row holding NaN or an undetermined element: undetermined (no claim on how a NaN ranks;
+    pypto ranks it first, its index in range, which a gather of the indices checks).
     A value's bound: the row's largest (order statistics move at most that far); an index is
     undetermined where another element may be as large within the bounds (exact ties excepted)."""
     from .reference import V, _slack
